@@ -1,0 +1,125 @@
+"""Forward+backward timing of units, in the style of pytorch/benchmarks/fastrnns.
+
+Every unit runs in the same process on the same inputs; forward and backward are timed
+separately after warm-up, and the median of the repeats is reported next to the ratio to
+torch's GRU measured in the same run.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+DEFAULT_UNITS = ["gru", "lstm", "tpru", "tpru-v1", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru[slices=8]"]
+
+
+@dataclass
+class BenchRow:
+    unit: str
+    dim: int
+    seq: int
+    batch: int
+    forward_ms: float
+    backward_ms: float
+    total_ms: float
+    ratio_to_gru: float | None
+    params_formula: int | None
+    params_total: int
+
+
+def _with_default_roles(spec: str, dim: int) -> str:
+    """TPRU variants are benchmarked with roles = d unless the spec says otherwise."""
+    import units
+
+    resolved = units.resolve(spec, dim)
+    if "roles" in units.unit_options(resolved.cls) and "roles" not in resolved.spec.option_dict:
+        return str(resolved.spec.with_options(roles=dim))
+    return str(resolved.spec)
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_unit(spec: str, dim: int, seq: int, batch: int, repeats: int, warmup: int, device: str) -> tuple[float, float]:
+    """Median forward and backward milliseconds of one unit on random inputs (input size = dim)."""
+    import torch
+
+    import units
+
+    torch.manual_seed(0)
+    module = units.build(spec, dim, dim).to(device)
+    x = torch.randn(batch, seq, dim, device=device, requires_grad=True)
+    mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
+    fwd, bwd = [], []
+    for i in range(warmup + repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        outputs, state = module(x, mask)
+        loss = outputs.sum() + state.sum()
+        _sync(device)
+        t1 = time.perf_counter()
+        loss.backward()
+        _sync(device)
+        t2 = time.perf_counter()
+        if i >= warmup:
+            fwd.append((t1 - t0) * 1e3)
+            bwd.append((t2 - t1) * 1e3)
+        module.zero_grad(set_to_none=True)
+        x.grad = None
+    return statistics.median(fwd), statistics.median(bwd)
+
+
+def bench(specs: list[str], dims: list[int], seq: int, batch: int, repeats: int, warmup: int, device: str,
+          progress=None) -> list[BenchRow]:
+    import units
+
+    rows: list[BenchRow] = []
+    for dim in dims:
+        gru_total = None
+        for raw in ["gru"] + [s for s in specs if s != "gru"]:
+            spec = _with_default_roles(raw, dim)
+            f, b = time_unit(spec, dim, seq, batch, repeats, warmup, device)
+            if raw == "gru":
+                gru_total = f + b
+            counts = units.param_counts(spec, dim, dim)
+            rows.append(BenchRow(spec, dim, seq, batch, round(f, 3), round(b, 3), round(f + b, 3),
+                                 round((f + b) / gru_total, 3) if gru_total else None, counts.formula, counts.total))
+            if progress:
+                progress(rows[-1])
+    return rows
+
+
+def run_unit_bench(args) -> int:
+    import torch
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    specs = [s.strip() for s in args.units.split(";")] if args.units else DEFAULT_UNITS
+    console = Console(width=140)
+    console.print(f"[bold]bench units[/] T={args.seq} B={args.batch} device={args.device} threads={torch.get_num_threads()} "
+                  f"torch {torch.__version__}; median of {args.repeats} after {args.warmup} warm-up")
+    with console.status("timing...") as status:
+        rows = bench(specs, args.dims, args.seq, args.batch, args.repeats, args.warmup, args.device,
+                     progress=lambda r: status.update(f"timed {escape(r.unit)} at d={r.dim}: {r.total_ms:.1f} ms"))
+    table = Table()
+    for col in ("d", "unit", "forward ms", "backward ms", "fwd+bwd ms", "× gru", "params (formula)", "params (total)"):
+        table.add_column(col, justify="left" if col == "unit" else "right")
+    for r in rows:
+        table.add_row(str(r.dim), escape(r.unit), f"{r.forward_ms:.2f}", f"{r.backward_ms:.2f}", f"{r.total_ms:.2f}",
+                      f"{r.ratio_to_gru:.2f}" if r.ratio_to_gru is not None else "", f"{r.params_formula:,}" if r.params_formula else "n/a",
+                      f"{r.params_total:,}")
+    console.print(table)
+    if args.csv:
+        import pandas as pd
+
+        pd.DataFrame([asdict(r) for r in rows]).to_csv(args.csv, index=False)
+        console.print(f"wrote {args.csv}")
+    return 0

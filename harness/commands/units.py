@@ -1,0 +1,39 @@
+"""`tprbench units`: every registered unit with its options and parameter counts."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "list registered units with their options and parameter counts"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dim", type=int, default=64, help="hidden size d for the counts (default 64)")
+    p.add_argument("--input-dim", type=int, default=None, help="input size d' (default: same as --dim)")
+    p.add_argument("specs", nargs="*", help="unit specs to count instead of every registered name, e.g. 'tpru[roles=32]'")
+
+
+def run(args: argparse.Namespace) -> int:
+    import inspect
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    import units
+
+    d, din = args.dim, args.input_dim or args.dim
+    table = Table(title=f"tprbench units (d={d}, d'={din})")
+    for col in ("unit", "options (default)", "formula params", "total params", "about"):
+        table.add_column(col, justify="right" if "params" in col else "left")
+    for spec in args.specs or units.available():
+        resolved = units.resolve(spec, d)
+        opts = units.unit_options(resolved.cls)
+        opt_text = ", ".join(f"{k}={v.default}" for k, v in opts.items() if v.default is not inspect.Parameter.empty)
+        counts = units.param_counts(resolved, din, d)
+        doc = (inspect.getdoc(resolved.cls) or "").splitlines()[0]
+        formula = f"{counts.formula:,}" if counts.formula is not None else "n/a"
+        table.add_row(escape(str(resolved.spec)), opt_text + ("; " if opt_text else "") + "layers=1, bidirectional=false",
+                      formula, f"{counts.total:,}", doc)
+    Console(width=160).print(table)
+    return 0

@@ -1,0 +1,28 @@
+"""Shared fixtures. Real-data tests use $TPRBENCH_DATA (CI: ../shared/data) and skip without it."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+warnings.filterwarnings("ignore", message=".*noload.*")
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    """The real datasets folder; skips the test with the reason when it is not configured."""
+    value = os.environ.get("TPRBENCH_DATA")
+    if not value:
+        pytest.skip("TPRBENCH_DATA is not set (point it at ../shared/data to run real-data tests)")
+    path = Path(value)
+    if not path.is_dir():
+        pytest.skip(f"TPRBENCH_DATA={value} is not a directory")
+    return path

@@ -1,0 +1,78 @@
+"""tprbench units: the registry and the recurrent units. Knows nothing of tasks or Ray.
+
+    from units import build, available
+    unit = build("tpru[roles=32,slices=8]", input_size=300, hidden_size=512)
+    outputs, state = unit(x, mask)          # x [B,T,300], mask [B,T] → [B,T,512], [B,512]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+from . import torch_rnn, tpru  # noqa: F401  (registers the built-in units)
+from .base import RecurrentUnit
+from .registry import ENTRY_POINT_GROUP, ResolvedUnit, available, lookup, register_unit, resolve, unit_options
+from .spec import UnitSpec, UnitSpecError, parse_spec
+from .wrappers import Bidirectional, Stacked
+
+__all__ = [
+    "ENTRY_POINT_GROUP", "Bidirectional", "ParamCounts", "RecurrentUnit", "ResolvedUnit", "Stacked", "UnitSpec",
+    "UnitSpecError", "available", "build", "lookup", "param_counts", "parse_spec", "register_unit", "resolve",
+    "unit_options",
+]
+
+
+def _layer_input_sizes(resolved: ResolvedUnit, input_size: int, hidden_size: int) -> list[int]:
+    width = hidden_size * (2 if resolved.bidirectional else 1)
+    return [input_size] + [width] * (resolved.layers - 1)
+
+
+def build(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int) -> nn.Module:
+    """Instantiate a spec: the unit, wrapped for `layers`/`bidirectional` when asked.
+
+    The module's forward is `(x [B,T,input_size], mask [B,T]) → (outputs, state)` and it has
+    `output_size` (hidden_size, doubled when bidirectional).
+    """
+    resolved = spec if isinstance(spec, ResolvedUnit) else resolve(spec, hidden_size)
+
+    def make(din: int) -> nn.Module:
+        try:
+            unit = resolved.cls(din, hidden_size, **resolved.options)
+        except (TypeError, ValueError) as exc:
+            raise UnitSpecError(f"unit spec {str(resolved.spec)!r}: cannot build ({din}→{hidden_size}): {exc}") from exc
+        if not hasattr(unit, "output_size"):
+            unit.output_size = hidden_size
+        return unit
+
+    layers = []
+    for din in _layer_input_sizes(resolved, input_size, hidden_size):
+        layers.append(Bidirectional(make(din), make(din)) if resolved.bidirectional else make(din))
+    module = layers[0] if len(layers) == 1 else Stacked(layers)
+    module.spec = str(resolved.spec)
+    return module
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """`formula`: the papers' count (weight matrices, no biases), None if the unit has none.
+    `total`: every trainable parameter of the built module (biases and scalars included)."""
+
+    formula: int | None
+    total: int
+
+
+def param_counts(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int) -> ParamCounts:
+    resolved = spec if isinstance(spec, ResolvedUnit) else resolve(spec, hidden_size)
+    formula_fn = getattr(resolved.cls, "formula_params", None)
+    formula: int | None = 0
+    for din in _layer_input_sizes(resolved, input_size, hidden_size):
+        one = formula_fn(din, hidden_size, **resolved.options) if formula_fn else None
+        if one is None:
+            formula = None
+            break
+        formula += one * (2 if resolved.bidirectional else 1)
+    module = build(resolved, input_size, hidden_size)
+    total = sum(p.numel() for p in module.parameters() if p.requires_grad)
+    return ParamCounts(formula, total)

@@ -1,0 +1,203 @@
+"""TPRU and its ablations (DESIGN.md, "The science").
+
+Per step, with the binding complex b ∈ R^d, N roles, k slices of size s = d/k:
+
+    g_t  = σ(W_b b_{t-1} + W_x x_t)                       one gate
+    f_b  = Uᵀ V_b b_{t-1},   f_x = Uᵀ V_x x_t             unbinding (per slice: N×k fillers)
+    f̃    = (ReLU(f_b + c_b) + ReLU(f_x + c_x))²           ReLU² ...
+    f_t  = f̃ / Σ_n f̃_n                                    ... normalised over roles, per slice
+    b̃_t  = R f_t                                           binding, slice-wise
+    b_t  = g_t ∘ b̃_t + (1 − g_t) ∘ b_{t-1}
+
+with U = W_u E, R = W_r E and E ∈ R^{d×N} a fixed random basis (a buffer, never trained).
+Variants switch three things: V_b present or identity, W_r shared with W_u, ReLU² or
+softmax normalisation; `tpru-v1` also passes the candidate through tanh.
+
+Speed: everything that does not depend on b_{t-1} is hoisted out of the loop (gate and filler
+input projections for all steps in one matmul each), Uᵀ V_b is folded into the recurrent
+matrix once per forward, and the loop itself runs in `tpru_fused.TPRURecurrence`, whose
+backward computes all weight gradients after the loop as single large matmuls.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
+from .registry import register_unit
+from .tpru_fused import NORM_EPS, TPRURecurrence
+
+
+def normalise_fillers(fb: torch.Tensor, fx: torch.Tensor, c_b: torch.Tensor, c_x: torch.Tensor, norm: str) -> torch.Tensor:
+    """Fillers f from unbinding scores [..., N]: ReLU² normalisation or softmax, over roles."""
+    if norm == "relu2":
+        a = (F.relu(fb + c_b) + F.relu(fx + c_x)).pow(2)
+        return a / a.sum(-1, keepdim=True).clamp_min(NORM_EPS)  # = F.normalize(a, p=1), as the original code
+    # Softmax: the scalars shift every role equally, so they cancel; kept so Mod III differs from tpru only here.
+    return torch.softmax(fb + c_b + fx + c_x, dim=-1)
+
+
+class TPRUBase(RecurrentUnit):
+    """The TPRU family. Subclasses fix the variant; `roles`, `slices` and `impl` are options."""
+
+    has_vb: bool = True  # False: V_b = I (tpru-v1, Mod I)
+    share_binding: bool = False  # True: W_r = W_u (Mod I, Mod II)
+    norm: str = "relu2"  # or "softmax" (Mod I–III)
+    tanh_candidate: bool = False  # tpru-v1
+
+    def __init__(
+        self,
+        input_size: int,
+        hidden_size: int,
+        roles: int = 64,
+        slices: int = 1,
+        impl: Literal["fused", "loop"] = "fused",
+        basis_seed: int | None = None,
+    ) -> None:
+        super().__init__(input_size, hidden_size)
+        self.check_options(hidden_size, roles=roles, slices=slices)
+        self.roles, self.slices, self.impl = roles, slices, impl
+        d, din = hidden_size, input_size
+        generator = torch.Generator().manual_seed(basis_seed) if basis_seed is not None else None
+        # E: fixed random role basis, d × N, entries N(0, 1/d). Saved with the model, never trained.
+        self.register_buffer("E", torch.randn(d, roles, generator=generator) / d**0.5)
+        self.W_u = nn.Parameter(torch.empty(d, d))
+        self.W_r = None if self.share_binding else nn.Parameter(torch.empty(d, d))
+        self.W_b = nn.Parameter(torch.empty(d, d))
+        self.V_b = nn.Parameter(torch.empty(d, d)) if self.has_vb else None
+        self.W_x = nn.Parameter(torch.empty(d, din))
+        self.V_x = nn.Parameter(torch.empty(d, din))
+        self.gate_bias = nn.Parameter(torch.zeros(d))
+        self.c_b = nn.Parameter(torch.ones(()))  # the two scalar filler biases, initialised to 1
+        self.c_x = nn.Parameter(torch.ones(()))  # as in the original code
+        for weight in (self.W_u, self.W_r, self.W_b, self.V_b, self.W_x, self.V_x):
+            if weight is not None:
+                nn.init.xavier_normal_(weight)
+
+    @classmethod
+    def check_options(cls, hidden_size: int, roles: int = 64, slices: int = 1, **_: object) -> None:
+        if roles < 1:
+            raise ValueError(f"roles must be >= 1, got {roles}")
+        if slices < 1 or hidden_size % slices:
+            raise ValueError(f"slices={slices} must divide the hidden size {hidden_size}")
+
+    @classmethod
+    def formula_params(cls, input_size: int, hidden_size: int, **options: object) -> int:
+        d, din = hidden_size, input_size
+        square = 2 + (not cls.share_binding) + cls.has_vb  # W_u, W_b, [W_r], [V_b]
+        return square * d * d + 2 * d * din  # W_x, V_x
+
+    # -- the pieces of the equations, as matrices -------------------------------------------
+    def role_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """U = W_u E (unbinding) and R = W_r E (binding), each d × N."""
+        U = self.W_u @ self.E
+        R = U if self.W_r is None else self.W_r @ self.E
+        return U, R
+
+    def _slice_T(self, M: torch.Tensor) -> torch.Tensor:
+        """d × N role matrix → [k, s, N]: slice j holds rows j·s … (j+1)·s − 1."""
+        return M.view(self.slices, self.hidden_size // self.slices, self.roles)
+
+    def recurrent_matrix(self, U: torch.Tensor) -> torch.Tensor:
+        """[W_b; Uᵀ V_b per slice] as one (d + kN) × d matrix: both b_{t-1} products in one matmul."""
+        d, k = self.hidden_size, self.slices
+        V_b = self.V_b if self.V_b is not None else torch.eye(d, dtype=U.dtype, device=U.device)
+        M_b = torch.einsum("ksn,ksd->knd", self._slice_T(U), V_b.view(k, d // k, d)).reshape(k * self.roles, d)
+        return torch.cat([self.W_b, M_b], dim=0)
+
+    def input_projections(self, x: torch.Tensor, U: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gate pre-activations W_x x + bias [B,T,d] and input fillers Uᵀ V_x x [B,T,k,N], all steps at once."""
+        B, T, _ = x.shape
+        k, s = self.slices, self.hidden_size // self.slices
+        proj = F.linear(x, torch.cat([self.W_x, self.V_x], 0), torch.cat([self.gate_bias, torch.zeros_like(self.gate_bias)]))
+        gx, zx = proj.split(self.hidden_size, dim=-1)
+        fx = torch.einsum("btks,ksn->btkn", zx.reshape(B, T, k, s), self._slice_T(U))
+        return gx, fx
+
+    # -- forward ----------------------------------------------------------------------------
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor | None = None, return_fillers: bool = False
+    ) -> tuple[torch.Tensor, ...]:
+        lengths = lengths_from_mask(x, mask)
+        U, R = self.role_matrices()
+        gx, fx = self.input_projections(x, U)
+        W_rec = self.recurrent_matrix(U)
+        R_slices = self._slice_T(R)
+        b0 = x.new_zeros(x.shape[0], self.hidden_size)
+        if self.impl == "fused" and not return_fillers:
+            outputs = TPRURecurrence.apply(
+                gx.transpose(0, 1).contiguous(), fx.transpose(0, 1).contiguous(), W_rec, R_slices,
+                self.c_b, self.c_x, b0, self.norm, self.tanh_candidate,
+            ).transpose(0, 1)
+            fillers = None
+        else:
+            outputs, fillers = self._loop(gx, fx, W_rec, R_slices, b0)
+        outputs = mask_outputs(outputs, lengths)
+        state = last_state(outputs, lengths)
+        if return_fillers:
+            return outputs, state, fillers
+        return outputs, state
+
+    def _loop(self, gx, fx, W_rec, R_slices, b):
+        """Plain autograd loop: the readable reference path, and the one that records fillers."""
+        d, k, N = self.hidden_size, self.slices, self.roles
+        outputs, fillers = [], []
+        for t in range(gx.shape[1]):
+            pre = b @ W_rec.T
+            g = torch.sigmoid(pre[:, :d] + gx[:, t])                                  # g_t
+            f = normalise_fillers(pre[:, d:].view(-1, k, N), fx[:, t], self.c_b, self.c_x, self.norm)  # f_t
+            cand = torch.einsum("bkn,ksn->bks", f, R_slices).reshape(-1, d)             # b̃_t = R f_t
+            if self.tanh_candidate:
+                cand = torch.tanh(cand)
+            b = g * cand + (1 - g) * b                                                  # b_t
+            outputs.append(b)
+            fillers.append(f)
+        return torch.stack(outputs, 1), torch.stack(fillers, 1)
+
+    def fillers(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """f_t for every step: [B, T, slices, roles]. argmax over roles = the role a token takes."""
+        return self.forward(x, mask, return_fillers=True)[2]
+
+    def extra_repr(self) -> str:
+        return f"{self.input_size}, {self.hidden_size}, roles={self.roles}, slices={self.slices}, impl={self.impl}"
+
+
+@register_unit("tpru")
+class TPRU(TPRUBase):
+    """ICLR-2020 TPRU: six matrices (4d² + 2dd'), ReLU² normalisation."""
+
+
+@register_unit("tpru-v1")
+class TPRUv1(TPRUBase):
+    """NeurIPS-workshop TPRU: no V_b, tanh on the candidate; 3d² + 2dd'."""
+
+    has_vb = False
+    tanh_candidate = True
+
+
+@register_unit("tpru-mod1")
+class TPRUMod1(TPRUBase):
+    """Modification I: W_r = W_u, V_b = I, softmax; 2d² + 2dd'."""
+
+    has_vb = False
+    share_binding = True
+    norm = "softmax"
+
+
+@register_unit("tpru-mod2")
+class TPRUMod2(TPRUBase):
+    """Modification II: W_r = W_u, softmax; 3d² + 2dd'."""
+
+    share_binding = True
+    norm = "softmax"
+
+
+@register_unit("tpru-mod3")
+class TPRUMod3(TPRUBase):
+    """Modification III: softmax only; 4d² + 2dd'."""
+
+    norm = "softmax"
