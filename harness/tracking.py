@@ -1,0 +1,191 @@
+"""MLflow as the record of every run: study → cell → trial/seed runs, written by the driver.
+
+Workers return their results and the driver logs them (STACK.md: concurrent workers on a
+fresh SQLite store race on schema creation; batching from one writer is also fastest). Each
+trial/seed run carries a unique `tprbench.run_key`; logging is idempotent: a finished run with
+the same key is never logged twice, and a half-written one (driver killed mid-log) is deleted
+and written again. Reports are regenerated from these records alone.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+TAG = "tprbench."
+KIND, STUDY, CELL, RUN_KEY, PHASE, STATUS = (TAG + k for k in ("kind", "study", "cell_id", "run_key", "phase", "status"))
+MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch limits
+
+
+def git_commit(cwd: str | Path | None = None) -> str:
+    """The commit of the code that ran (with '-dirty' if the tree has uncommitted changes)."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        if head.returncode:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def default_tracking_uri(root: Path) -> str:
+    return f"sqlite:///{(root / 'mlflow.db').resolve()}"
+
+
+@dataclass
+class RunRecord:
+    """One finished trial or seed run, as stored in MLflow."""
+
+    run_id: str
+    run_key: str
+    status: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+
+
+class Tracker:
+    """The driver's handle on MLflow for one study."""
+
+    def __init__(self, tracking_uri: str, study: str, artifact_root: Path | None = None) -> None:
+        from mlflow import MlflowClient
+
+        self.uri = tracking_uri
+        self.client = MlflowClient(tracking_uri=tracking_uri)
+        name = f"tprbench/{study}"
+        experiment = self.client.get_experiment_by_name(name)
+        if experiment is None:
+            location = artifact_root.resolve().as_uri() if artifact_root is not None else None
+            self.experiment_id = self.client.create_experiment(name, artifact_location=location)
+        else:
+            self.experiment_id = experiment.experiment_id
+        self.study = study
+        self._parents: dict[str, str] = {}
+
+    # -- queries ---------------------------------------------------------------------------
+    def search(self, filter_string: str = "") -> list[Any]:
+        """Every active run of this study's experiment matching the filter (paged)."""
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs([self.experiment_id], filter_string=filter_string, max_results=1000, page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+    def records(self, cell_id: str | None = None) -> dict[str, RunRecord]:
+        """Finished trial/seed runs by run key (one per key: duplicates are what this prevents)."""
+        flt = f"tags.`{KIND}` = 'run'" + (f" and tags.`{CELL}` = '{cell_id}'" if cell_id else "")
+        out: dict[str, RunRecord] = {}
+        for run in self.search(flt):
+            if run.info.status not in ("FINISHED", "FAILED", "KILLED"):
+                continue
+            key = run.data.tags.get(RUN_KEY, "")
+            out[key] = RunRecord(run.info.run_id, key, run.data.tags.get(STATUS, ""), dict(run.data.tags),
+                                 dict(run.data.params), dict(run.data.metrics))
+        return out
+
+    # -- parents ---------------------------------------------------------------------------
+    def _find_or_create(self, key: str, tags: dict[str, str], parent: str | None, name: str) -> tuple[str, bool]:
+        """A parent run found by its tags, or created; returns (run id, created now)."""
+        if key in self._parents:
+            return self._parents[key], False
+        found = self.search(" and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items()))
+        created = not found
+        if found:
+            run_id = min(found, key=lambda r: r.info.start_time).info.run_id
+        else:
+            all_tags = dict(tags, **({"mlflow.parentRunId": parent} if parent else {}))
+            run_id = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name).info.run_id
+        self._parents[key] = run_id
+        return run_id, created
+
+    def study_run(self, commit: str) -> str:
+        run_id, _ = self._find_or_create("study", {KIND: "study", STUDY: self.study}, None, self.study)
+        self.client.set_tag(run_id, TAG + "git_commit", commit)
+        return run_id
+
+    def cell_run(self, cell: Any, study_run_id: str) -> str:
+        tags = {KIND: "cell", STUDY: self.study, CELL: cell.id}
+        run_id, created = self._find_or_create(f"cell/{cell.id}", tags, study_run_id, cell.label)
+        if created:
+            self._log(run_id, params=cell_params(cell), tags=cell_tags(cell))
+        return run_id
+
+    # -- writing runs ----------------------------------------------------------------------
+    def _log(self, run_id: str, metrics: Iterable[Any] = (), params: dict[str, Any] | None = None,
+             tags: dict[str, Any] | None = None) -> None:
+        from mlflow.entities import Param, RunTag
+
+        metrics = list(metrics)
+        params_l = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+        tags_l = [RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()]
+        for i in range(0, max(len(params_l), len(tags_l)), MAX_BATCH["params"]):
+            self.client.log_batch(run_id, params=params_l[i:i + MAX_BATCH["params"]], tags=tags_l[i:i + MAX_BATCH["tags"]])
+        for i in range(0, len(metrics), MAX_BATCH["metrics"]):
+            self.client.log_batch(run_id, metrics=metrics[i:i + MAX_BATCH["metrics"]])
+
+    def log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
+                result: dict[str, Any], artifact: Path | None = None) -> str:
+        """Record one trial/seed run. Idempotent by `run_key`; returns the MLflow run id."""
+        from mlflow.entities import Metric
+
+        for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
+            if run.info.status in ("FINISHED", "FAILED", "KILLED"):
+                return run.info.run_id  # already recorded: never twice
+            self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
+        status = result["status"]
+        all_tags = {**tags, RUN_KEY: run_key, KIND: "run", STUDY: self.study, STATUS: status,
+                    "mlflow.parentRunId": cell_run_id}
+        if result.get("reason"):
+            all_tags[TAG + "reason"] = result["reason"]
+        run_id = self.client.create_run(self.experiment_id, tags={RUN_KEY: run_key, KIND: "pending"},
+                                        run_name=run_key.split("/", 1)[-1]).info.run_id
+        now = int(time.time() * 1000)
+        metrics = []
+        for row in result.get("history", []):
+            epoch = int(row["epoch"])
+            metrics += [Metric(k, float(v), now, epoch) for k, v in row.items() if k != "epoch" and v is not None]
+        final = final_metrics(result)
+        metrics += [Metric(k, v, now, 0) for k, v in final.items()]
+        self._log(run_id, metrics, params=params, tags=all_tags)
+        if artifact is not None and artifact.exists():
+            self.client.log_artifact(run_id, str(artifact))
+        self.client.set_terminated(run_id, "FINISHED" if status in ("finished", "pruned") else "FAILED")
+        return run_id
+
+
+def final_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The summary numbers of a run: best validation score, its epoch, each test split, time."""
+    out: dict[str, float] = {}
+    metric = result.get("metric") or "valid"
+    if result.get("best_valid") is not None:
+        out[f"best_{metric}"] = float(result["best_valid"])
+        out["best_epoch"] = float(result["best_epoch"])
+    for split, values in (result.get("test") or {}).items():
+        for k, v in values.items():
+            out[f"test_{split}_{k}"] = float(v)
+    out["train_seconds"] = float(result.get("seconds") or 0.0)
+    if result.get("params_total"):
+        out["params_total"] = float(result["params_total"])
+    if result.get("params_formula") is not None:
+        out["params_formula"] = float(result["params_formula"])
+    return out
+
+
+def cell_tags(cell: Any) -> dict[str, Any]:
+    return {
+        STUDY: cell.study, CELL: cell.id, TAG + "task": cell.task, TAG + "arch": cell.arch,
+        TAG + "unit": cell.unit, TAG + "dim": cell.dim, TAG + "input_dim": cell.input_dim, TAG + "label": cell.label,
+    }
+
+
+def cell_params(cell: Any) -> dict[str, Any]:
+    return {"unit": cell.unit, "unit_canonical": cell.unit_canonical, "task": cell.task, "arch": cell.arch,
+            "dim": cell.dim, "input_dim": cell.input_dim, "epochs": cell.epochs, "data": cell.data,
+            "task_options": json.dumps(cell.task_options, sort_keys=True)}
