@@ -1,0 +1,743 @@
+"""Study files (TOML) → a validated `Study` → `Cell`s with stable ids.
+
+    study = load_study("studies/quickstart.toml")     # raises StudyError (one line per problem)
+    cells = expand(study)                              # task × arch × dim × input_dim × unit
+    cells = filter_cells(cells, ["unit=tpru*", "dim=64"])
+
+Schema (every table rejects unknown keys, with a did-you-mean; see docs/study-files.md)::
+
+    [study]
+    name = "quickstart"      # [A-Za-z0-9_.-]+; default: the file name without .toml
+    description = ""
+    trials = 2               # Optuna trials per cell (search phase), >= 0; 0 = no search, use the defaults
+    seeds = 3                # final-phase runs per cell with the best parameters, >= 0 (seeds 0..n-1)
+    epochs = 3               # required, >= 1
+    metric = "valid_acc"     # optional; default: the task's (`metric` attribute of the adapter)
+    direction = "maximize"   # optional; default: the task's, else inferred from the metric name
+
+    [[tasks]]                # one or more
+    name = "logic"           # a registered task (tasks.registry.get_task)
+    label = "logic"          # optional, default = name; must be unique; used in cell labels
+    data = "generated"       # "generated", a path, "~/…" or "${TPRBENCH_DATA}/…" (env vars expanded)
+    [tasks.options]          # validated by the task adapter's `Options` pydantic model (defaults filled)
+
+    [matrix]
+    arch = ["plain"]         # a name or a list; each in every task's `archs`; default: each task's first arch
+    dim = [64, 128]          # required: hidden sizes d (an int or a list)
+    input_dim = 300          # optional: embedding sizes d' (an int or a list); default: = dim
+    units = ["lstm", "tpru[roles=32]"]   # unit specs
+    [[matrix.grid]]          # a unit spec × the product of option lists (scalars count as one-item lists)
+    unit = "tpru"
+    roles = [8, 32]
+    slices = [1, 8]
+
+    [search]                 # see harness/search_space.py: fixed values or distributions
+    lr = { log_uniform = [1e-4, 1e-2] }
+    [search.defaults]        # optional: values for study.trials = 0
+
+    [pruner]
+    kind = "median"          # none | median | hyperband | successive_halving
+    startup_trials = 5       # median only
+    warmup_epochs = 0        # median only
+    min_epochs = 1           # hyperband / successive_halving
+    reduction_factor = 3     # hyperband / successive_halving
+
+    [resources]
+    cpus = 1.0               # per trial, > 0 (a fraction below 1 or a whole number, as Ray requires)
+    gpus = 0.0               # per trial, >= 0 (0.25 packs four trials on one GPU)
+    max_concurrent = 0       # 0 = as many as the cluster fits
+    retries = 3              # Ray task retries for lost workers
+
+Study files never execute code: every value is data. The single way a study file can load
+code is a unit named by import path (`units = ["mypkg.cells:MyCell[k=3]"]`), which
+`units.resolve` imports to check its options — the same thing `tprbench units` does with
+that spec.
+
+Cell ids: 12 hex chars of sha256 over canonical JSON of what affects a run's result — task
+name, resolved task options, data *as written* (so `${TPRBENCH_DATA}/x` gives the same id
+on a laptop and on a cluster), arch, the unit's canonical spec, dim, input_dim, epochs, the
+normalised search space (defaults included), metric and direction. Not the study name,
+trials, seeds, pruner or resources: raising trials or seeds continues the same cells, and two
+studies that share a cell share its id.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import os
+import re
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from .search_space import PRUNER_KINDS, did_you_mean, is_searchable, parse_space, show
+
+ID_VERSION = 1  # bump when the hashed identity changes shape (all ids change)
+NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+DIRECTIONS = ("maximize", "minimize")
+DEFAULT_METRIC = "valid_acc"
+FILTER_KEYS = ("arch", "dim", "id", "input_dim", "task", "unit")
+
+
+class StudyError(ValueError):
+    """A study file (or a cell filter) that cannot be used. One line per problem, each starting
+    with the file path and naming the key path: `studies/x.toml: search.lr.low: must be > 0 …`."""
+
+    user_error = True  # the CLI prints it without a traceback and exits 2
+
+    def __init__(self, path: str | os.PathLike | None, problems: list[tuple[str | None, str]]) -> None:
+        self.path = None if path is None else str(path)
+        self.problems = list(problems)
+        lines = []
+        for where, message in self.problems:
+            parts = [p for p in (self.path, where, message) if p]
+            lines.append(": ".join(parts))
+        super().__init__("\n".join(lines))
+
+
+# ---------------------------------------------------------------------------------------------
+# The schema (pydantic). Strict: TOML already has types, so "3" is not an int here.
+
+
+def _as_list(value: Any) -> Any:
+    return [value] if not isinstance(value, (list, dict)) else value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+PosInt = Annotated[int, Field(ge=1)]
+
+
+class StudySection(_Model):
+    name: str | None = Field(None, pattern=NAME_PATTERN)
+    description: str = ""
+    trials: int = Field(0, ge=0)
+    seeds: int = Field(3, ge=0)
+    epochs: int = Field(ge=1)
+    metric: NonEmptyStr | None = None
+    direction: Literal["maximize", "minimize"] | None = None
+
+
+class TaskEntry(_Model):
+    name: NonEmptyStr
+    label: str | None = Field(None, pattern=NAME_PATTERN)
+    data: NonEmptyStr = "generated"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class GridEntry(BaseModel):
+    """`unit` plus option lists; the option names are checked by the unit registry."""
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    unit: NonEmptyStr
+
+
+class Matrix(_Model):
+    arch: Annotated[list[NonEmptyStr], BeforeValidator(_as_list), Field(min_length=1)] | None = None
+    dim: Annotated[list[PosInt], BeforeValidator(_as_list), Field(min_length=1)]
+    input_dim: Annotated[list[PosInt], BeforeValidator(_as_list), Field(min_length=1)] | None = None
+    units: Annotated[list[NonEmptyStr], Field(min_length=1)] | None = None
+    grid: Annotated[list[GridEntry], Field(min_length=1)] | None = None
+
+
+class Pruner(_Model):
+    kind: Literal["none", "median", "hyperband", "successive_halving"] = "median"
+    startup_trials: int | None = Field(None, ge=0)
+    warmup_epochs: int | None = Field(None, ge=0)
+    min_epochs: int | None = Field(None, ge=1)
+    reduction_factor: int | None = Field(None, ge=2)
+
+
+class Resources(_Model):
+    cpus: float = Field(1.0, gt=0)
+    gpus: float = Field(0.0, ge=0)
+    max_concurrent: int = Field(0, ge=0)
+    retries: int = Field(3, ge=0)
+
+
+class StudyFile(_Model):
+    study: StudySection
+    tasks: Annotated[list[TaskEntry], Field(min_length=1)]
+    matrix: Matrix
+    search: dict[str, Any] = Field(default_factory=dict)
+    pruner: Pruner = Field(default_factory=Pruner)
+    resources: Resources = Field(default_factory=Resources)
+
+
+_PRUNER_KEYS = {"startup_trials": ("median",), "warmup_epochs": ("median",),
+                "min_epochs": ("hyperband", "successive_halving"), "reduction_factor": ("hyperband", "successive_halving")}
+
+
+# ---------------------------------------------------------------------------------------------
+# pydantic errors → plain words with key paths
+
+
+def key_path(loc: tuple[Any, ...] | list[Any], prefix: str = "") -> str:
+    path = prefix
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+def _strip(tp: Any) -> Any:
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (typing.Union, types.UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            tp = args[0]
+        else:
+            return tp
+
+
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The pydantic model that validates the table at `loc` (for did-you-mean on unknown keys)."""
+    tp: Any = root
+    for part in loc:
+        tp = _strip(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            if not isinstance(part, str) or part not in tp.model_fields:
+                return None
+            tp = tp.model_fields[part].annotation
+        elif typing.get_origin(tp) is list and isinstance(part, int):
+            tp = typing.get_args(tp)[0]
+        elif typing.get_origin(tp) is dict and isinstance(part, str):
+            tp = typing.get_args(tp)[1]
+        else:
+            return None
+    tp = _strip(tp)
+    return tp if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _bound(x: Any) -> str:
+    return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
+
+
+def _plain(err: dict[str, Any], root: type[BaseModel] | None) -> str:
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    got = f", got {show(value)}"
+    if kind == "missing":
+        return "required key is missing"
+    if kind == "extra_forbidden":
+        key = str(err["loc"][-1])
+        model = _model_at(root, tuple(err["loc"][:-1])) if root is not None else None
+        names = list(model.model_fields) if model is not None else []
+        allowed = f"; allowed: {', '.join(names)}" if names else ""
+        return f"unknown key {key!r}{did_you_mean(key, names)}{allowed}"
+    if kind in ("int_type", "int_parsing", "int_from_float"):
+        return f"expected a whole number{got}"
+    if kind in ("float_type", "float_parsing", "finite_number"):
+        return f"expected a number{got}"
+    if kind in ("string_type",):
+        return f"expected a string{got}"
+    if kind in ("bool_type", "bool_parsing"):
+        return f"expected true or false{got}"
+    if kind in ("list_type", "tuple_type"):
+        return f"expected a list{got}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"expected a table{got}"
+    if kind == "too_short":
+        return "must not be empty"
+    if kind == "greater_than":
+        return f"must be > {_bound(ctx.get('gt'))}{got}"
+    if kind == "greater_than_equal":
+        return f"must be >= {_bound(ctx.get('ge'))}{got}"
+    if kind == "less_than":
+        return f"must be < {_bound(ctx.get('lt'))}{got}"
+    if kind == "less_than_equal":
+        return f"must be <= {_bound(ctx.get('le'))}{got}"
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", ""))
+        options = re.findall(r"'([^']*)'", expected)
+        hint = did_you_mean(value, options) if isinstance(value, str) else ""
+        return f"must be one of {expected}{got}{hint}"
+    if kind == "string_pattern_mismatch":
+        return f"use only letters, digits, '_', '.' and '-'{got}"
+    if kind == "value_error":
+        return str(err.get("msg", "")).removeprefix("Value error, ")
+    return f"{str(err.get('msg', kind)).rstrip('.').lower()}{got}"
+
+
+def validation_problems(exc: pydantic.ValidationError, prefix: str = "",
+                        root: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+    """One (key path, plain message) per pydantic error."""
+    return [(key_path(err["loc"], prefix) or prefix or "(top level)", _plain(err, root)) for err in exc.errors()]
+
+
+# ---------------------------------------------------------------------------------------------
+# The validated study and its cells
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """One `[[tasks]]` entry, resolved: options with the task's defaults, data with env vars expanded."""
+
+    name: str
+    label: str
+    options: dict[str, Any]
+    data: str
+    data_source: str  # as written in the file (hashed into cell ids)
+    archs: tuple[str, ...]
+    metric: str
+    direction: str
+
+
+@dataclass(frozen=True)
+class UnitEntry:
+    spec: str  # normalised spec as written, e.g. "tpru[roles=32,slices=8]"
+    canonical: str  # every option spelled out
+    where: str  # key path in the study file, e.g. "matrix.grid[0]"
+
+
+@dataclass(frozen=True)
+class Study:
+    path: str
+    name: str
+    description: str
+    trials: int
+    seeds: int
+    epochs: int
+    metric: str | None  # as written (None: each task's default; see TaskConfig.metric)
+    direction: str | None
+    tasks: tuple[TaskConfig, ...]
+    archs: tuple[str, ...] | None  # None: each task's first arch
+    dims: tuple[int, ...]
+    input_dims: tuple[int, ...] | None  # None: input_dim = dim
+    units: tuple[UnitEntry, ...]
+    search: dict[str, dict[str, Any]]  # normalised (harness.search_space)
+    pruner: Pruner
+    resources: Resources
+
+    @property
+    def cells(self) -> list["Cell"]:
+        return expand(self)
+
+    @property
+    def study(self) -> StudySection:
+        """The `[study]` table as validated, with the name resolved (`study.study.trials` == `study.trials`)."""
+        return StudySection(name=self.name, description=self.description, trials=self.trials, seeds=self.seeds,
+                            epochs=self.epochs, metric=self.metric, direction=self.direction)
+
+
+def cell_id(identity: dict[str, Any]) -> str:
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One task × arch × dim × unit of a study: what one Optuna study and its seed runs train.
+
+    `id` is computed from `identity()` (everything that affects a run's result), never passed in.
+    Treat the dict fields as read-only.
+    """
+
+    study: str
+    task: str
+    task_label: str
+    task_options: dict[str, Any]
+    data: str  # resolved (env vars expanded)
+    data_source: str  # as written
+    arch: str
+    unit: str  # normalised spec as written, e.g. "tpru[roles=32,slices=8]"
+    unit_canonical: str  # every option incl. defaults
+    dim: int
+    input_dim: int
+    epochs: int
+    search: dict[str, dict[str, Any]]
+    metric: str
+    direction: str
+    id: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "id", cell_id(self.identity()))
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def identity(self) -> dict[str, Any]:
+        """The hashed part: not the study name, trials, seeds, pruner or resources."""
+        return {
+            "v": ID_VERSION, "task": self.task, "task_options": self.task_options, "data": self.data_source,
+            "arch": self.arch, "unit": self.unit_canonical, "dim": self.dim, "input_dim": self.input_dim,
+            "epochs": self.epochs, "search": self.search, "metric": self.metric, "direction": self.direction,
+        }
+
+    @property
+    def label(self) -> str:
+        """`logic/plain/d64/tpru[roles=32]` (`d64e300` when input_dim differs from dim)."""
+        dims = f"d{self.dim}" + (f"e{self.input_dim}" if self.input_dim != self.dim else "")
+        return f"{self.task_label}/{self.arch}/{dims}/{self.unit}"
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {name: copy.deepcopy(getattr(self, name)) for name in self.__dataclass_fields__}
+        out["label"] = self.label
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+_ENV_RE = re.compile(r"\$(?:\{(?P<braced>[^}]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+
+
+def expand_data(text: str, where: str, problems: list[tuple[str, str]]) -> str:
+    """`${VAR}` / `$VAR` and a leading `~` expanded; unset or empty variables are problems."""
+    if text == "generated":
+        return text
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group("braced") if match.group("braced") is not None else match.group("bare")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name or ""):
+            problems.append((where, f"bad variable reference {match.group(0)!r} in {text!r}"))
+            return ""
+        value = os.environ.get(name)
+        if not value:
+            problems.append((where, f"environment variable {name} is not set (used in {text!r}); "
+                                    f"export {name}=/path/to/data or write the path out"))
+            return ""
+        return value
+
+    return os.path.expanduser(_ENV_RE.sub(sub, text))
+
+
+def _default_direction(metric: str) -> str:
+    lowered = metric.lower()
+    return "minimize" if any(w in lowered for w in ("loss", "ppl", "perplexity", "error")) else "maximize"
+
+
+def _task_default(cls: type, *names: str) -> Any:
+    for name in names:
+        value = getattr(cls, name, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def _resolve_task(i: int, entry: TaskEntry, section: StudySection, problems: list[tuple[str, str]]) -> TaskConfig | None:
+    from tasks.registry import get_task
+
+    where = f"tasks[{i}]"
+    try:
+        cls = get_task(entry.name)
+    except ValueError as exc:  # TaskError
+        problems.append((f"{where}.name", str(exc)))
+        return None
+    n = len(problems)
+    options: dict[str, Any] = {}
+    model = getattr(cls, "Options", None)
+    if model is None:
+        for key in entry.options:
+            problems.append((f"{where}.options.{key}", f"unknown key {key!r}: task {entry.name!r} takes no options"))
+    else:
+        fields = model.model_fields
+        names = list(fields) + [f.alias for f in fields.values() if f.alias]
+        for key in entry.options:
+            if key not in names:
+                problems.append((f"{where}.options.{key}",
+                                 f"unknown key {key!r}{did_you_mean(key, names)}; task {entry.name!r} accepts "
+                                 f"{', '.join(fields) or 'no options'}"))
+        if len(problems) == n:
+            try:
+                options = model.model_validate(dict(entry.options)).model_dump(mode="json")
+            except pydantic.ValidationError as exc:
+                problems.extend(validation_problems(exc, f"{where}.options", model))
+    data = expand_data(entry.data, f"{where}.data", problems)
+    archs = tuple(getattr(cls, "archs", ()) or ())
+    metric = section.metric or _task_default(cls, "metric", "default_metric") or DEFAULT_METRIC
+    direction = section.direction
+    if direction is None:
+        task_direction = _task_default(cls, "direction", "default_direction")
+        task_metric = _task_default(cls, "metric", "default_metric")
+        direction = task_direction if task_direction in DIRECTIONS and metric == task_metric else _default_direction(metric)
+    if len(problems) > n:
+        return None
+    return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction)
+
+
+def _grid_units(i: int, entry: GridEntry, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    import units
+
+    where = f"matrix.grid[{i}]"
+    try:
+        base = units.parse_spec(entry.unit)
+    except units.UnitSpecError as exc:
+        problems.append((f"{where}.unit", str(exc)))
+        return []
+    lists: dict[str, list[Any]] = {}
+    ok = True
+    for key, raw in (entry.model_extra or {}).items():
+        path = f"{where}.{key}"
+        values = raw if isinstance(raw, list) else [raw]
+        if key in base.option_dict:
+            problems.append((path, f"option {key!r} is given both in unit {entry.unit!r} and as a grid list"))
+            ok = False
+        elif not values:
+            problems.append((path, "must not be empty"))
+            ok = False
+        else:
+            for j, v in enumerate(values):
+                if not (isinstance(v, (str, bool, int, float))):
+                    problems.append((f"{path}[{j}]" if isinstance(raw, list) else path,
+                                     f"expected a number, string or true/false, got {show(v)}"))
+                    ok = False
+                elif any(type(v) is type(u) and v == u for u in values[:j]):
+                    problems.append((path, f"{show(v)} is listed twice"))
+                    ok = False
+        lists[key] = values
+    if not ok:
+        return []
+    keys = list(lists)
+    return [(str(base.with_options(**dict(zip(keys, combo)))), where) for combo in itertools.product(*lists.values())]
+
+
+def _resolve_units(matrix: Matrix, dims: list[int], problems: list[tuple[str, str]]) -> list[UnitEntry]:
+    import units
+
+    if matrix.units is None and matrix.grid is None:
+        problems.append(("matrix", "no units: give matrix.units = [...] and/or [[matrix.grid]] tables"))
+        return []
+    candidates: list[tuple[str, str]] = []
+    for i, text in enumerate(matrix.units or []):
+        try:
+            candidates.append((str(units.parse_spec(text)), f"matrix.units[{i}]"))
+        except units.UnitSpecError as exc:
+            problems.append((f"matrix.units[{i}]", str(exc)))
+    for i, entry in enumerate(matrix.grid or []):
+        candidates.extend(_grid_units(i, entry, problems))
+    entries: list[UnitEntry] = []
+    seen: dict[str, UnitEntry] = {}
+    for spec, where in candidates:
+        try:
+            resolved = units.resolve(spec)
+        except units.UnitSpecError as exc:
+            message = str(exc)
+            problems.append((where, message if spec in message else f"{spec}: {message}"))
+            continue
+        bad = False
+        for d in dims:
+            try:
+                units.resolve(spec, d)
+            except units.UnitSpecError as exc:
+                problems.append((where, f"{exc} (matrix.dim = {d})"))
+                bad = True
+        if bad:
+            continue
+        entry = UnitEntry(spec, resolved.canonical, where)
+        if entry.canonical in seen:
+            first = seen[entry.canonical]
+            same = "" if first.spec == spec else f" (both are {entry.canonical})"
+            problems.append((where, f"duplicate cells: unit {spec!r} is the same unit as {first.spec!r} "
+                                    f"from {first.where}{same}; list each unit once"))
+            continue
+        seen[entry.canonical] = entry
+        entries.append(entry)
+    return entries
+
+
+def _duplicates(values: list[Any], where: str, problems: list[tuple[str, str]]) -> None:
+    for j, v in enumerate(values):
+        if v in values[:j]:
+            problems.append((f"{where}[{j}]", f"duplicate cells: {show(v)} is listed twice"))
+
+
+def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
+    """Validate study-file text; `path` is only used in messages (and for the default name)."""
+    path = str(path)
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+        if match:
+            message = message[: match.start()]
+            raise StudyError(path, [(f"line {match.group(1)}", f"{message} (column {match.group(2)})")]) from None
+        raise StudyError(path, [(None, f"not valid TOML: {message}")]) from None
+
+    problems: list[tuple[str, str]] = []
+    space, search_problems = parse_space(raw.get("search"))
+    try:
+        parsed = StudyFile.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        problems = validation_problems(exc, root=StudyFile)
+        problems += [p for p in search_problems if not any(p[0] == q[0] for q in problems)]
+        raise StudyError(path, problems) from None
+    problems += search_problems
+
+    section = parsed.study
+    name = section.name or Path(path).stem
+    if section.name is None and not re.fullmatch(NAME_PATTERN, name):
+        problems.append(("study.name", f"missing, and the file name {name!r} is not a valid study name "
+                                       "(letters, digits, '_', '.', '-'): set study.name"))
+    if section.trials > 0 and not is_searchable(space) and not search_problems:
+        problems.append(("search", f"empty search space but study.trials = {section.trials}: add a distribution "
+                                   "(e.g. lr = { log_uniform = [1e-4, 1e-2] }) or set study.trials = 0"))
+
+    pruner = parsed.pruner
+    for key, kinds in _PRUNER_KEYS.items():
+        if getattr(pruner, key) is not None and pruner.kind not in kinds:
+            problems.append((f"pruner.{key}", f"only used by kind = {' or '.join(repr(k) for k in kinds)}, "
+                                              f"not {pruner.kind!r}"))
+    if pruner.min_epochs is not None and pruner.min_epochs > section.epochs:
+        problems.append(("pruner.min_epochs", f"{pruner.min_epochs} is more than study.epochs = {section.epochs}"))
+    if pruner.warmup_epochs is not None and pruner.warmup_epochs >= section.epochs:
+        problems.append(("pruner.warmup_epochs",
+                         f"{pruner.warmup_epochs} leaves no epoch to prune in (study.epochs = {section.epochs})"))
+    for key in ("cpus", "gpus"):
+        value = getattr(parsed.resources, key)
+        if value > 1 and value != int(value):
+            problems.append((f"resources.{key}", f"Ray takes a fraction below 1 or a whole number, got {show(value)}"))
+
+    tasks: list[TaskConfig] = []
+    task_index: list[int] = []  # file index of each resolved task
+    for i, entry in enumerate(parsed.tasks):
+        task = _resolve_task(i, entry, section, problems)
+        if task is None:
+            continue
+        for j, other in zip(task_index, tasks):
+            if (other.name, other.options, other.data_source) == (task.name, task.options, task.data_source):
+                problems.append((f"tasks[{i}]", f"duplicate cells: the same task, options and data as "
+                                                f"tasks[{j}]"))
+                break
+            if other.label == task.label:
+                problems.append((f"tasks[{i}].label", f"task label {task.label!r} is also used by tasks[{j}]: "
+                                                      "give each [[tasks]] entry a distinct label"))
+                break
+        else:
+            tasks.append(task)
+            task_index.append(i)
+
+    matrix = parsed.matrix
+    archs = tuple(matrix.arch) if matrix.arch is not None else None
+    if archs is not None:
+        _duplicates(list(archs), "matrix.arch", problems)
+        for task in tasks:
+            for j, arch in enumerate(archs):
+                if arch not in task.archs:
+                    problems.append((f"matrix.arch[{j}]", f"task {task.name!r} has no architecture {arch!r}"
+                                                          f"{did_you_mean(arch, task.archs)}; it has "
+                                                          f"{', '.join(task.archs) or 'none'}"))
+    else:
+        for i, task in enumerate(tasks):
+            if not task.archs:
+                problems.append((f"tasks[{i}]", f"task {task.name!r} declares no architectures"))
+    _duplicates(matrix.dim, "matrix.dim", problems)
+    if matrix.input_dim is not None:
+        _duplicates(matrix.input_dim, "matrix.input_dim", problems)
+    unit_entries = _resolve_units(matrix, list(dict.fromkeys(matrix.dim)), problems)
+
+    if problems:
+        raise StudyError(path, problems)
+    study = Study(
+        path=path, name=name, description=section.description, trials=section.trials, seeds=section.seeds,
+        epochs=section.epochs, metric=section.metric, direction=section.direction, tasks=tuple(tasks), archs=archs,
+        dims=tuple(matrix.dim), input_dims=tuple(matrix.input_dim) if matrix.input_dim is not None else None,
+        units=tuple(unit_entries), search=space, pruner=pruner, resources=parsed.resources,
+    )
+    cells = expand(study)
+    seen: dict[str, Cell] = {}
+    for cell in cells:  # a last guard: every cell once
+        if cell.id in seen:
+            problems.append(("matrix", f"duplicate cells: {cell.label} and {seen[cell.id].label} are the same cell ({cell.id})"))
+        seen[cell.id] = cell
+    if problems:
+        raise StudyError(path, problems)
+    return study
+
+
+def load_study(path: str | os.PathLike) -> Study:
+    """Read and validate a study file. Raises StudyError, whose lines start with the path."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StudyError(path, [(None, "study file not found")]) from None
+    except IsADirectoryError:
+        raise StudyError(path, [(None, "is a directory, not a study file")]) from None
+    except UnicodeDecodeError as exc:
+        raise StudyError(path, [(None, f"not UTF-8 text: {exc.reason} at byte {exc.start}")]) from None
+    return parse_study(text, path)
+
+
+def expand(study: Study) -> list[Cell]:
+    """The study's cells in a deterministic order: task, arch, dim, input_dim, unit (file order)."""
+    cells: list[Cell] = []
+    for task in study.tasks:
+        archs = study.archs if study.archs is not None else task.archs[:1]
+        for arch in archs:
+            for dim in study.dims:
+                for input_dim in (study.input_dims or (dim,)):
+                    for unit in study.units:
+                        cells.append(Cell(
+                            study=study.name, task=task.name, task_label=task.label,
+                            task_options=copy.deepcopy(task.options), data=task.data, data_source=task.data_source,
+                            arch=arch, unit=unit.spec, unit_canonical=unit.canonical, dim=dim, input_dim=input_dim,
+                            epochs=study.epochs, search=copy.deepcopy(study.search), metric=task.metric,
+                            direction=task.direction,
+                        ))
+    return cells
+
+
+# ---------------------------------------------------------------------------------------------
+# --only filters
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """`*` and `?` are wildcards; everything else is literal (unit specs contain brackets)."""
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern) + r"\Z")
+
+
+def _filter_values(cell: Cell, key: str) -> tuple[str, ...]:
+    if key == "task":
+        return (cell.task, cell.task_label)
+    if key == "unit":
+        return (cell.unit, cell.unit_canonical)
+    return (str(getattr(cell, key)),)
+
+
+def filter_cells(cells: list[Cell], patterns: list[str] | tuple[str, ...]) -> list[Cell]:
+    """Keep the cells that match every `key=glob` pattern (keys: arch, dim, id, input_dim, task, unit).
+
+    `unit=tpru*` matches tpru and its variants, `unit=tpru[roles=32]` is literal (only `*` and
+    `?` are wildcards), `task=` matches the task name or label, `unit=` the spec as written or
+    its canonical form."""
+    checks: list[tuple[str, re.Pattern[str]]] = []
+    problems: list[tuple[str | None, str]] = []
+    for pattern in patterns:
+        key, sep, glob = pattern.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            problems.append((f"--only {pattern!r}", f"expected KEY=GLOB with KEY one of {', '.join(FILTER_KEYS)}"))
+        elif key not in FILTER_KEYS:
+            problems.append((f"--only {pattern!r}", f"unknown key {key!r}{did_you_mean(key, FILTER_KEYS)}; "
+                                                    f"use one of {', '.join(FILTER_KEYS)}"))
+        else:
+            checks.append((key, _glob_regex(glob.strip())))
+    if problems:
+        raise StudyError(None, problems)
+    return [cell for cell in cells
+            if all(any(rx.match(v) for v in _filter_values(cell, key)) for key, rx in checks)]
+
+
+__all__ = [
+    "Cell", "GridEntry", "Matrix", "Pruner", "PRUNER_KINDS", "Resources", "Study", "StudyError", "StudyFile",
+    "StudySection", "TaskConfig", "TaskEntry", "UnitEntry", "cell_id", "expand", "expand_data", "filter_cells",
+    "load_study", "parse_study", "validation_problems",
+]
