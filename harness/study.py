@@ -12,7 +12,7 @@ Schema (every table rejects unknown keys, with a did-you-mean; see docs/study-fi
     trials = 2               # Optuna trials per cell (search phase), >= 0; 0 = no search, use the defaults
     seeds = 3                # final-phase runs per cell with the best parameters, >= 0 (seeds 0..n-1)
     epochs = 3               # required, >= 1
-    metric = "valid_acc"     # optional; default: the task's (`metric` attribute of the adapter)
+    metric = "valid_acc"     # optional; default: valid_<the adapter's `metric`> (the key the trainer logs)
     direction = "maximize"   # optional; default: the task's, else inferred from the metric name
 
     [[tasks]]                # one or more
@@ -431,6 +431,14 @@ def _task_default(cls: type, *names: str) -> Any:
     return None
 
 
+def _task_metric(cls: type) -> str | None:
+    """The adapter's validation metric as the trainer logs it: `metric = "acc"` → `valid_acc`."""
+    metric = _task_default(cls, "metric", "default_metric")
+    if metric and not metric.startswith("valid_"):
+        metric = f"valid_{metric}"
+    return metric
+
+
 def _resolve_task(i: int, entry: TaskEntry, section: StudySection, problems: list[tuple[str, str]]) -> TaskConfig | None:
     from tasks.registry import get_task
 
@@ -461,11 +469,11 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, problems: lis
                 problems.extend(validation_problems(exc, f"{where}.options", model))
     data = expand_data(entry.data, f"{where}.data", problems)
     archs = tuple(getattr(cls, "archs", ()) or ())
-    metric = section.metric or _task_default(cls, "metric", "default_metric") or DEFAULT_METRIC
+    task_metric = _task_metric(cls)
+    metric = section.metric or task_metric or DEFAULT_METRIC
     direction = section.direction
     if direction is None:
         task_direction = _task_default(cls, "direction", "default_direction")
-        task_metric = _task_default(cls, "metric", "default_metric")
         direction = task_direction if task_direction in DIRECTIONS and metric == task_metric else _default_direction(metric)
     if len(problems) > n:
         return None

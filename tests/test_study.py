@@ -30,14 +30,14 @@ class FakeTask:
 
     archs = ("plain", "bidaf")
     Options = _FakeOptions
-    metric = "valid_acc"
+    metric = "acc"  # as tasks.base.TaskAdapter spells it; cells carry "valid_acc"
     direction = "maximize"
 
 
 class FakeLMTask:
     archs = ("lm",)
     Options = _FakeOptions
-    metric = "valid_ppl"
+    metric = "ppl"
     direction = "minimize"
 
 
