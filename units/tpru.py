@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
 from .registry import register_unit
-from .tpru_fused import NORM_EPS, TPRURecurrence
+from .tpru_fused import NORM_EPS, TPRURecurrence, fold_is_cheaper
 
 
 def normalise_fillers(fb: torch.Tensor, fx: torch.Tensor, c_b: torch.Tensor, c_x: torch.Tensor, norm: str) -> torch.Tensor:
@@ -125,17 +125,21 @@ class TPRUBase(RecurrentUnit):
         lengths = lengths_from_mask(x, mask)
         U, R = self.role_matrices()
         gx, fx = self.input_projections(x, U)
-        W_rec = self.recurrent_matrix(U)
         R_slices = self._slice_T(R)
         b0 = x.new_zeros(x.shape[0], self.hidden_size)
         if self.impl == "fused" and not return_fillers:
+            if fold_is_cheaper(self.hidden_size, self.roles, self.slices):
+                W_fused, U_slices = self.recurrent_matrix(U), None
+            else:  # many slices: keep z = V_b b and dot it with U slice by slice inside the loop
+                W_fused = self.W_b if self.V_b is None else torch.cat([self.W_b, self.V_b], 0)
+                U_slices = self._slice_T(U)
             outputs = TPRURecurrence.apply(
-                gx.transpose(0, 1).contiguous(), fx.transpose(0, 1).contiguous(), W_rec, R_slices,
+                gx.transpose(0, 1).contiguous(), fx.transpose(0, 1).contiguous(), W_fused, R_slices, U_slices,
                 self.c_b, self.c_x, b0, self.norm, self.tanh_candidate,
             ).transpose(0, 1)
             fillers = None
         else:
-            outputs, fillers = self._loop(gx, fx, W_rec, R_slices, b0)
+            outputs, fillers = self._loop(gx, fx, self.recurrent_matrix(U), R_slices, b0)
         outputs = mask_outputs(outputs, lengths)
         state = last_state(outputs, lengths)
         if return_fillers:
