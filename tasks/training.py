@@ -187,7 +187,7 @@ def train(
             if clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
             optimizer.step()
-            loss_sum += float(loss) * stats.get("count", 1)
+            loss_sum += float(loss.detach()) * stats.get("count", 1)
             n_batches += 1
             for k, v in stats.items():
                 counts_sum[k] = counts_sum.get(k, 0) + v

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import typing
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Callable
@@ -48,15 +49,31 @@ def _load_entry_points() -> None:
         return
     _ENTRY_POINTS_LOADED = True
     for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _REGISTRY:
-            continue
+        if ep.name not in _REGISTRY and ep.name not in _BROKEN:
+            _REGISTRY[ep.name] = _LazyEntryPoint(ep)  # imported on first use, so a broken one hides nothing
+
+
+class _LazyEntryPoint:
+    """An entry point not imported yet; `lookup` imports it and reports a failure by name."""
+
+    def __init__(self, ep: metadata.EntryPoint) -> None:
+        self.ep = ep
+
+    def load(self) -> type:
         try:
-            cls = ep.load()
-        except Exception as exc:  # a broken plug-in must not hide the built-ins
+            cls = self.ep.load()
+        except Exception as exc:
+            _BROKEN.add(self.ep.name)
+            _REGISTRY.pop(self.ep.name, None)
             raise UnitSpecError(
-                f"unit {ep.name!r} from entry point {ep.value!r} (group {ENTRY_POINT_GROUP}) failed to import: {exc}"
+                f"unit {self.ep.name!r} from entry point {self.ep.value!r} (group {ENTRY_POINT_GROUP}) failed to import: {exc}"
             ) from exc
-        register_unit(ep.name)(cls)
+        _REGISTRY[self.ep.name] = cls
+        cls.unit_name = self.ep.name
+        return cls
+
+
+_BROKEN: set[str] = set()
 
 
 def available() -> list[str]:
@@ -86,16 +103,26 @@ def lookup(name: str) -> type:
     if name not in _REGISTRY:
         _load_entry_points()
     if name in _REGISTRY:
-        return _REGISTRY[name]
+        found = _REGISTRY[name]
+        return found.load() if isinstance(found, _LazyEntryPoint) else found
     close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
     hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise UnitSpecError(f"unknown unit {name!r}{hint} (available: {', '.join(sorted(_REGISTRY))})")
 
 
 def unit_options(cls: type) -> dict[str, inspect.Parameter]:
-    """The unit's own options: keyword parameters of its constructor after (input_size, hidden_size)."""
+    """The unit's own options: keyword parameters of its constructor after (input_size, hidden_size).
+
+    Annotations are resolved to real types (modules with `from __future__ import annotations`
+    store them as strings), so `Literal[...]` options convert in any unit's module.
+    """
+    try:
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # unresolvable annotations: fall back to what the signature says
+        hints = {}
     params = list(inspect.signature(cls).parameters.values())[2:]
-    return {p.name: p for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    return {p.name: p.replace(annotation=hints.get(p.name, p.annotation)) for p in params
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
 
 
 def _convert(spec_text: str, key: str, raw: str, annotation: Any) -> Any:

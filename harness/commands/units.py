@@ -27,7 +27,13 @@ def run(args: argparse.Namespace) -> int:
     for col in ("unit", "options (default)", "formula params", "total params", "about"):
         table.add_column(col, justify="right" if "params" in col else "left")
     for spec in args.specs or units.available():
-        resolved = units.resolve(spec, d)
+        try:
+            resolved = units.resolve(spec, d)
+        except units.UnitSpecError as exc:
+            if args.specs:
+                raise
+            table.add_row(escape(spec), "", "", "", f"[red]cannot load:[/] {escape(str(exc))}")
+            continue
         opts = units.unit_options(resolved.cls)
         opt_text = ", ".join(f"{k}={v.default}" for k, v in opts.items() if v.default is not inspect.Parameter.empty)
         counts = units.param_counts(resolved, din, d)

@@ -1,0 +1,384 @@
+"""The study driver: cells × Optuna search × Ray dispatch × MLflow record, resumable.
+
+One loop keeps the whole cluster busy across all cells: whenever a slot is free it takes the
+next piece of work from the cell that has waited longest — a search trial (asked from that
+cell's Optuna study) or, once a cell's search is complete, a final-phase seed run with the
+cell's best parameters. Results come back to the driver, which logs them to MLflow
+(idempotent by run key) and only then tells Optuna, so a driver killed at any point loses
+nothing: on restart, trials Optuna still shows as running are dispatched again (their
+per-epoch checkpoints make that cheap), records already in MLflow are not written twice, and
+finished work is never recomputed.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .tracking import PHASE, TAG, Tracker, default_tracking_uri, git_commit
+from .storage import default_storage_url, open_storage
+
+
+class RunnerError(RuntimeError):
+    user_error = True
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+SEARCH_SEED_OFFSET = 10_000  # search trial n trains with seed 10000+n; final seeds are 0..N-1
+
+
+@dataclass
+class Job:
+    cell: Any
+    phase: str  # search | final
+    run_key: str
+    run_dir: Path
+    seed: int
+    hparams: dict[str, Any]
+    trial_number: int | None = None
+    trial_id: int | None = None
+    started: float = 0.0
+
+
+@dataclass
+class CellState:
+    cell: Any
+    study: Any  # optuna.Study
+    trials_wanted: int
+    seeds_wanted: int
+    trials_done: int = 0
+    trials_failed: int = 0
+    trials_pruned: int = 0
+    seeds_done: int = 0
+    seeds_failed: int = 0
+    running: int = 0
+    stale: list[Any] = field(default_factory=list)  # optuna trials left RUNNING by a dead driver
+    to_ask: int = 0
+    final_params: dict[str, Any] | None = None
+    final_todo: list[int] = field(default_factory=list)
+    note: str = ""
+    running_search: int = 0
+    records: dict[str, Any] = field(default_factory=dict)  # MLflow records of this cell by run key
+
+    @property
+    def status(self) -> str:
+        if self.note:
+            return self.note
+        if self.trials_done < self.trials_wanted or self.running_search:
+            return "searching"
+        if self.seeds_done < self.seeds_wanted:
+            return "final"
+        return "done"
+
+
+class StudyLock:
+    """One driver per study and run directory: a second one would dispatch the same trials."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> "StudyLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handle = open(self.path, "w")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunnerError(f"{self.path}: another `tprbench run` is driving this study in this run directory") from None
+        self.handle.write(str(os.getpid()))
+        self.handle.flush()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | None = None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
+    if address:
+        ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
+    else:
+        ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
+
+
+def slots(resources: Any) -> int:
+    """How many trials the cluster fits at once with the study's per-trial request."""
+    import ray
+
+    total = ray.cluster_resources()
+    fit = int(total.get("CPU", 1) // max(resources.cpus, 1e-9))
+    if resources.gpus:
+        fit = min(fit, int(round(total.get("GPU", 0) / resources.gpus, 6)))
+    if resources.max_concurrent:
+        fit = min(fit, resources.max_concurrent)
+    return max(fit, 1)
+
+
+class StudyRunner:
+    def __init__(self, study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
+                 storage_url: str | None = None, force: bool = False, console: Any = None,
+                 project_dir: Path | None = None) -> None:
+        self.study, self.cells = study, cells
+        self.root = Path(root).resolve()
+        self.tracking_uri = tracking_uri or default_tracking_uri(self.root)
+        self.storage_url = storage_url or default_storage_url(self.root)
+        self.force = force
+        self.console = console
+        self.commit = git_commit(project_dir)
+        self.cache_dir = self.root / "cache"
+        self.work_dir = self.root / "work" / study.name
+        self.started = time.time()
+        self.run_seconds: list[float] = []
+        self.events: list[str] = []
+
+    # -- setup -----------------------------------------------------------------------------
+    def _optuna_study(self, cell: Any):
+        import optuna
+
+        from .search_space import make_pruner
+
+        name = f"{self.study.name}/{cell.id}"
+        if self.force:
+            try:
+                optuna.delete_study(study_name=name, storage=self.storage)
+            except KeyError:
+                pass
+        seed = int(cell.id[:8], 16)
+        return optuna.create_study(study_name=name, storage=self.storage, direction=cell.direction,
+                                   sampler=optuna.samplers.TPESampler(seed=seed),
+                                   pruner=make_pruner(self.study.pruner), load_if_exists=True)
+
+    def _prepare_data(self) -> None:
+        """Load/generate each distinct dataset once on the driver so workers find it cached,
+        and so a bad data path stops the study before anything is dispatched."""
+        from tasks.registry import get_task
+
+        seen = set()
+        for cell in self.cells:
+            key = json.dumps([cell.task, cell.task_options, cell.data], sort_keys=True, default=str)
+            if key in seen:
+                continue
+            seen.add(key)
+            self._say(f"preparing data for {cell.task} ({cell.data})")
+            get_task(cell.task)(cell.task_options, cell.data, str(self.cache_dir)).prepare()
+
+    def _cell_state(self, cell: Any) -> CellState:
+        from optuna.trial import TrialState
+
+        st = CellState(cell, self._optuna_study(cell), self.study.study.trials, self.study.study.seeds)
+        records = self.tracker.records(cell.id)
+        if self.force:
+            for rec in records.values():
+                self.tracker.client.delete_run(rec.run_id)
+            records = {}
+        for trial in st.study.get_trials(deepcopy=False):
+            if trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+                st.trials_done += 1
+                st.trials_failed += trial.state == TrialState.FAIL
+                st.trials_pruned += trial.state == TrialState.PRUNED
+            elif trial.state in (TrialState.RUNNING, TrialState.WAITING):
+                st.stale.append(trial)
+        st.to_ask = max(st.trials_wanted - st.trials_done - len(st.stale), 0)
+        st.trials_wanted = max(st.trials_wanted, st.trials_done + len(st.stale))
+        st.records = records
+        return st
+
+    # -- planning --------------------------------------------------------------------------
+    def _final_params(self, st: CellState) -> dict[str, Any] | None:
+        from optuna.trial import TrialState
+
+        from .search_space import defaults
+
+        space = st.cell.search
+        if st.trials_wanted == 0:
+            return defaults(space)
+        complete = [t for t in st.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+        if not complete:
+            return None
+        best = st.study.best_trial
+        return {**defaults(space), **best.params, **best.user_attrs.get("fixed", {})}
+
+    def _plan_final(self, st: CellState) -> None:
+        params = self._final_params(st)
+        if params is None:
+            st.note = "failed: no search trial completed"
+            return
+        st.final_params = params
+        h = params_hash(params)
+        # The report reads which seed runs are current from the cell's record.
+        self.tracker.client.set_tag(self.cell_runs[st.cell.id], TAG + "final_params_hash", h)
+        self.tracker.client.set_tag(self.cell_runs[st.cell.id], TAG + "final_params", json.dumps(params, sort_keys=True))
+        done = [s for s in range(st.seeds_wanted) if f"{st.cell.id}/seed/{s}/{h}" in st.records]
+        st.seeds_done = len(done)
+        st.seeds_failed = sum(st.records[f"{st.cell.id}/seed/{s}/{h}"].status == "failed" for s in done)
+        st.final_todo = [s for s in range(st.seeds_wanted) if s not in done]
+
+    def _next_job(self, st: CellState) -> Job | None:
+        cell = st.cell
+        if st.stale:
+            trial = st.stale.pop(0)
+            return self._trial_job(st, trial.number, trial._trial_id)
+        if st.to_ask:
+            st.to_ask -= 1
+            trial = st.study.ask()
+            return self._trial_job(st, trial.number, trial._trial_id)
+        if st.running_search or st.trials_done < st.trials_wanted or st.note:
+            return None
+        if st.final_params is None:
+            self._plan_final(st)
+        if st.final_todo:
+            seed = st.final_todo.pop(0)
+            h = params_hash(st.final_params)
+            return Job(cell, "final", f"{cell.id}/seed/{seed}/{h}", self.work_dir / cell.id / f"seed-{seed}-{h}",
+                       seed, dict(st.final_params))
+        return None
+
+    def _trial_job(self, st: CellState, number: int, trial_id: int) -> Job:
+        import optuna
+
+        from .search_space import suggest
+
+        trial = optuna.trial.Trial(st.study, trial_id)
+        params = suggest(trial, st.cell.search)  # stored values come back for a re-dispatched trial
+        trial.set_user_attr("fixed", {k: v for k, v in params.items() if k not in trial.params})
+        st.running_search += 1
+        return Job(st.cell, "search", f"{st.cell.id}/trial/{number}", self.work_dir / st.cell.id / f"trial-{number:04d}",
+                   SEARCH_SEED_OFFSET + number, params, number, trial_id)
+
+    # -- results ---------------------------------------------------------------------------
+    def _record(self, st: CellState, job: Job, result: dict[str, Any]) -> None:
+        from optuna.trial import TrialState
+
+        cell = st.cell
+        tags = {PHASE: job.phase, TAG + "seed": job.seed, TAG + "git_commit": self.commit,
+                TAG + "params_hash": params_hash(job.hparams), **_cell_tags(cell)}
+        if job.trial_number is not None:
+            tags[TAG + "trial"] = job.trial_number
+        if result.get("params_formula") is not None:
+            tags[TAG + "params_formula"] = result["params_formula"]
+        if result.get("params_total"):
+            tags[TAG + "params_total"] = result["params_total"]
+        worker = result.get("worker", {})
+        tags[TAG + "host"] = worker.get("host", "")
+        best = job.run_dir / "best.pt"
+        self.tracker.log_run(self.cell_runs[cell.id], job.run_key, tags, {**job.hparams, "seed": job.seed},
+                             result, best if result.get("status") == "finished" else None)
+        status = result.get("status")
+        if job.phase == "search":
+            st.running_search -= 1
+            st.trials_done += 1
+            if status == "finished" and result.get("best_valid") is not None:
+                st.study.tell(job.trial_number, result["best_valid"])
+            elif status == "pruned":
+                st.trials_pruned += 1
+                st.study.tell(job.trial_number, state=TrialState.PRUNED)
+            else:
+                st.trials_failed += 1
+                st.study.tell(job.trial_number, state=TrialState.FAIL)
+        else:
+            st.seeds_done += 1
+            st.seeds_failed += status == "failed"
+        if status == "failed":
+            self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} failed:[/] {result.get('reason', '')[:200]}")
+        if result.get("seconds"):
+            self.run_seconds.append(float(result["seconds"]))
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self, address: str | None = None, num_cpus: int | None = None, ray_temp_dir: str | None = None) -> dict[str, Any]:
+        import ray
+
+        from .worker import run_job
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
+            self.storage = open_storage(self.storage_url)
+            self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts")
+            study_run = self.tracker.study_run(self.commit)
+            self.cell_runs = {c.id: self.tracker.cell_run(c, study_run) for c in self.cells}
+            self._prepare_data()
+            states = [self._cell_state(c) for c in self.cells]
+            init_ray(address, num_cpus, ray_temp_dir)
+            res = self.study.resources
+            remote = ray.remote(max_calls=0)(run_job).options(
+                num_cpus=res.cpus, num_gpus=res.gpus or 0, max_retries=res.retries, retry_exceptions=False)
+            capacity = slots(res)
+            self._say(f"{len(states)} cells, {capacity} trial slot(s); tracking {self.tracking_uri}")
+            in_flight: dict[Any, tuple[CellState, Job]] = {}
+            order = deque(states)
+            with self._live(states) as live:
+                while True:
+                    # Fill every free slot, taking from cells round-robin.
+                    idle_rounds = 0
+                    while len(in_flight) < capacity and order and idle_rounds < len(order):
+                        st = order[0]
+                        order.rotate(-1)
+                        job = self._next_job(st)
+                        if job is None:
+                            idle_rounds += 1
+                            continue
+                        idle_rounds = 0
+                        job.run_dir.mkdir(parents=True, exist_ok=True)
+                        job.started = time.time()
+                        payload = {"cell": st.cell.as_dict(), "hparams": job.hparams, "seed": job.seed,
+                                   "run_dir": str(job.run_dir), "cache_dir": str(self.cache_dir),
+                                   "threads": int(res.cpus) if res.cpus >= 1 else 1,
+                                   "optuna": None if job.phase != "search" else {
+                                       "storage": self.storage_url, "study_name": st.study.study_name,
+                                       "trial_id": job.trial_id, "pruner": _dump(self.study.pruner)}}
+                        st.running += 1
+                        in_flight[remote.remote(payload)] = (st, job)
+                    live(states, len(in_flight))
+                    if not in_flight:
+                        break
+                    ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+                    for ref in ready:
+                        st, job = in_flight.pop(ref)
+                        st.running -= 1
+                        try:
+                            result = ray.get(ref)
+                        except Exception as exc:  # worker/node lost after all retries
+                            result = {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                                      "history": [], "test": {}}
+                        self._record(st, job, result)
+                    live(states, len(in_flight))
+            summary = {"cells": len(states), "seconds": time.time() - self.started,
+                       "states": {st.cell.id: st.status for st in states}}
+            return summary
+
+    # -- progress --------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        self.events.append(text)
+        if self.console is not None:
+            self.console.print(text)
+
+    def _live(self, states: list[CellState]):
+        from .progress import live_view
+
+        return live_view(self, states)
+
+
+def _dump(model: Any) -> Any:
+    return model.model_dump(mode="json") if hasattr(model, "model_dump") else model
+
+
+def _cell_tags(cell: Any) -> dict[str, Any]:
+    from .tracking import cell_tags
+
+    return cell_tags(cell)

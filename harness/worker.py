@@ -1,0 +1,81 @@
+"""What runs inside a Ray task: one trial or seed run of one cell, start to finish.
+
+The worker rebuilds the task adapter (cached per worker process, so consecutive trials of a
+task skip data loading), trains with per-epoch checkpoints in the job's run directory (a
+retried task resumes there), reports each epoch's validation score to Optuna for pruning, and
+returns the result. It never writes to MLflow: the driver does, once, idempotently.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import traceback
+from dataclasses import asdict
+from typing import Any
+
+# Per-process cache of prepared adapters (key: task, options, data, cache dir). Process-local
+# on purpose: each Ray worker keeps the data it has loaded for the next trial it gets.
+_ADAPTERS: dict[str, Any] = {}
+
+
+def get_adapter(task: str, options: dict[str, Any], data: str | None, cache_dir: str):
+    from tasks.registry import get_task
+
+    key = json.dumps([task, options, data, cache_dir], sort_keys=True, default=str)
+    if key not in _ADAPTERS:
+        adapter = get_task(task)(options, data, cache_dir)
+        adapter.prepare()
+        _ADAPTERS[key] = adapter
+    return _ADAPTERS[key]
+
+
+def _pruning_reporter(spec: dict[str, Any], metric_key: str):
+    """Report each epoch's validation score to the trial in Optuna storage; True = prune."""
+    import optuna
+
+    from harness.search_space import make_pruner
+    from harness.storage import open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.load_study(study_name=spec["study_name"], storage=open_storage(spec["storage"]),
+                              pruner=make_pruner(spec["pruner"]))
+    trial = optuna.trial.Trial(study, spec["trial_id"])
+
+    def report(epoch: int, row: dict[str, float]) -> bool:
+        trial.report(row[metric_key], epoch)
+        return trial.should_prune()
+
+    return report
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Train one job; never raises for a failing run (the failure is the result)."""
+    started = time.perf_counter()
+    info = {"host": socket.gethostname(), "pid": os.getpid()}
+    try:
+        import torch
+
+        from tasks.training import TrainConfig, train
+
+        threads = int(job.get("threads") or 0)
+        if threads:
+            torch.set_num_threads(threads)
+        cell = job["cell"]
+        adapter = get_adapter(cell["task"], cell["task_options"], cell["data"], job["cache_dir"])
+        ready = time.perf_counter()
+        config = TrainConfig(unit=cell["unit"], arch=cell["arch"], dim=cell["dim"], input_dim=cell["input_dim"],
+                             epochs=cell["epochs"], seed=job["seed"], hparams=job["hparams"])
+        report = _pruning_reporter(job["optuna"], f"valid_{adapter.metric}") if job.get("optuna") else None
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        result = train(adapter, config, job["run_dir"], report=report, device=device)
+        out = asdict(result)
+        info["setup_seconds"] = ready - started
+    except Exception as exc:  # a raising trial is a failed trial, not a dead study
+        out = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "history": [], "test": {},
+               "traceback": traceback.format_exc(limit=8)}
+    info["worker_seconds"] = time.perf_counter() - started
+    out["worker"] = info
+    return out

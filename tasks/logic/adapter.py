@@ -1,0 +1,112 @@
+"""Logical entailment (Evans et al. 2018) as a task adapter.
+
+Data: a directory in the DeepMind layout (validate.txt, test_easy.txt, …, train.txt optional)
+or `generated`. With a real directory that has no train.txt (the case in ../shared/data), the
+training pairs are generated — de-duplicated against the real validate/test pairs up to
+variable renaming — and the real splits are used for validation and test. Training applies
+Symbolic Vocabulary Permutation: each pair of each batch renamed by one random permutation of
+a–z. Paper defaults: Adam lr 1e-3 ÷10 every 30 epochs, 90 epochs, gradient clipping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Iterator, Literal
+
+import pydantic
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from ..architectures import ARCHS, PairModel
+from ..base import TaskAdapter
+from ..errors import DataError
+from ..registry import register_task
+from . import data as logic_data
+from .generator import write_dataset
+
+TEST_SPLITS = ("test_easy", "test_hard", "test_big", "test_massive", "test_exam")
+
+
+class LogicOptions(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    train_size: int = pydantic.Field(100_000, ge=4, description="generated training pairs (when the data has no train.txt)")
+    eval_size: int = pydantic.Field(5_000, ge=0, description="pairs per generated validate/test split (data = generated)")
+    data_seed: int = pydantic.Field(0, description="seed of the data generator")
+    svp: bool = pydantic.Field(True, description="Symbolic Vocabulary Permutation during training")
+    max_len: int | None = pydantic.Field(None, ge=1, description="drop training pairs with a formula longer than this")
+    pooling: Literal["max", "last", "mean"] = "max"
+
+
+@register_task("logic")
+class LogicTask(TaskAdapter):
+    archs = ARCHS
+    Options = LogicOptions
+    layouts = ("DeepMind logical-entailment directory: train.txt (optional: generated if absent), validate.txt, "
+               "test_{easy,hard,big,massive,exam}.txt, lines `A,B,E,H1,H2,H3`; or data = \"generated\"")
+    metric = "acc"
+    direction = "maximize"
+    defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 5.0, "batch_size": 64, "dropout": 0.0}
+
+    def prepare(self) -> None:
+        if getattr(self, "_splits", None) is not None:
+            return
+        opts = self.options
+        root = self.cache_dir / "logic"
+        if self.data in (None, "", "generated"):
+            out = root / f"generated-n{opts.train_size}-e{opts.eval_size}-s{opts.data_seed}"
+            info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=opts.eval_size)
+            files = dict(info.files)
+        else:
+            path = Path(self.data).expanduser()
+            if not path.is_dir():
+                raise DataError(f"logic data: directory {path} not found; {logic_data.HOW_TO_GET}")
+            files = logic_data.find_splits(path)
+            if "validate" not in files:
+                raise DataError(f"logic data: {path} has no validate.txt (DeepMind layout expected)")
+            if "train" not in files:
+                # Generated training pairs, never equal (up to renaming) to a real evaluation pair.
+                tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+                out = root / f"train-for-{tag}-n{opts.train_size}-s{opts.data_seed}"
+                info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=0,
+                                     exclude=[files[s] for s in files])
+                files["train"] = info.files["train"]
+        self._splits = {name: logic_data.read_split(p) for name, p in files.items()}
+        if opts.max_len:
+            self._splits["train"] = [e for e in self._splits["train"] if max(len(e.a), len(e.b)) <= opts.max_len]
+        self._eval_cache: dict[tuple[str, int], list[dict[str, torch.Tensor]]] = {}
+
+    @property
+    def valid_split(self) -> str:
+        return "validate"
+
+    @property
+    def test_splits(self) -> list[str]:
+        return [s for s in TEST_SPLITS if s in self._splits]
+
+    def train_batches(self, batch_size: int, generator: torch.Generator, epoch: int) -> Iterator[dict[str, torch.Tensor]]:
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
+        return logic_data.iterate_batches(self._splits["train"], batch_size, shuffle=True, seed=seed, svp=self.options.svp)
+
+    def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
+        key = (split, batch_size)
+        if key not in self._eval_cache:
+            self._eval_cache[key] = list(logic_data.iterate_batches(self._splits[split], batch_size, shuffle=False))
+        return iter(self._eval_cache[key])
+
+    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: dict[str, Any]) -> nn.Module:
+        self.check_arch(arch)
+        return PairModel(unit, arch, logic_data.VOCAB_SIZE, dim, input_dim, classes=2, pooling=self.options.pooling,
+                         mlp_hidden=hparams.get("mlp_hidden"), dropout=float(hparams.get("dropout", 0.0)))
+
+    def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
+        logits = model(batch["a"], batch["a_mask"], batch["b"], batch["b_mask"])
+        loss = F.cross_entropy(logits, batch["label"])
+        correct = int((logits.argmax(-1) == batch["label"]).sum())
+        return loss, {"correct": correct, "count": int(batch["label"].shape[0])}
+
+    def describe(self) -> dict[str, Any]:
+        self.prepare()
+        return {f"{name}_pairs": len(rows) for name, rows in self._splits.items()}
