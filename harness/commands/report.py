@@ -1,0 +1,65 @@
+"""`tprbench report STUDY`: the papers' tables and figures, regenerated from the MLflow record."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "tables (Markdown, LaTeX, CSV) and figures of a study, regenerated from its MLflow record (no training)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("study", help="study file (TOML) or the name of a recorded study")
+    p.add_argument("--root", default="runs", help="run directory holding the MLflow store (default ./runs)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite under --root)")
+    p.add_argument("--out", default=None, help="output folder (default reports/<study>)")
+    p.add_argument("--bench", default=None, metavar="CSV", help="a `tprbench bench units --csv` file to plot beside the epoch times")
+    p.add_argument("--seeds", type=int, default=None,
+                   help="seeds wanted per cell (default: the study file's study.seeds; for a name, the highest recorded seed + 1)")
+    p.add_argument("--no-figures", action="store_true", help="tables only")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The exact command that regenerates the files, as the user typed its arguments."""
+    import shlex
+
+    parts = ["tprbench", "report", args.study, "--root", args.root]
+    for flag, value in (("--tracking-uri", args.tracking_uri), ("--out", args.out), ("--bench", args.bench),
+                        ("--seeds", args.seeds)):
+        if value is not None:
+            parts += [flag, str(value)]
+    if args.no_figures:
+        parts.append("--no-figures")
+    return shlex.join(parts)
+
+
+def tracking_uri(root: str, uri: str | None) -> str:
+    from pathlib import Path
+
+    from harness.tracking import default_tracking_uri
+
+    return uri or default_tracking_uri(Path(root).expanduser())
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from harness.report import print_sections, resolve_study, write_report
+
+    console = Console()
+    name, seeds, cell_ids, note = resolve_study(args.study)
+    if note:
+        console.print(f"[yellow]note:[/] {escape(note)}")
+    uri = tracking_uri(args.root, args.tracking_uri)
+    out = Path(args.out) if args.out else Path("reports") / name
+    result = write_report(uri, name, out, seeds_wanted=args.seeds if args.seeds is not None else seeds,
+                          cell_ids=cell_ids, command=command_line(args), bench_csv=args.bench,
+                          figures=not args.no_figures)
+    print_sections(result["sections"], console)
+    for n in result["notes"]:
+        console.print(f"[dim]{escape(n)}[/]")
+    console.print(f"wrote {len(result['files'])} files to {escape(str(out))}: "
+                  + ", ".join(escape(p.name) for p in result["files"]))
+    return 0

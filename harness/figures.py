@@ -1,0 +1,221 @@
+"""Figures of a report (matplotlib, Agg, PNG + SVG), from the record alone and byte-deterministic.
+
+- `curves_roles`: training loss and validation score per epoch, one line per number of roles
+  (mean over the counted seed runs; TPRU family, one slice) — like the TPRU paper's Fig. 1.
+- `curves_slices`: the same with one slice vs several (solid: 1 slice, dashed: more) — Fig. 2.
+- `speed`: median seconds per epoch per unit (every recorded run), and with `--bench CSV`
+  (from `tprbench bench units --csv`) the forward+backward milliseconds and the ratio to GRU.
+
+Determinism: no pyplot state (a `Figure` per plot), fixed sizes and dpi, `svg.hashsalt` fixed,
+and `metadata` without Date/Software/Creator; the regenerating command goes in Description.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .report import metric_scale
+
+DPI = 100
+SALT = "tprbench"
+STYLES = ("-", "--", ":", "-.")
+
+
+def _figure(rows: int, cols: int, width: float = 5.0, height: float = 3.2):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    return fig, axes
+
+
+def save(fig: Any, out_dir: Path, stem: str, header: list[str]) -> list[Path]:
+    """PNG and SVG without timestamps or version strings (same input → same bytes)."""
+    import matplotlib as mpl
+
+    desc = " | ".join(header)
+    png, svg = out_dir / f"{stem}.png", out_dir / f"{stem}.svg"
+    with mpl.rc_context({"svg.hashsalt": SALT, "svg.fonttype": "path", "path.simplify": True}):
+        fig.savefig(png, dpi=DPI, metadata={"Date": None, "Software": None, "Description": desc})
+        fig.savefig(svg, metadata={"Date": None, "Creator": None, "Description": desc})
+    return [png, svg]
+
+
+def _cell_info(agg: Any) -> Any:
+    return agg.sort_values("order", kind="stable").drop_duplicates("cell_id").reset_index(drop=True)
+
+
+def _family(cells: Any) -> str | None:
+    """The unit name (among those with roles) with the most distinct role counts."""
+    with_roles = cells[cells["roles"].notna()]
+    if not len(with_roles):
+        return None
+    counts = with_roles.groupby("unit_name")["roles"].nunique()
+    return sorted(counts.index, key=lambda n: (-int(counts[n]), str(n)))[0]
+
+
+def _mean_curves(history: Any, run_ids: list[str], key: str) -> Any:
+    h = history[(history["key"] == key) & history["run_id"].isin(run_ids)]
+    return h.groupby("step", sort=True)["value"].mean()
+
+
+def _panel_keys(metric: str) -> list[tuple[str, str, float]]:
+    scale, _, desc = metric_scale(metric)
+    return [("train_loss", "training loss", 1.0), (f"valid_{metric}", f"validation {desc}", scale)]
+
+
+def _groups(cells: Any) -> list[tuple[tuple, Any]]:
+    return [(k, g) for k, g in cells.groupby(["task_label", "arch", "dim"], sort=True)]
+
+
+def fig_roles(cells: Any, used: Any, history: Any) -> Any | None:
+    panels = []
+    for (task, arch, dim), g in _groups(cells):
+        fam = _family(g)
+        if fam is None:
+            continue
+        f = g[(g["unit_name"] == fam) & g["roles"].notna()]
+        one = f["slices"].dropna()
+        if len(one):
+            f = f[f["slices"].isna() | (f["slices"] == one.min())]
+        lines = []
+        for roles, rc in f.groupby("roles", sort=True):
+            ids = list(used[used["cell_id"].isin(rc["cell_id"])]["run_id"])
+            if ids:
+                lines.append((f"{int(roles)} roles", ids, "-"))
+        if len(lines) >= 2:
+            panels.append((f"{task} / {arch} / d={dim}: {fam}", str(g.iloc[0]["metric"]), lines))
+    return _draw(panels, history) if panels else None
+
+
+def fig_slices(cells: Any, used: Any, history: Any) -> Any | None:
+    panels = []
+    for (task, arch, dim), g in _groups(cells):
+        fam = _family(g)
+        if fam is None:
+            continue
+        f = g[(g["unit_name"] == fam) & g["roles"].notna() & g["slices"].notna()]
+        lines = []
+        for roles, rc in f.groupby("roles", sort=True):
+            if rc["slices"].nunique() < 2:
+                continue
+            for i, (slices, sc) in enumerate(rc.groupby("slices", sort=True)):
+                ids = list(used[used["cell_id"].isin(sc["cell_id"])]["run_id"])
+                if ids:
+                    lines.append((f"{int(roles)} roles, {int(slices)} slice{'s' if slices != 1 else ''}", ids,
+                                  STYLES[i % len(STYLES)], int(roles)))
+        if len({ln[3] for ln in lines}) >= 1 and len(lines) >= 2:
+            panels.append((f"{task} / {arch} / d={dim}: {fam}, slices", str(g.iloc[0]["metric"]), lines))
+    return _draw(panels, history, color_by_group=True) if panels else None
+
+
+def _draw(panels: list, history: Any, color_by_group: bool = False) -> Any:
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axes = _figure(len(panels), 2)
+    for row, (title, metric, lines) in enumerate(panels):
+        groups = list(dict.fromkeys(ln[3] for ln in lines)) if color_by_group else None
+        for col, (key, ylabel, scale) in enumerate(_panel_keys(metric)):
+            ax = axes[row][col]
+            for i, ln in enumerate(lines):
+                label, ids, style = ln[0], ln[1], ln[2]
+                curve = _mean_curves(history, ids, key)
+                if not len(curve):
+                    continue
+                color = f"C{groups.index(ln[3]) % 10}" if color_by_group else f"C{i % 10}"
+                ax.plot(curve.index.to_numpy(), curve.to_numpy() * scale, style, color=color, label=label, linewidth=1.4)
+            ax.set_xlabel("epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel(ylabel)
+            ax.set_title(title, fontsize=9)
+            ax.grid(True, alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize=7)
+    return fig
+
+
+def fig_speed(cells: Any, runs: Any, history: Any, bench: Any | None) -> Any | None:
+    """Median epoch seconds per unit (and the bench's ms and × gru when given)."""
+    es = history[history["key"] == "epoch_seconds"]
+    info = runs[["run_id", "cell_id"]].merge(cells[["cell_id", "unit", "dim", "order"]], on="cell_id")
+    es = es.merge(info, on="run_id")
+    bars = []
+    if len(es):
+        dims = es["dim"].nunique()
+        for (order, unit, dim), g in es.groupby(["order", "unit", "dim"], sort=True):
+            bars.append((f"{unit}" + (f" d={dim}" if dims > 1 else ""), float(g["value"].median())))
+        # one bar per unit spec and dim (cells of several archs/tasks share it): first occurrence wins
+        merged: dict[str, list[float]] = {}
+        for label, v in bars:
+            merged.setdefault(label, []).append(v)
+        bars = [(k, sorted(v)[len(v) // 2]) for k, v in merged.items()]
+    panels = (1 if bars else 0) + (1 if bench is not None and len(bench) else 0)
+    if not panels:
+        return None
+    fig, axes = _figure(1, panels, width=6.0, height=max(2.5, 0.35 * max(len(bars), len(bench) if bench is not None else 0) + 1))
+    i = 0
+    if bars:
+        ax = axes[0][i]
+        i += 1
+        labels, values = [b[0] for b in bars], [b[1] for b in bars]
+        ax.barh(range(len(bars)), values, color="C0")
+        ax.set_yticks(range(len(bars)), labels, fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("median seconds per epoch (recorded runs)")
+        ax.set_title("training speed per unit", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+    if bench is not None and len(bench):
+        ax = axes[0][i]
+        labels = [f"{u} d={d}" for u, d in zip(bench["unit"], bench["dim"])]
+        values = bench["total_ms"].astype(float).to_numpy()
+        ax.barh(range(len(labels)), values, color="C1")
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.invert_yaxis()
+        for y, (v, r) in enumerate(zip(values, bench.get("ratio_to_gru", [None] * len(values)))):
+            if r is not None and r == r:
+                ax.text(v, y, f" ×{float(r):.2f} gru", va="center", fontsize=7)
+        ax.set_xlabel("forward+backward ms (bench units)")
+        ax.set_title("bench units", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+    return fig
+
+
+def make_figures(agg: Any, runs: Any, used: Any, history: Any, out_dir: Path, header: list[str],
+                 bench_csv: str | Path | None = None) -> tuple[list[Path], list[str]]:
+    """Write every figure the record supports; returns (files, notes on figures left out)."""
+    import pandas as pd
+
+    files: list[Path] = []
+    notes: list[str] = []
+    if agg is None or not len(agg):
+        return files, ["no cells: no figures"]
+    cells = _cell_info(agg)
+    bench = None
+    if bench_csv is not None:
+        try:
+            bench = pd.read_csv(bench_csv, comment="#")
+        except (OSError, ValueError) as exc:
+            from .report import ReportError
+
+            raise ReportError(f"--bench {bench_csv}: cannot read it as a `tprbench bench units --csv` file ({exc})") from None
+        missing = {"unit", "dim", "total_ms"} - set(bench.columns)
+        if missing:
+            from .report import ReportError
+
+            raise ReportError(f"--bench {bench_csv}: columns {', '.join(sorted(missing))} missing (expected `bench units --csv` output)")
+    for stem, make, why in (
+        ("curves_roles", lambda: fig_roles(cells, used, history), "fewer than two role counts with finished seed runs"),
+        ("curves_slices", lambda: fig_slices(cells, used, history), "no role count with finished runs at two slice counts"),
+        ("speed", lambda: fig_speed(cells, runs, history, bench), "no epoch timings recorded"),
+    ):
+        fig = make()
+        if fig is None:
+            notes.append(f"{stem}: not drawn ({why})")
+            for ext in ("png", "svg"):  # never leave a stale figure from an older record
+                (out_dir / f"{stem}.{ext}").unlink(missing_ok=True)
+            continue
+        files += save(fig, out_dir, stem, header)
+    return files, notes

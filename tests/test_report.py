@@ -1,0 +1,291 @@
+"""Reports from a synthetic MLflow record written exactly as the driver writes it (harness.tracking)."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+warnings.filterwarnings("ignore", message=".*noload.*")
+
+from harness.runner import params_hash  # noqa: E402
+from harness.tracking import PHASE, TAG, Tracker, default_tracking_uri  # noqa: E402
+
+COMMIT = "1234567abcdef"
+SEEDS = 3
+
+
+@dataclass
+class FakeCell:
+    """Just the fields harness.tracking reads from a harness.study.Cell."""
+
+    id: str
+    task: str
+    arch: str
+    unit: str
+    unit_canonical: str
+    dim: int = 16
+    input_dim: int = 16
+    study: str = "synth"
+    epochs: int = 3
+    data: str = "generated"
+    task_options: dict = field(default_factory=dict)
+    task_label: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.task_label or self.task}/{self.arch}/d{self.dim}/{self.unit}"
+
+
+def canon(name: str, **opts) -> str:
+    base = {"basis_seed": "None", "bidirectional": "false", "impl": "fused", "layers": "1", "roles": "64", "slices": "1"}
+    if name in ("gru", "lstm"):
+        base = {"bidirectional": "false", "layers": "1"}
+    base.update({k: str(v) for k, v in opts.items()})
+    return f"{name}[{','.join(f'{k}={v}' for k, v in sorted(base.items()))}]"
+
+
+GRU = FakeCell("aaaaaaaaaaa1", "logic", "plain", "gru", canon("gru"))
+R8 = FakeCell("aaaaaaaaaaa2", "logic", "plain", "tpru[roles=8]", canon("tpru", roles=8))
+R32 = FakeCell("aaaaaaaaaaa3", "logic", "plain", "tpru[roles=32]", canon("tpru", roles=32))
+R32S8 = FakeCell("aaaaaaaaaaa4", "logic", "plain", "tpru[roles=32,slices=8]", canon("tpru", roles=32, slices=8))
+NLI = FakeCell("bbbbbbbbbbb1", "nli", "plain", "lstm", canon("lstm"))
+CELLS = [GRU, R8, R32, R32S8, NLI]
+LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
+BEST = {"lr": 0.001, "batch_size": 64}
+
+# valid accuracy of each final seed (None = diverged, missing key = not run)
+VALID = {
+    GRU.id: {0: 0.80, 1: 0.82, 2: 0.84},
+    R8.id: {0: 0.70, 1: 0.71, 2: 0.75},
+    R32.id: {0: 0.90, 1: 0.86, 2: None},
+    R32S8.id: {0: 0.92, 1: 0.94},
+    NLI.id: {0: 0.61},
+}
+
+
+def result_for(valid: float | None, task: str, seed: int, pruned: bool = False) -> dict:
+    if valid is None:
+        return {"status": "failed", "reason": "loss became nan at epoch 2, step 5", "metric": "valid_acc",
+                "history": [{"epoch": 1, "train_loss": 1.0, "train_acc": 0.5, "valid_acc": 0.5, "valid_loss": 1.0,
+                             "lr": 1e-3, "epoch_seconds": 1.0}], "test": {}, "seconds": 2.0,
+                "params_formula": 1536, "params_total": 1600}
+    history = [{"epoch": e, "train_loss": 1.0 / e + seed * 0.01, "train_acc": valid - 0.1 / e, "valid_acc": valid - 0.05 * (3 - e),
+                "valid_loss": 0.5 / e, "lr": 1e-3, "epoch_seconds": 0.5 + 0.1 * seed} for e in (1, 2, 3)]
+    if pruned:
+        return {"status": "pruned", "reason": "pruned after epoch 1", "metric": "valid_acc", "history": history[:1],
+                "best_valid": valid, "best_epoch": 1, "test": {}, "seconds": 1.0, "params_formula": 1536, "params_total": 1600}
+    # split names as the adapters give them (logic: test_easy ... → metric test_test_easy_acc)
+    splits = {"logic": tuple(f"test_{s}" for s in LOGIC_SPLITS), "nli": ("dev_matched", "dev_mismatched")}[task]
+    test = {s: {"acc": valid - 0.01 * (i + 1), "loss": 0.3} for i, s in enumerate(splits)}
+    return {"status": "finished", "metric": "valid_acc", "history": history, "best_valid": valid, "best_epoch": 3,
+            "test": test, "seconds": 3.0, "params_formula": 1536, "params_total": 1600}
+
+
+def log(tracker: Tracker, cell_run: str, cell: FakeCell, phase: str, seed: int, params: dict, result: dict,
+        key: str, commit: str = COMMIT, trial: int | None = None) -> None:
+    """What harness.runner.StudyRunner._record writes."""
+    from harness.tracking import cell_tags
+
+    tags = {PHASE: phase, TAG + "seed": seed, TAG + "git_commit": commit, TAG + "params_hash": params_hash(params),
+            TAG + "params_formula": result["params_formula"], TAG + "params_total": result["params_total"],
+            TAG + "host": "testhost", **cell_tags(cell)}
+    if trial is not None:
+        tags[TAG + "trial"] = trial
+    tracker.log_run(cell_run, key, tags, {**params, "seed": seed}, result)
+
+
+def plan_final(tracker: Tracker, cell_run: str, params: dict) -> str:
+    h = params_hash(params)
+    tracker.client.set_tag(cell_run, TAG + "final_params_hash", h)
+    tracker.client.set_tag(cell_run, TAG + "final_params", json.dumps(params, sort_keys=True))
+    return h
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> SimpleNamespace:
+    return build_store(tmp_path_factory.mktemp("record"))
+
+
+def build_store(root: Path) -> SimpleNamespace:
+    """Study `synth` (5 cells: exact seeds, one diverged, one missing, search trials, an old best)
+    and study `synth2` (one cell at two commits) in one SQLite store under `root`."""
+    uri = default_tracking_uri(root)
+    tracker = Tracker(uri, "synth", root / "mlartifacts")
+    study_run = tracker.study_run(COMMIT)
+    for cell in CELLS:
+        if cell is NLI:
+            cell.task_label = "nli"
+        cr = tracker.cell_run(cell, study_run)
+        if cell is GRU:  # search phase: finished, pruned, failed trials
+            for n, (v, pruned) in enumerate([(0.78, False), (0.60, True), (None, False)]):
+                hp = {"lr": 0.001 * (n + 1), "batch_size": 64}
+                log(tracker, cr, cell, "search", 10_000 + n, hp, result_for(v, cell.task, 0, pruned), f"{cell.id}/trial/{n}", trial=n)
+            old = {"lr": 0.5, "batch_size": 32}  # a previous best: its seed run must be ignored
+            log(tracker, cr, cell, "final", 0, old, result_for(0.10, cell.task, 0), f"{cell.id}/seed/0/{params_hash(old)}")
+        h = plan_final(tracker, cr, BEST)
+        for seed, v in VALID[cell.id].items():
+            log(tracker, cr, cell, "final", seed, BEST, result_for(v, cell.task, seed), f"{cell.id}/seed/{seed}/{h}")
+
+    # a second study: the GRU cell run at two commits with different best params (for compare)
+    t2 = Tracker(uri, "synth2", root / "mlartifacts")
+    s2 = t2.study_run("bbbb222")
+    cell = FakeCell(GRU.id, "logic", "plain", "gru", canon("gru"), study="synth2")
+    cr = t2.cell_run(cell, s2)
+    first = {"lr": 0.002, "batch_size": 64}
+    for seed, v in {0: 0.70, 1: 0.72, 2: 0.74}.items():
+        log(t2, cr, cell, "final", seed, first, result_for(v, "logic", seed), f"{cell.id}/seed/{seed}/{params_hash(first)}", commit="aaaa111")
+    h = plan_final(t2, cr, BEST)
+    for seed, v in {0: 0.90, 1: 0.92, 2: 0.94}.items():
+        log(t2, cr, cell, "final", seed, BEST, result_for(v, "logic", seed), f"{cell.id}/seed/{seed}/{h}", commit="bbbb222")
+    return SimpleNamespace(root=root, uri=uri)
+
+
+def test_load_runs_casts_and_counts(store):
+    from harness.report import load_cells, load_history, load_runs
+
+    runs = load_runs(store.uri, "synth")
+    assert len(runs) == 3 + 1 + sum(len(v) for v in VALID.values())
+    assert str(runs["param.batch_size"].dtype) == "Int64" and runs["param.lr"].dtype == "float64"
+    assert str(runs["seed"].dtype) == "Int64" and str(runs["dim"].dtype) == "Int64"
+    assert set(runs["status"]) == {"finished", "failed", "pruned"}
+    assert runs["run_key"].is_unique
+    cells = load_cells(store.uri, "synth")
+    assert sorted(cells["cell_id"]) == sorted(c.id for c in CELLS)
+    assert set(cells["final_params_hash"]) == {params_hash(BEST)}
+    hist = load_history(store.uri, "synth", run_ids=list(runs["run_id"][:2]), keys=["train_loss", "valid_acc"])
+    assert list(hist.columns) == ["run_id", "key", "step", "value"]
+    assert set(hist["key"]) == {"train_loss", "valid_acc"} and hist["step"].max() <= 3
+
+
+def test_aggregate_exact_values_and_failures(store):
+    from harness.report import aggregate, load_cells, load_runs
+
+    agg = aggregate(load_runs(store.uri, "synth"), load_cells(store.uri, "synth"), SEEDS)
+    row = lambda cell, split: agg[(agg["cell_id"] == cell.id) & (agg["split"] == split)].iloc[0]  # noqa: E731
+    gru = row(GRU, "valid")
+    assert gru["n"] == 3 and gru["mean"] == pytest.approx(0.82) and gru["std"] == pytest.approx(0.02)  # old best ignored
+    assert row(GRU, "easy")["mean"] == pytest.approx(0.81)
+    assert (gru["trials"], gru["trials_pruned"], gru["trials_failed"]) == (3, 1, 1)
+    assert gru["best_search"] == pytest.approx(0.78) and gru["best_trial"] == 0
+    assert json.loads(gru["final_params"]) == BEST
+    assert gru["params_formula"] == 1536 and gru["params_total"] == 1600
+    r32 = row(R32, "valid")
+    assert (r32["seeds_finished"], r32["seeds_failed"], r32["seeds_missing"]) == (2, 1, 0)
+    assert r32["mean"] == pytest.approx(0.88) and r32["std"] == pytest.approx(math.sqrt(0.0008))
+    s8 = row(R32S8, "hard")
+    assert (s8["seeds_finished"], s8["seeds_failed"], s8["seeds_missing"], s8["missing_seeds"]) == (2, 0, 1, "2")
+    nli = row(NLI, "valid")
+    assert nli["n"] == 1 and math.isnan(nli["std"]) and nli["seeds_missing"] == 2
+    assert set(agg[agg["cell_id"] == NLI.id]["split"]) == {"valid", "dev_matched", "dev_mismatched"}
+    assert (row(R32S8, "valid")["roles"], row(R32S8, "valid")["slices"], row(R8, "valid")["slices"]) == (32, 8, 1)
+    assert row(GRU, "valid")["order"] < row(R8, "valid")["order"] < row(R32, "valid")["order"] < row(R32S8, "valid")["order"]
+
+
+def test_tables_mark_failures(store):
+    from harness.report import aggregate, load_cells, load_runs, make_table
+
+    agg = aggregate(load_runs(store.uri, "synth"), load_cells(store.uri, "synth"), SEEDS)
+    md = make_table(agg, "markdown", ["cmd"])
+    assert md.startswith("<!-- cmd -->\n")
+    assert "| arch | d | unit | roles | valid | easy | hard | big | massive | exam |" in md
+    assert "82.0 ± 2.0" in md and "61.0 ± –" in md
+    assert "tpru†" in md and "tpru[slices=8]‡" in md
+    assert "1 of 3 seeds diverged (failed seed 2; seed 2: loss became nan" in md
+    assert "1 of 3 seeds missing (seed 2: not yet run)" in md
+    assert "| dev_matched | dev_mismatched |" in md
+    tex = make_table(agg, "latex")
+    assert r"\toprule" in tex and r"82.0 $\pm$ 2.0" in tex and r"tpru\textsuperscript{\dag}" in tex and r"\ddag" in tex
+    csv = make_table(agg, "csv", ["cmd"])
+    assert csv.startswith("# cmd\n") and "82.0" not in csv.split("\n")[1]
+
+
+def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatch):
+    import pandas as pd
+
+    monkeypatch.setenv("COLUMNS", "250")  # rich: one line per table row in the captured output
+
+    from harness.cli import main
+
+    out, bench = tmp_path / "rep", tmp_path / "bench.csv"
+    bench.write_text("unit,dim,seq,batch,forward_ms,backward_ms,total_ms,ratio_to_gru,params_formula,params_total\n"
+                     "gru,16,50,64,1.0,2.0,3.0,1.0,1536,1600\ntpru[roles=16],16,50,64,2.0,4.0,6.0,2.0,1536,1600\n")
+    argv = ["report", "synth", "--root", str(store.root), "--out", str(out), "--seeds", "3", "--bench", str(bench)]
+    assert main(argv) == 0
+    names = ["table.md", "table.tex", "table.csv", "search.csv", "curves_roles.png", "curves_roles.svg",
+             "curves_slices.png", "curves_slices.svg", "speed.png", "speed.svg"]
+    first = {n: (out / n).read_bytes() for n in names}
+    assert main(argv) == 0
+    assert {n: (out / n).read_bytes() for n in names} == first
+    printed = capsys.readouterr().out
+    assert "tpru[slices=8]‡" in printed and "82.0 ± 2.0" in printed
+    md = first["table.md"].decode()
+    assert f"tprbench report synth --root {store.root} --out {out} --bench {bench} --seeds 3" in md and COMMIT in md
+    table = pd.read_csv(out / "table.csv", comment="#")
+    gru = table[table["cell_id"] == GRU.id].iloc[0]
+    assert gru["valid_mean"] == pytest.approx(0.82) and gru["valid_n"] == 3 and gru["seeds_failed"] == 0
+    assert table[table["cell_id"] == R32.id].iloc[0]["seeds_failed"] == 1
+    search = pd.read_csv(out / "search.csv", comment="#")
+    assert search[search["cell_id"] == GRU.id].iloc[0]["trials_pruned"] == 1
+    assert b"<dc:date>" not in first["speed.svg"] and b"Matplotlib" not in first["curves_roles.png"]
+
+
+def test_report_errors(store, tmp_path, capsys):
+    from harness.cli import main
+
+    assert main(["report", "nosuch", "--root", str(store.root), "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "'nosuch'" in err and store.uri in err and "synth" in err
+    assert main(["report", "synth", "--root", str(tmp_path / "empty")]) == 2
+    assert not (tmp_path / "empty" / "mlflow.db").exists()
+
+
+def test_compare_studies_and_commits(store, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    from harness.cli import main
+    from harness.report import compare_studies
+
+    res = compare_studies({"study": "synth", "uri": store.uri}, {"study": "synth2", "uri": store.uri}, seeds_wanted=3)
+    valid = res["frame"][res["frame"]["split"] == "valid"].iloc[0]
+    assert valid["match"] == "id" and valid["diff"] == pytest.approx(0.92 - 0.82)
+    assert len(res["only_a"]) == 4 and not res["only_b"]
+    res = compare_studies({"study": "synth2", "uri": store.uri, "commit": "aaaa"},
+                          {"study": "synth2", "uri": store.uri, "commit": "bbbb"})
+    valid = res["frame"][res["frame"]["split"] == "valid"].iloc[0]
+    assert valid["mean_a"] == pytest.approx(0.72) and valid["diff"] == pytest.approx(0.20)
+    assert main(["compare", "synth", "synth2", "--root", str(store.root)]) == 0
+    out = capsys.readouterr().out
+    assert "+10.0" in out and "only in A" in out
+
+
+def test_print_summary_includes_unrecorded_cells(store):
+    from rich.console import Console
+
+    from harness.report import print_summary
+
+    extra = FakeCell("ccccccccccc1", "logic", "plain", "lstm", canon("lstm"))
+    console = Console(record=True, width=250)
+    agg = print_summary(SimpleNamespace(name="synth", seeds=3), [GRU, R32, extra], store.uri, console)
+    text = console.export_text()
+    assert "82.0 ± 2.0" in text and "tpru†" in text and "lstm‡" in text
+    assert set(agg["cell_id"]) == {GRU.id, R32.id, extra.id}
+
+
+def test_report_from_study_file_that_does_not_validate_here(store, tmp_path, capsys):
+    """A study file is read for its name and seeds even where it does not validate (e.g. unset data env var)."""
+    from harness.cli import main
+
+    study = tmp_path / "synth.toml"
+    study.write_text('[study]\nname = "synth"\nseeds = 2\n')  # no epochs, no tasks: not a valid study
+    out = tmp_path / "rep"
+    assert main(["report", str(study), "--root", str(store.root), "--out", str(out), "--no-figures"]) == 0
+    md = (out / "table.md").read_text()
+    assert "81.0 ± 1.4" in md  # seeds 0 and 1 of the GRU cell only
+    assert "does not validate here" in capsys.readouterr().out
+    assert not list(out.glob("*.png"))
