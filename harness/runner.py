@@ -230,6 +230,15 @@ class StudyRunner:
         st.seeds_failed = sum(st.records[f"{st.cell.id}/seed/{s}/{h}"].status == "failed" for s in done)
         st.final_todo = [s for s in range(st.seeds_wanted) if s not in done]
 
+    def _has_work(self, st: CellState) -> bool:
+        if st.stale or st.to_ask:
+            return True
+        if st.trials_done < st.trials_wanted:
+            return True
+        if st.final_params is None and not st.note:
+            self._plan_final(st)
+        return bool(st.final_todo)
+
     def _next_job(self, st: CellState) -> Job | None:
         cell = st.cell
         if st.stale:
@@ -312,8 +321,15 @@ class StudyRunner:
             self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts")
             study_run = self.tracker.study_run(self.commit)
             self.cell_runs = {c.id: self.tracker.cell_run(c, study_run) for c in self.cells}
-            self._prepare_data()
+            import optuna
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
             states = [self._cell_state(c) for c in self.cells]
+            if not any(self._has_work(st) for st in states):
+                self._say("nothing to do: every cell is done (use --force to rerun)")
+                return {"cells": len(states), "seconds": time.time() - self.started,
+                        "states": {st.cell.id: st.status for st in states}}
+            self._prepare_data()
             init_ray(address, num_cpus, ray_temp_dir)
             res = self.study.resources
             remote = ray.remote(max_calls=0)(run_job).options(
@@ -372,6 +388,55 @@ class StudyRunner:
         from .progress import live_view
 
         return live_view(self, states)
+
+
+def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
+                 storage_url: str | None = None) -> list[dict[str, Any]]:
+    """What is done per cell, read from Optuna and MLflow without changing either."""
+    import optuna
+    from optuna.trial import TrialState
+
+    root = Path(root).resolve()
+    tracker = Tracker(tracking_uri or default_tracking_uri(root), study.name, create=False)
+    records = tracker.records()
+    cell_tags = tracker.cell_tags_by_id()
+    journal = storage_url or default_storage_url(root)
+    storage = open_storage(journal) if not journal.startswith("journal://") or Path(journal[10:]).exists() else None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    rows = []
+    for cell in cells:
+        counts = {"done": 0, "failed": 0, "pruned": 0, "running": 0}
+        if storage is not None:
+            try:
+                trials = optuna.load_study(study_name=f"{study.name}/{cell.id}", storage=storage).get_trials(deepcopy=False)
+            except KeyError:
+                trials = []
+            for t in trials:
+                if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
+                    counts["done"] += 1
+                    counts["failed"] += t.state == TrialState.FAIL
+                    counts["pruned"] += t.state == TrialState.PRUNED
+                else:
+                    counts["running"] += 1
+        final_hash = cell_tags.get(cell.id, {}).get(TAG + "final_params_hash")
+        seeds = [r for k, r in records.items() if final_hash and k.startswith(f"{cell.id}/seed/") and k.endswith("/" + final_hash)]
+        seeds_done = len({r.run_key for r in seeds})
+        trials_wanted = study.trials
+        if counts["done"] < trials_wanted or counts["running"]:
+            status = "pending" if not counts["done"] and not counts["running"] else "searching"
+        elif trials_wanted and counts["done"] == counts["failed"] + counts["pruned"]:
+            status = "failed"
+        elif seeds_done < study.seeds:
+            status = "final"
+        else:
+            status = "done"
+        rows.append({"id": cell.id, "label": cell.label, "task": cell.task, "arch": cell.arch, "unit": cell.unit,
+                     "dims": {"dim": cell.dim, "input_dim": cell.input_dim},
+                     "trials_done": counts["done"], "trials_wanted": trials_wanted, "trials_failed": counts["failed"],
+                     "trials_pruned": counts["pruned"], "trials_running": counts["running"],
+                     "seeds_done": seeds_done, "seeds_failed": sum(r.status == "failed" for r in seeds),
+                     "seeds_wanted": study.seeds, "status": status})
+    return rows
 
 
 def _dump(model: Any) -> Any:

@@ -33,6 +33,10 @@ def git_commit(cwd: str | Path | None = None) -> str:
         return "unknown"
 
 
+def experiment_name(study: str) -> str:
+    return f"tprbench/{study}"
+
+
 def default_tracking_uri(root: Path) -> str:
     return f"sqlite:///{(root / 'mlflow.db').resolve()}"
 
@@ -52,14 +56,16 @@ class RunRecord:
 class Tracker:
     """The driver's handle on MLflow for one study."""
 
-    def __init__(self, tracking_uri: str, study: str, artifact_root: Path | None = None) -> None:
+    def __init__(self, tracking_uri: str, study: str, artifact_root: Path | None = None, create: bool = True) -> None:
         from mlflow import MlflowClient
 
         self.uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
-        name = f"tprbench/{study}"
+        name = experiment_name(study)
         experiment = self.client.get_experiment_by_name(name)
-        if experiment is None:
+        if experiment is None and not create:
+            self.experiment_id = None
+        elif experiment is None:
             location = artifact_root.resolve().as_uri() if artifact_root is not None else None
             self.experiment_id = self.client.create_experiment(name, artifact_location=location)
         else:
@@ -80,6 +86,8 @@ class Tracker:
 
     def records(self, cell_id: str | None = None) -> dict[str, RunRecord]:
         """Finished trial/seed runs by run key (one per key: duplicates are what this prevents)."""
+        if self.experiment_id is None:
+            return {}
         flt = f"tags.`{KIND}` = 'run'" + (f" and tags.`{CELL}` = '{cell_id}'" if cell_id else "")
         out: dict[str, RunRecord] = {}
         for run in self.search(flt):
@@ -104,6 +112,12 @@ class Tracker:
             run_id = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name).info.run_id
         self._parents[key] = run_id
         return run_id, created
+
+    def cell_tags_by_id(self) -> dict[str, dict[str, str]]:
+        """Tags of every cell run of the study (e.g. the final-phase parameters hash)."""
+        if self.experiment_id is None:
+            return {}
+        return {r.data.tags.get(CELL, ""): dict(r.data.tags) for r in self.search(f"tags.`{KIND}` = 'cell'")}
 
     def study_run(self, commit: str) -> str:
         run_id, _ = self._find_or_create("study", {KIND: "study", STUDY: self.study}, None, self.study)

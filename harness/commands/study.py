@@ -1,0 +1,43 @@
+"""`tprbench study show FILE`: the cells of a study and what is already done."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "inspect a study: `study show FILE` lists its cells with trials and seeds done"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from harness.commands.run import add_common
+
+    sub = p.add_subparsers(dest="study_command", metavar="WHAT", required=True)
+    show = sub.add_parser("show", help="cells, ids and progress (add --json for scripts)")
+    add_common(show)
+    show.add_argument("--json", action="store_true", help='print {"cells": [...]} as JSON')
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+    import os
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from harness.commands.run import load_cells
+    from harness.runner import study_status
+
+    study, cells = load_cells(args)
+    rows = study_status(study, cells, args.root, args.tracking_uri, args.storage)
+    if args.json:
+        print(json.dumps({"study": study.name, "cells": rows}, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"study {study.name} ({args.study}) · root {args.root}")
+    for col in ("cell", "id", "trials", "pruned", "failed", "seeds", "status"):
+        table.add_column(col, justify="left" if col in ("cell", "id", "status") else "right")
+    for r in rows:
+        table.add_row(escape(r["label"]), r["id"], f"{r['trials_done']}/{r['trials_wanted']}", str(r["trials_pruned"]),
+                      str(r["trials_failed"] + r["seeds_failed"]), f"{r['seeds_done']}/{r['seeds_wanted']}", r["status"])
+    Console(width=max(120, Console().width)).print(table)
+    return 0
