@@ -16,6 +16,15 @@ os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 warnings.filterwarnings("ignore", message=".*noload.*")
 
 
+def pytest_configure(config):
+    # One intra-op thread: the test models are tiny, and on a busy 2-core machine OpenMP's
+    # spinning threads slow small matmuls down by orders of magnitude (measured: 10 training
+    # steps took 46 s with 2 threads under load, 0.3 s with 1).
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     """The real datasets folder; skips the test with the reason when it is not configured."""
