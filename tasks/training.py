@@ -180,7 +180,7 @@ def train(
             loss, stats = adapter.loss(model, to_device(batch, device))
             if not torch.isfinite(loss):
                 result.status = "failed"
-                result.reason = f"loss became {float(loss)} at epoch {epoch}, step {step}"
+                result.reason = f"loss became {float(loss.detach())} at epoch {epoch}, step {step}"
                 break
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

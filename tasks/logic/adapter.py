@@ -38,6 +38,9 @@ class LogicOptions(pydantic.BaseModel):
     svp: bool = pydantic.Field(True, description="Symbolic Vocabulary Permutation during training")
     max_len: int | None = pydantic.Field(None, ge=1, description="drop training pairs with a formula longer than this")
     pooling: Literal["max", "last", "mean"] = "max"
+    preset: Literal["easy", "hard", "big", "massive", "exam"] = pydantic.Field(
+        "easy", description="generator preset for train (and, with generated data, validate/test_easy); "
+                            "easy matches the real train/validate distribution")
 
 
 @register_task("logic")
@@ -56,8 +59,9 @@ class LogicTask(TaskAdapter):
         opts = self.options
         root = self.cache_dir / "logic"
         if self.data in (None, "", "generated"):
-            out = root / f"generated-n{opts.train_size}-e{opts.eval_size}-s{opts.data_seed}"
-            info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=opts.eval_size)
+            out = root / f"generated-{opts.preset}-n{opts.train_size}-e{opts.eval_size}-s{opts.data_seed}"
+            presets = {s: opts.preset for s in ("train", "validate", "test_easy")}
+            info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=opts.eval_size, presets=presets)
             files = dict(info.files)
         else:
             path = Path(self.data).expanduser()
@@ -69,9 +73,9 @@ class LogicTask(TaskAdapter):
             if "train" not in files:
                 # Generated training pairs, never equal (up to renaming) to a real evaluation pair.
                 tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
-                out = root / f"train-for-{tag}-n{opts.train_size}-s{opts.data_seed}"
+                out = root / f"train-for-{tag}-{opts.preset}-n{opts.train_size}-s{opts.data_seed}"
                 info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=0,
-                                     exclude=[files[s] for s in files])
+                                     exclude=[files[s] for s in files], presets={"train": opts.preset})
                 files["train"] = info.files["train"]
         self._splits = {name: logic_data.read_split(p) for name, p in files.items()}
         if opts.max_len:
