@@ -65,7 +65,8 @@ def run(args: argparse.Namespace) -> int:
     runner = StudyRunner(study, cells, root, args.tracking_uri, args.storage, force=args.force,
                          console=None if args.quiet else console)
     console.print(f"[bold]tprbench run[/] {args.study}: {len(cells)} cells · root {root}")
-    console.print(f"watch: mlflow ui --backend-store-uri {runner.tracking_uri} --host 127.0.0.1")
+    # MLflow's UI binds to 127.0.0.1 unless told otherwise; soft_wrap keeps the command on one copyable line.
+    console.print(f"watch: mlflow ui --backend-store-uri {runner.tracking_uri} --host 127.0.0.1", soft_wrap=True)
     summary = runner.run(address=args.address, num_cpus=args.num_cpus)
     console.print(f"finished in {summary['seconds']:.1f} s")
     from harness.report import print_summary
