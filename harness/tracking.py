@@ -10,15 +10,74 @@ and written again. Reports are regenerated from these records alone.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 TAG = "tprbench."
 KIND, STUDY, CELL, RUN_KEY, PHASE, STATUS = (TAG + k for k in ("kind", "study", "cell_id", "run_key", "phase", "status"))
 MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch limits
+RETRY_ENV = "TPRBENCH_STORE_RETRY_SECONDS"  # how long a write waits for an unavailable store
+DEFAULT_RETRY_SECONDS = 120.0
+T = TypeVar("T")
+
+
+class StoreUnavailable(RuntimeError):
+    """The MLflow tracking store (or Optuna storage) stayed unavailable past the retry window.
+
+    The driver stops: what was recorded stays recorded, the runs not recorded yet are still
+    RUNNING in Optuna and are dispatched again (from their checkpoints) by the next `run`."""
+
+    user_error = True
+
+
+def retry_seconds() -> float:
+    try:
+        return max(float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_SECONDS)), 0.0)
+    except ValueError:
+        return DEFAULT_RETRY_SECONDS
+
+
+def is_transient(exc: BaseException) -> bool:
+    """An error a store may recover from: database locked/unreachable, connection refused, 5xx."""
+    try:
+        from mlflow.exceptions import MlflowException
+    except ImportError:  # pragma: no cover
+        MlflowException = ()  # type: ignore[assignment]
+    if isinstance(exc, MlflowException):
+        return exc.get_http_status_code() >= 500
+    if isinstance(exc, (OSError, TimeoutError, ConnectionError)):
+        return True
+    name = type(exc).__name__
+    return name in ("OperationalError", "ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout")
+
+
+def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] | None = None,
+               window: float | None = None) -> T:
+    """Call `fn`; on a transient store error, retry with exponential backoff (0.5 s doubling to
+    8 s) for up to `window` seconds (default $TPRBENCH_STORE_RETRY_SECONDS, else 120), then raise
+    StoreUnavailable naming the store and the first line of the error. `fn` must be idempotent."""
+    window = retry_seconds() if window is None else window
+    deadline, delay = time.monotonic() + window, 0.5
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise StoreUnavailable(
+                    f"{what}: unavailable for {window:.0f} s ({type(exc).__name__}: {first}); stopped. Everything "
+                    f"recorded so far is kept: rerun the same command to resume (set {RETRY_ENV} to wait longer)") from exc
+            if on_retry is not None:
+                on_retry(f"{what}: {type(exc).__name__}: {first}; retrying in {min(delay, left):.1f} s")
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 8.0)
 
 
 def git_commit(cwd: str | Path | None = None) -> str:
@@ -57,21 +116,40 @@ class Tracker:
     """The driver's handle on MLflow for one study."""
 
     def __init__(self, tracking_uri: str, study: str, artifact_root: Path | None = None, create: bool = True) -> None:
+        import logging
+
         from mlflow import MlflowClient
 
+        for name in ("mlflow", "alembic"):  # schema-creation chatter on a fresh store
+            logging.getLogger(name).setLevel(logging.WARNING)
         self.uri = tracking_uri
         self.client = MlflowClient(tracking_uri=tracking_uri)
         name = experiment_name(study)
-        experiment = self.client.get_experiment_by_name(name)
+        experiment = with_retry(lambda: self.client.get_experiment_by_name(name), f"MLflow tracking store {tracking_uri}")
         if experiment is None and not create:
             self.experiment_id = None
         elif experiment is None:
             location = artifact_root.resolve().as_uri() if artifact_root is not None else None
-            self.experiment_id = self.client.create_experiment(name, artifact_location=location)
+            self.experiment_id = with_retry(lambda: self.client.create_experiment(name, artifact_location=location),
+                                            f"MLflow tracking store {tracking_uri}")
         else:
             self.experiment_id = experiment.experiment_id
         self.study = study
         self._parents: dict[str, str] = {}
+        self.on_retry: Callable[[str], None] | None = None  # told about each retry (the driver logs it)
+        self.retries = 0
+
+    def retry(self, fn: Callable[[], T], what: str = "") -> T:
+        """`fn()` with retries while the tracking store is transiently unavailable."""
+        def note(message: str) -> None:
+            self.retries += 1
+            if self.on_retry is not None:
+                self.on_retry(message)
+
+        return with_retry(fn, f"MLflow tracking store {self.uri}" + (f" ({what})" if what else ""), note)
+
+    def set_tag(self, run_id: str, key: str, value: Any) -> None:
+        self.retry(lambda: self.client.set_tag(run_id, key, value), "set_tag")
 
     # -- queries ---------------------------------------------------------------------------
     def search(self, filter_string: str = "") -> list[Any]:
@@ -120,15 +198,15 @@ class Tracker:
         return {r.data.tags.get(CELL, ""): dict(r.data.tags) for r in self.search(f"tags.`{KIND}` = 'cell'")}
 
     def study_run(self, commit: str) -> str:
-        run_id, _ = self._find_or_create("study", {KIND: "study", STUDY: self.study}, None, self.study)
-        self.client.set_tag(run_id, TAG + "git_commit", commit)
+        run_id, _ = self.retry(lambda: self._find_or_create("study", {KIND: "study", STUDY: self.study}, None, self.study))
+        self.set_tag(run_id, TAG + "git_commit", commit)
         return run_id
 
     def cell_run(self, cell: Any, study_run_id: str) -> str:
         tags = {KIND: "cell", STUDY: self.study, CELL: cell.id}
-        run_id, created = self._find_or_create(f"cell/{cell.id}", tags, study_run_id, cell.label)
+        run_id, created = self.retry(lambda: self._find_or_create(f"cell/{cell.id}", tags, study_run_id, cell.label))
         if created:
-            self._log(run_id, params=cell_params(cell), tags=cell_tags(cell))
+            self.retry(lambda: self._log(run_id, params=cell_params(cell), tags=cell_tags(cell)))
         return run_id
 
     # -- writing runs ----------------------------------------------------------------------
@@ -146,7 +224,14 @@ class Tracker:
 
     def log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
                 result: dict[str, Any], artifact: Path | None = None) -> str:
-        """Record one trial/seed run. Idempotent by `run_key`; returns the MLflow run id."""
+        """Record one trial/seed run. Idempotent by `run_key`; returns the MLflow run id.
+
+        A transient store error (locked, unreachable) retries the whole record with backoff: a
+        half-written attempt is found by its key and replaced, so nothing is written twice."""
+        return self.retry(lambda: self._log_run(cell_run_id, run_key, tags, params, result, artifact), f"record {run_key}")
+
+    def _log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
+                 result: dict[str, Any], artifact: Path | None = None) -> str:
         from mlflow.entities import Metric
 
         for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
