@@ -34,6 +34,14 @@ class RecurrentUnit(nn.Module):
         """The papers' parameter count (weight matrices only, no biases); None if not known."""
         return None
 
+    def forward_carry(self, x: torch.Tensor, carry: object | None = None) -> tuple[torch.Tensor, object]:
+        """Unpadded sequences continuing from `carry` (None = zero state); returns (outputs, carry).
+
+        For truncated BPTT (language modelling): the carry of one window starts the next. The carry
+        is whatever the unit needs (LSTM: (h, c)); detach it between windows.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not support carried state")
+
 
 def lengths_from_mask(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
     """Sequence lengths [B] from a right-padded mask; checks shape and that padding is only at the end."""

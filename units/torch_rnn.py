@@ -30,6 +30,9 @@ class _TorchRNN(RecurrentUnit):
         outputs = mask_outputs(outputs, lengths)
         return outputs, last_state(outputs, lengths)
 
+    def forward_carry(self, x: torch.Tensor, carry: object | None = None) -> tuple[torch.Tensor, object]:
+        return self.rnn(x, carry)
+
 
 @register_unit("lstm")
 class LSTM(_TorchRNN):

@@ -123,10 +123,23 @@ class TPRUBase(RecurrentUnit):
         self, x: torch.Tensor, mask: torch.Tensor | None = None, return_fillers: bool = False
     ) -> tuple[torch.Tensor, ...]:
         lengths = lengths_from_mask(x, mask)
+        outputs, fillers = self._run(x, x.new_zeros(x.shape[0], self.hidden_size), return_fillers)
+        outputs = mask_outputs(outputs, lengths)
+        state = last_state(outputs, lengths)
+        if return_fillers:
+            return outputs, state, fillers
+        return outputs, state
+
+    def forward_carry(self, x: torch.Tensor, carry: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        b0 = carry if carry is not None else x.new_zeros(x.shape[0], self.hidden_size)
+        outputs, _ = self._run(x, b0, False)
+        return outputs, outputs[:, -1]
+
+    def _run(self, x: torch.Tensor, b0: torch.Tensor, return_fillers: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """b_1..b_T from b0 (and the fillers when asked, through the reference loop)."""
         U, R = self.role_matrices()
         gx, fx = self.input_projections(x, U)
         R_slices = self._slice_T(R)
-        b0 = x.new_zeros(x.shape[0], self.hidden_size)
         if self.impl == "fused" and not return_fillers:
             if fold_is_cheaper(self.hidden_size, self.roles, self.slices):
                 W_fused, U_slices = self.recurrent_matrix(U), None
@@ -140,11 +153,7 @@ class TPRUBase(RecurrentUnit):
             fillers = None
         else:
             outputs, fillers = self._loop(gx, fx, self.recurrent_matrix(U), R_slices, b0)
-        outputs = mask_outputs(outputs, lengths)
-        state = last_state(outputs, lengths)
-        if return_fillers:
-            return outputs, state, fillers
-        return outputs, state
+        return outputs, fillers
 
     def _loop(self, gx, fx, W_rec, R_slices, b):
         """Plain autograd loop: the readable reference path, and the one that records fillers."""

@@ -38,3 +38,12 @@ class Stacked(nn.Module):
         for layer in self.layers:
             x, state = layer(x, mask)
         return x, state
+
+    def forward_carry(self, x: torch.Tensor, carry: list | None = None) -> tuple[torch.Tensor, list]:
+        """Each layer continues from its own carry (a list, one per layer)."""
+        carries = carry if carry is not None else [None] * len(self.layers)
+        out = []
+        for layer, c in zip(self.layers, carries):
+            x, c = layer.forward_carry(x, c)
+            out.append(c)
+        return x, out
