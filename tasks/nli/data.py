@@ -348,10 +348,14 @@ def _table_error(path: Path, exc: BaseException) -> DataError:
     m = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text)
     if m:
         return DataError(f"{where(path, int(m.group(2)))}: expected {m.group(1)} fields, saw {m.group(3)}")
-    m = re.search(r"line (\d+)", text)
-    line = int(m.group(1)) if m else None
-    root = chain[-1]
-    return DataError(f"{where(path, line)}: cannot parse ({type(root).__name__}: {str(root)[:300]})")
+    m = re.search(r"in row (\d+)", text)  # pyarrow's JSON reader: 0-based row
+    line = int(m.group(1)) + 1 if m else None
+    if line is None:
+        m = re.search(r"line (\d+)", text)
+        line = int(m.group(1)) if m else None
+    msg = re.search(r"JSON parse error: ([^\n]*?)(?: in row \d+|$)", text)
+    detail = msg.group(1) if msg else f"{type(chain[-1]).__name__}: {str(chain[-1])[:300]}"
+    return DataError(f"{where(path, line)}: cannot parse ({detail})")
 
 
 def _short_rows(path: Path, layout: str, ncols: int) -> set[int]:
@@ -685,3 +689,14 @@ def load_word_vectors(path: str | Path, vocab: Vocab, dim: int | None = None, se
         matrix[idx] = torch.from_numpy(found)
     matrix[PAD] = 0.0
     return matrix, len(rows)
+
+
+def default_dir(source: str, root: str | Path) -> Path:
+    """Where `source` lives under a data root (the first of its usual folder names that exists)."""
+    if source not in SOURCES:
+        raise DataError(f"unknown NLI source {source!r}; expected one of {', '.join(SOURCES)}")
+    tried = [Path(root) / d for d in _DEFAULT_DIRS[source]]
+    found = next((d for d in tried if d.is_dir()), None)
+    if found is None:
+        raise DataError(f"{source}: none of {', '.join(map(str, tried))} exists; {_HOW[source]}")
+    return found
