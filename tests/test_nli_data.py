@@ -140,6 +140,14 @@ def test_tsv_with_missing_field_names_line(tmp_path):
         load_nli("qnli", files={"dev": p}, cache_dir=tmp_path / "c")
 
 
+def test_malformed_jsonl_names_line(tmp_path):
+    p = tmp_path / "snli_1.0_dev.jsonl"
+    p.write_text('{"gold_label": "neutral", "sentence1": "a", "sentence2": "b"}\n'
+                 '{"gold_label": "neutral", "sentence1": "a"\n')
+    with pytest.raises(DataError, match=r"snli_1\.0_dev\.jsonl:2: cannot parse"):
+        load_nli("snli", files={"dev": p}, cache_dir=tmp_path / "c")
+
+
 def test_missing_columns(tmp_path):
     p = tmp_path / "d.csv"
     p.write_text("a,b,c\n1,2,3\n")
