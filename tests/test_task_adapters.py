@@ -1,0 +1,122 @@
+"""NLI and LM adapters end to end on tiny fixture data in the real layouts (fast), and on the
+real data when TPRBENCH_DATA is set."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tasks.registry import TaskError, available_tasks, get_task
+from tasks.training import TrainConfig, train
+
+WORDS = "the a cat dog man woman sits runs sleeps eats park food red blue big small not".split()
+
+
+def _sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 8))) + " ."
+
+
+@pytest.fixture(scope="module")
+def nli_root(tmp_path_factory):
+    """A data root with SNLI in SentEval's layout and MNLI's dev CSVs; the label is a word rule."""
+    root = tmp_path_factory.mktemp("data")
+    rng = random.Random(0)
+    labels = ("entailment", "neutral", "contradiction")
+
+    def pair():
+        p, h = _sentence(rng), _sentence(rng)
+        y = 2 if "not" in h.split() else (0 if h.split()[1] in p.split() else 1)
+        return p, h, labels[y]
+
+    snli = root / "senteval" / "SNLI"
+    snli.mkdir(parents=True)
+    for split, n in (("dev", 120), ("test", 600)):
+        rows = [pair() for _ in range(n)]
+        (snli / f"s1.{split}").write_text("".join(p + "\n" for p, _, _ in rows))
+        (snli / f"s2.{split}").write_text("".join(h + "\n" for _, h, _ in rows))
+        (snli / f"labels.{split}").write_text("".join(y + "\n" for _, _, y in rows))
+    mnli = root / "mnli"
+    mnli.mkdir()
+    for name in ("dev_matched", "dev_mismatched"):
+        rows = [pair() for _ in range(100)] + [("x y .", "y x .", "-")]
+        body = "".join(f"{i},{p},{h},{y}\n" for i, (p, h, y) in enumerate(rows))
+        (mnli / f"{name}.csv").write_text("pairID,sentence1,sentence2,label\n" + body)
+    return root
+
+
+@pytest.fixture(scope="module")
+def lm_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ptb")
+    rng = random.Random(1)
+    for split, n in (("train", 400), ("valid", 60), ("test", 60)):
+        (root / f"ptb.{split}.txt").write_text("".join(f" {_sentence(rng)} \n" for _ in range(n)))
+    return root
+
+
+def test_registered_tasks():
+    assert {"logic", "nli", "lm"} <= set(available_tasks())
+    with pytest.raises(TaskError, match="did you mean 'nli'"):
+        get_task("nil")
+
+
+@pytest.mark.parametrize("arch", ["plain", "bidaf"])
+def test_nli_trains_and_tests_on_other_corpora(nli_root, tmp_path, arch):
+    task = get_task("nli")({"max_len": 12}, str(nli_root), tmp_path)
+    task.prepare()
+    facts = task.describe()
+    assert facts["snli_test_pairs"] == 600 and facts["mnli_dev_matched_pairs"] == 100
+    assert facts["dropped_gold_dash"] == {"mnli:dev_matched": 1, "mnli:dev_mismatched": 1}
+    result = train(task, TrainConfig("gru", arch, 16, 16, epochs=3, seed=0, hparams={"lr": 1e-2, "batch_size": 32}))
+    assert result.status == "finished"
+    assert set(result.test) == {"mnli_dev_matched", "mnli_dev_mismatched"}
+    assert result.best_valid > 0.45  # 3 balanced-ish classes; the word rule is learnable
+
+
+def test_nli_rejects_mixed_label_sets(nli_root, tmp_path):
+    task = get_task("nli")({"test": ["qnli:dev"]}, str(nli_root), tmp_path)
+    with pytest.raises(TaskError, match="mix 2-way"):
+        task.prepare()
+
+
+def test_nli_options_are_checked(tmp_path):
+    with pytest.raises(TaskError, match="source:split"):
+        get_task("nli")({"train": "multinli"}, None, tmp_path)
+
+
+@pytest.mark.parametrize("unit", ["lstm", "tpru[roles=8]", "gru[layers=1]"])
+def test_lm_trains_with_tied_embeddings_and_carried_state(lm_root, tmp_path, unit):
+    task = get_task("lm")({"corpus": "ptb", "bptt": 10}, str(lm_root), tmp_path)
+    result = train(task, TrainConfig(unit, "lm", 16, 16, epochs=2, seed=0, hparams={"lr": 1e-2, "batch_size": 8}))
+    assert result.status == "finished"
+    vocab = task.corpus.vocab_size
+    # Random sentences over 17 words: a model does a bit better than uniform over the vocabulary.
+    assert result.history[-1]["train_ppl"] < min(result.history[0]["train_ppl"], 0.8 * vocab)
+    assert result.test["test"]["ppl"] < 0.8 * vocab
+    model = task.build_model(unit, "lm", 16, 16, {})
+    assert model.decoder.weight is model.embed.weight
+    expected_layers = 1 if "layers=1" in unit else 2
+    assert len(getattr(model.encoder, "layers", [model.encoder])) == expected_layers
+
+
+def test_lm_refuses_bidirectional_units(lm_root, tmp_path):
+    task = get_task("lm")({"corpus": "ptb"}, str(lm_root), tmp_path)
+    task.prepare()
+    with pytest.raises(TaskError, match="bidirectional"):
+        task.build_model("lstm[bidirectional=true]", "lm", 8, 8, {})
+
+
+@pytest.mark.realdata
+def test_nli_real_counts(data_root, tmp_path):
+    task = get_task("nli")({"max_train": 200}, str(data_root), tmp_path)
+    facts = task.describe()
+    assert facts["snli_dev_pairs"] == 9842
+    assert facts["mnli_dev_matched_pairs"] == 9815 and facts["mnli_dev_mismatched_pairs"] == 9832
+    assert facts["dropped_gold_dash"] == {"mnli:dev_matched": 185, "mnli:dev_mismatched": 168}
+
+
+@pytest.mark.realdata
+def test_lm_real_wikitext2_counts(data_root, tmp_path):
+    task = get_task("lm")({"corpus": "wikitext2"}, str(data_root / "wikitext2"), tmp_path)
+    facts = task.describe()
+    assert facts["train_tokens"] == 2088628 and facts["vocab"] == 33278
