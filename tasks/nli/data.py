@@ -361,7 +361,8 @@ def _table_error(path: Path, exc: BaseException) -> DataError:
 def _short_rows(path: Path, layout: str, ncols: int) -> set[int]:
     """Line numbers (as reported in errors: record index + 2) of rows with fewer than ncols fields."""
     out: set[int] = set()
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    opener = gzip.open if path.name.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8-sig", newline="") as f:
         if layout == "csv":
             rows = csv.reader(f)
         else:
