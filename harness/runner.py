@@ -179,6 +179,23 @@ class StudyRunner:
             self._say(f"preparing data for {cell.task} ({cell.data})")
             get_task(cell.task)(cell.task_options, cell.data, str(self.cache_dir)).prepare()
 
+    def _check_data(self) -> None:
+        """Each task's cheap data check (does the path exist?) before the record is opened, so a
+        wrong data path stops the study with nothing written to the run directory."""
+        from tasks.errors import DataError
+        from tasks.registry import get_task
+
+        seen = set()
+        for cell in self.cells:
+            key = json.dumps([cell.task, cell.task_options, cell.data], sort_keys=True, default=str)
+            if key in seen:
+                continue
+            seen.add(key)
+            try:
+                get_task(cell.task)(cell.task_options, cell.data, str(self.cache_dir)).check_data()
+            except DataError as exc:
+                raise DataError(f"{self.study.path}: task {cell.task_label!r}: {exc}") from None
+
     def _cell_state(self, cell: Any) -> CellState:
         from optuna.trial import TrialState
 
@@ -315,6 +332,7 @@ class StudyRunner:
 
         from .worker import run_job
 
+        self._check_data()
         self.root.mkdir(parents=True, exist_ok=True)
         with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
             self.storage = open_storage(self.storage_url)

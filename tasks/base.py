@@ -18,6 +18,19 @@ from torch import nn
 from .registry import TaskError
 
 
+def _option_problem(task: str, model: type[pydantic.BaseModel], err: dict[str, Any]) -> str:
+    """One pydantic error as `key: message`; an unknown key gets a did-you-mean and the accepted names."""
+    key = ".".join(map(str, err["loc"]))
+    if err["type"] == "extra_forbidden":
+        import difflib
+
+        names = list(model.model_fields)
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return f"unknown option {key!r}{hint}; task {task!r} accepts {', '.join(names) or 'no options'}"
+    return f"{key}: {err['msg']}"
+
+
 class TaskAdapter(ABC):
     name: ClassVar[str]
     archs: ClassVar[tuple[str, ...]]
@@ -33,13 +46,19 @@ class TaskAdapter(ABC):
             try:
                 options = self.Options.model_validate(options or {})
             except pydantic.ValidationError as exc:
-                problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+                problems = "; ".join(_option_problem(self.name, self.Options, e) for e in exc.errors())
                 raise TaskError(f"task {self.name!r} options: {problems}") from None
         self.options = options
         self.data = data
         self.cache_dir = Path(cache_dir)
 
     # -- data ------------------------------------------------------------------------------
+    def check_data(self) -> None:
+        """Cheap check that the data location exists (no loading); raises DataError naming it.
+
+        The harness calls it before it opens a study's record, so a wrong path writes nothing.
+        Default: no check (`prepare` reports problems)."""
+
     @abstractmethod
     def prepare(self) -> None:
         """Load (or generate) and tokenise the data, using the cache. Idempotent."""

@@ -71,6 +71,35 @@ class CheckpointMismatch(DataError):
     """A checkpoint in the run directory belongs to a different configuration (unit, dims, ...)."""
 
 
+class CheckpointRefused(DataError):
+    """A checkpoint file that is not plain tensors and containers (it would need code to load), or is corrupt."""
+
+
+def _load_reason(exc: BaseException) -> str:
+    """The informative line of torch's weights-only error (its first line only suggests weights_only=False)."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    boiler = ("Weights only load failed", "Please file an issue", "Check the documentation", "WeightsUnpickler error")
+    useful = [ln for ln in lines if not ln.startswith(boiler)]
+    return (useful or lines or [type(exc).__name__])[0].rstrip(".")
+
+
+def load_checkpoint(path: str | Path, map_location: Any = None) -> Any:
+    """`torch.load(path, weights_only=True)`: a file that would run code when loaded (a pickled object
+    with `__reduce__`), or a corrupt one, raises CheckpointRefused naming the file; nothing in it runs."""
+    import pickle
+
+    try:
+        return torch.load(path, weights_only=True, map_location=map_location)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointRefused(
+            f"{path}: refused to load: not a plain weights checkpoint ({_load_reason(exc)}); tprbench loads "
+            "checkpoints with weights_only=True and never runs code from them: delete the file or use a fresh "
+            "run directory") from None
+    except (RuntimeError, EOFError) as exc:
+        raise CheckpointRefused(f"{path}: cannot read the checkpoint ({_load_reason(exc)}); delete the file or use "
+                                "a fresh run directory") from None
+
+
 def _atomic_save(obj: Any, path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(obj, tmp)
@@ -152,7 +181,7 @@ def train(
     start_epoch = 0
     ckpt_path = run_path / CHECKPOINT if run_path else None
     if ckpt_path is not None and ckpt_path.exists():
-        state = torch.load(ckpt_path, weights_only=True, map_location=device)
+        state = load_checkpoint(ckpt_path, map_location=device)
         if state.get("fingerprint") != fingerprint:
             raise CheckpointMismatch(
                 f"{ckpt_path}: checkpoint belongs to a different run configuration (fingerprint "
@@ -169,7 +198,7 @@ def train(
 
     best_state: dict[str, torch.Tensor] | None = None
     if run_path is not None and (run_path / BEST_WEIGHTS).exists() and start_epoch:
-        best_state = torch.load(run_path / BEST_WEIGHTS, weights_only=True, map_location=device)
+        best_state = load_checkpoint(run_path / BEST_WEIGHTS, map_location=device)
 
     for epoch in range(start_epoch + 1, config.epochs + 1):
         t0 = time.perf_counter()
@@ -243,7 +272,7 @@ def load_best_model(adapter: TaskAdapter, config: TrainConfig, run_dir: str | Pa
     adapter.prepare()
     model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim, config.hparams)
     try:
-        model.load_state_dict(torch.load(path, weights_only=True))
+        model.load_state_dict(load_checkpoint(path))
     except RuntimeError as exc:
         raise CheckpointMismatch(f"{path}: weights do not fit unit {config.unit!r} at d={config.dim}: {str(exc).splitlines()[0]}") from None
     return model

@@ -37,6 +37,11 @@ def _check_args(args: argparse.Namespace) -> None:
         raise DataError(f"--train must be >= 0, got {args.train}")
     if args.eval_size < 0:
         raise DataError(f"--eval-size must be >= 0, got {args.eval_size}")
+    from pathlib import Path
+
+    out = Path(args.out).expanduser()
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out {out}: exists and is not a directory; give a directory (new or earlier output)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,6 +76,8 @@ def _run_logic(args: argparse.Namespace) -> int:
             if isinstance(exc, DataError):
                 raise
             raise DataError(str(exc)) from None
+        except OSError as exc:  # e.g. a parent of --out is a file, or no permission
+            raise DataError(f"--out {args.out}: cannot write the dataset ({exc.strerror}: {exc.filename})") from None
 
     state = "up to date, nothing regenerated" if info.cached else f"written in {info.seconds:.1f} s"
     console.print(f"logical entailment dataset in {info.out_dir} ({state}; seed {args.seed})")

@@ -53,9 +53,16 @@ class LogicTask(TaskAdapter):
     direction = "maximize"
     defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 5.0, "batch_size": 64, "dropout": 0.0}
 
+    def check_data(self) -> None:
+        if self.data not in (None, "", "generated"):
+            path = Path(self.data).expanduser()
+            if not path.is_dir():
+                raise DataError(f"logic data: directory {path} not found; {logic_data.HOW_TO_GET}")
+
     def prepare(self) -> None:
         if getattr(self, "_splits", None) is not None:
             return
+        self.check_data()
         opts = self.options
         root = self.cache_dir / "logic"
         if self.data in (None, "", "generated"):
@@ -65,8 +72,6 @@ class LogicTask(TaskAdapter):
             files = dict(info.files)
         else:
             path = Path(self.data).expanduser()
-            if not path.is_dir():
-                raise DataError(f"logic data: directory {path} not found; {logic_data.HOW_TO_GET}")
             files = logic_data.find_splits(path)
             if "validate" not in files:
                 raise DataError(f"logic data: {path} has no validate.txt (DeepMind layout expected)")
