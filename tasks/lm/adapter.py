@@ -75,13 +75,18 @@ class LMTask(TaskAdapter):
     direction = "minimize"
     defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 0.25, "batch_size": 20, "dropout": 0.2}
 
+    def check_data(self) -> None:
+        if self.data == "generated":
+            raise DataError("lm: there is no generated corpus; set data to a WikiText/PTB folder, e.g. ${TPRBENCH_DATA}/wikitext2")
+        if self.data not in (None, "") and not Path(self.data).expanduser().is_dir():
+            raise DataError(f"lm: corpus folder {Path(self.data).expanduser()} not found")
+
     def prepare(self) -> None:
         if getattr(self, "corpus", None) is not None:
             return
+        self.check_data()
         opts = self.options
-        data_dir = None if self.data in (None, "", "generated") else Path(self.data).expanduser()
-        if self.data == "generated":
-            raise DataError("lm: there is no generated corpus; set data to a WikiText/PTB folder, e.g. ${TPRBENCH_DATA}/wikitext2")
+        data_dir = None if self.data in (None, "") else Path(self.data).expanduser()
         self.corpus = load_lm_corpus(opts.corpus, data_dir=data_dir, cache_dir=self.cache_dir / "lm",
                                      bpe_vocab_size=opts.bpe_vocab_size)
         streams = dict(self.corpus.splits)

@@ -71,15 +71,28 @@ class NLITask(TaskAdapter):
     direction = "maximize"
     defaults = {"lr": 1e-4, "lr_step": 30, "lr_gamma": 0.1, "clip": 5.0, "batch_size": 64, "dropout": 0.0}
 
-    def prepare(self) -> None:
-        if getattr(self, "_encoded", None) is not None:
-            return
-        opts = self.options
+    def _root_and_sources(self) -> tuple[Path, set[str]]:
         root = data_root(None if self.data in (None, "", "generated") else self.data)
         if root is None:
             raise DataError("nli: no data root; set data to the shared data folder (e.g. ${TPRBENCH_DATA}) or set TPRBENCH_DATA")
+        opts = self.options
+        sources = {r.split(":", 1)[0] for r in [opts.train, opts.valid, *opts.test]}
+        return root, sources
+
+    def check_data(self) -> None:
+        root, sources = self._root_and_sources()
+        if not root.is_dir():
+            raise DataError(f"nli: data root {root} not found")
+        for source in sorted(sources):
+            nli_data.default_dir(source, root)  # names the folders it looked for
+
+    def prepare(self) -> None:
+        if getattr(self, "_encoded", None) is not None:
+            return
+        self.check_data()
+        opts = self.options
+        root, sources = self._root_and_sources()
         refs = [opts.train, opts.valid, *opts.test]
-        sources = {r.split(":", 1)[0] for r in refs}
         label_sets = {nli_data.label_names(s) for s in sources}
         if len(label_sets) > 1:
             raise TaskError(f"nli: splits {refs} mix 2-way (qnli) and 3-way labels")
