@@ -81,6 +81,8 @@ class NLITask(TaskAdapter):
 
     def check_data(self) -> None:
         root, sources = self._root_and_sources()
+        if len({nli_data.label_names(s) for s in sources}) > 1:
+            raise TaskError(f"nli: splits of {', '.join(sorted(sources))} mix 2-way (qnli) and 3-way labels")
         if not root.is_dir():
             raise DataError(f"nli: data root {root} not found")
         for source in sorted(sources):
@@ -93,10 +95,7 @@ class NLITask(TaskAdapter):
         opts = self.options
         root, sources = self._root_and_sources()
         refs = [opts.train, opts.valid, *opts.test]
-        label_sets = {nli_data.label_names(s) for s in sources}
-        if len(label_sets) > 1:
-            raise TaskError(f"nli: splits {refs} mix 2-way (qnli) and 3-way labels")
-        self.label_names = label_sets.pop()
+        self.label_names = nli_data.label_names(next(iter(sources)))
         loaded: dict[str, Any] = {}
         self.dropped: dict[str, int] = {}
         cache = self.cache_dir / "nli"
