@@ -35,7 +35,7 @@ def _load_builtins() -> None:
     # Imported here, not at package import, so `import tasks` stays cheap.
     import importlib
 
-    for module in ("tasks.logic.adapter", "tasks.nli.adapter", "tasks.lm.adapter"):
+    for module in ("tasks.logic.adapter", "tasks.nli.adapter", "tasks.lm.adapter", "tasks.transfer.adapter"):
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:

@@ -120,3 +120,22 @@ def test_lm_real_wikitext2_counts(data_root, tmp_path):
     task = get_task("lm")({"corpus": "wikitext2"}, str(data_root / "wikitext2"), tmp_path)
     facts = task.describe()
     assert facts["train_tokens"] == 2088628 and facts["vocab"] == 33278
+
+
+def test_transfer_task_adds_senteval_splits(nli_root, tmp_path):
+    """NLI training, then SentEval's MR protocol (k-fold) on the frozen encoder, as test splits."""
+    mr = nli_root / "senteval" / "MR"
+    mr.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(3)
+    (mr / "rt-polarity.pos").write_text("".join(f"red big {_sentence(rng)}\n" for _ in range(60)))
+    (mr / "rt-polarity.neg").write_text("".join(f"not small {_sentence(rng)}\n" for _ in range(60)))
+    task = get_task("transfer")({"max_len": 12, "senteval_tasks": ["MR"], "kfold": 3}, str(nli_root), tmp_path)
+    result = train(task, TrainConfig("gru", "plain", 16, 16, epochs=1, seed=0, hparams={"lr": 1e-2, "batch_size": 32}))
+    assert result.status == "finished"
+    assert set(result.test) == {"mnli_dev_matched", "mnli_dev_mismatched", "senteval_MR"}
+    assert result.test["senteval_MR"]["acc"] > 0.7  # the class words are in every sentence
+
+
+def test_transfer_options_name_unknown_senteval_tasks(tmp_path):
+    with pytest.raises(TaskError, match="unknown SentEval task"):
+        get_task("transfer")({"senteval_tasks": ["MRR"]}, None, tmp_path)

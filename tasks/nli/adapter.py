@@ -9,6 +9,7 @@ label is `-` are dropped and counted (`describe()`).
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
@@ -152,7 +153,8 @@ class NLITask(TaskAdapter):
         self.check_arch(arch)
         vectors = None
         if self.options.vectors:
-            vectors, _hits = nli_data.load_word_vectors(Path(self.options.vectors).expanduser(), self.vocab, dim=input_dim)
+            path = Path(os.path.expandvars(self.options.vectors)).expanduser()
+            vectors, _hits = nli_data.load_word_vectors(path, self.vocab, dim=input_dim)
         return PairModel(unit, arch, len(self.vocab), dim, input_dim, classes=len(self.label_names),
                          pooling=self.options.pooling, mlp_hidden=hparams.get("mlp_hidden"),
                          dropout=float(hparams.get("dropout", 0.0)), embeddings=vectors,
@@ -162,6 +164,28 @@ class NLITask(TaskAdapter):
         logits = model(batch["premise"], batch["premise_mask"], batch["hypothesis"], batch["hypothesis_mask"])
         loss = F.cross_entropy(logits, batch["label"])
         return loss, {"correct": int((logits.argmax(-1) == batch["label"]).sum()), "count": int(batch["label"].shape[0])}
+
+    @torch.no_grad()
+    def encode_sentences(self, model: nn.Module, sentences: list) -> "np.ndarray":
+        """Frozen sentence vectors: the trained encoder (no attention, no classifier) + pooling.
+
+        `sentences` are token lists (SentEval's convention) or strings; tokenised like the training data.
+        """
+        import numpy as np
+
+        model.eval()
+        device = next(model.parameters()).device
+        ids = []
+        for sentence in sentences:
+            text = sentence if isinstance(sentence, str) else " ".join(sentence)
+            tokens = nli_data.tokenize(text)[: self.options.max_len or None]
+            ids.append(self.vocab.lookup(tokens) or [nli_data.UNK])
+        batch = nli_data.collate({"premise_ids": ids, "hypothesis_ids": ids, "label": [0] * len(ids)})
+        tokens, mask = batch["premise"].to(device), batch["premise_mask"].to(device)
+        outputs, state = model.encoder(model.embed(tokens), mask)
+        from ..architectures import pool
+
+        return pool(outputs, state, mask, model.pooling).float().cpu().numpy().astype(np.float64)
 
     def describe(self) -> dict[str, Any]:
         self.prepare()

@@ -1,0 +1,92 @@
+"""`tprbench transfer RUN_ID`: SentEval on the frozen encoder of a tracked run.
+
+Everything needed to rebuild the model comes from the record: the run's tags (task, arch, unit,
+dims) and params (hyperparameters, seed), its cell run's params (task options, data) and its
+`best.pt` artifact. Results are logged as a `transfer` run nested under the source run, with one
+metric per task (`senteval_<task>_acc`, or `_pearson`/`_spearman`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .tracking import KIND, STUDY, TAG
+
+
+class TransferError(ValueError):
+    user_error = True
+
+
+def _value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return text
+
+
+def load_tracked_model(client: Any, run_id: str, cache_dir: Path):
+    """(adapter, model, run) for a tracked trial/seed run, weights from its best.pt artifact."""
+    import torch
+
+    from tasks.registry import get_task
+    from tasks.training import TrainConfig, load_checkpoint
+
+    try:
+        run = client.get_run(run_id)
+    except Exception as exc:
+        raise TransferError(f"run {run_id!r} not found in {client.tracking_uri}: {str(exc).splitlines()[0]}") from None
+    tags = run.data.tags
+    if tags.get(KIND) != "run":
+        raise TransferError(f"run {run_id} is not a tprbench trial/seed run (kind={tags.get(KIND)!r})")
+    if tags.get(TAG + "status") != "finished":
+        raise TransferError(f"run {run_id} did not finish (status {tags.get(TAG + 'status')!r}): no trained encoder")
+    cell = client.get_run(tags["mlflow.parentRunId"]).data.params
+    options = json.loads(cell["task_options"])
+    task = tags[TAG + "task"]
+    adapter = get_task(task)(options, os.path.expandvars(cell["data"]), cache_dir)
+    if not hasattr(adapter, "encode_sentences"):
+        raise TransferError(f"run {run_id}: task {task!r} has no sentence encoder (SentEval needs an NLI-style task)")
+    hparams = {k: _value(v) for k, v in run.data.params.items() if k != "seed"}
+    config = TrainConfig(unit=tags[TAG + "unit"], arch=tags[TAG + "arch"], dim=int(tags[TAG + "dim"]),
+                         input_dim=int(tags[TAG + "input_dim"]), epochs=int(cell.get("epochs", 1)),
+                         seed=int(run.data.params.get("seed", 0)), hparams=hparams)
+    adapter.prepare()
+    torch.manual_seed(config.seed)
+    model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim, config.hparams)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = client.download_artifacts(run_id, "best.pt", tmp)
+        except Exception as exc:
+            raise TransferError(f"run {run_id}: no best.pt artifact ({str(exc).splitlines()[0]})") from None
+        model.load_state_dict(load_checkpoint(Path(path)))
+    return adapter, model, run
+
+
+def evaluate_run(tracking_uri: str, run_id: str, tasks: list[str], task_path: str | None, kfold: int,
+                 cache_dir: Path, log: bool = True) -> dict[str, dict[str, Any]]:
+    from mlflow import MlflowClient
+    from mlflow.entities import Metric
+
+    from tasks.transfer.senteval import evaluate
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    adapter, model, run = load_tracked_model(client, run_id, cache_dir)
+    if task_path is None and adapter.data:
+        task_path = f"{adapter.data}/senteval"
+    results = evaluate(lambda sentences: adapter.encode_sentences(model, sentences), task_path, tasks, kfold=kfold)
+    if log:
+        tags = {KIND: "transfer", STUDY: run.data.tags.get(STUDY, ""), "mlflow.parentRunId": run_id,
+                TAG + "source_run": run_id, TAG + "unit": run.data.tags.get(TAG + "unit", ""),
+                TAG + "cell_id": run.data.tags.get(TAG + "cell_id", "")}
+        child = client.create_run(run.info.experiment_id, tags=tags, run_name=f"transfer/{run_id[:8]}").info.run_id
+        now = int(time.time() * 1000)
+        metrics = [Metric(f"senteval_{task}_{k}", float(v), now, 0) for task, r in results.items()
+                   for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        client.log_batch(child, metrics=metrics)
+        client.set_terminated(child, "FINISHED")
+    return results

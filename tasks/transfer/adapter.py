@@ -1,0 +1,68 @@
+"""SentEval transfer as a task: train an NLI encoder, then evaluate its frozen sentence vectors.
+
+The `transfer` task is the `nli` task with the SentEval tasks appended to its test splits: a
+split `senteval_MR` runs SentEval's protocol (tasks/transfer/senteval.py) on the best model's
+encoder, so a study records NLI accuracy and transfer results of the same run side by side
+(000 Table 3). `tprbench transfer RUN_ID` does the same for a run that was already tracked.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pydantic
+from torch import nn
+
+from ..nli.adapter import NLIOptions, NLITask
+from ..registry import register_task
+from .senteval import evaluate as senteval_evaluate
+from .senteval_data import TASKS
+
+PREFIX = "senteval_"
+
+
+class TransferOptions(NLIOptions):
+    senteval_tasks: list[str] = pydantic.Field(["MR", "CR", "SUBJ", "MPQA", "TREC", "SICKEntailment", "STSBenchmark"],
+                                               description="SentEval tasks evaluated on the best model")
+    senteval_path: str | None = pydantic.Field(None, description="SentEval data/downstream folder (default <data>/senteval)")
+    kfold: int = pydantic.Field(10, ge=2, description="folds of the cross-validated SentEval tasks")
+
+    @pydantic.field_validator("senteval_tasks")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        unknown = [t for t in value if t not in TASKS]
+        if unknown:
+            raise ValueError(f"unknown SentEval task(s) {unknown}; known: {', '.join(TASKS)}")
+        return value
+
+
+def senteval_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The numbers a table shows: accuracy (%) for classification, correlations ×100 otherwise."""
+    if "acc" in result:
+        return {"acc": float(result["acc"]) / 100.0} | ({"f1": float(result["f1"]) / 100.0} if "f1" in result else {})
+    return {"pearson": float(result["pearson"]), "spearman": float(result["spearman"])}
+
+
+@register_task("transfer")
+class TransferTask(NLITask):
+    Options = TransferOptions
+    layouts = NLITask.layouts + "; plus SentEval's data/downstream layout (<data>/senteval)"
+
+    @property
+    def test_splits(self) -> list[str]:
+        return super().test_splits + [PREFIX + t for t in self.options.senteval_tasks]
+
+    def senteval_path(self) -> str | None:
+        if self.options.senteval_path:
+            return self.options.senteval_path
+        return None if self.data in (None, "", "generated") else f"{self.data}/senteval"
+
+    def evaluate(self, model: nn.Module, split: str, batch_size: int) -> dict[str, float]:
+        if not split.startswith(PREFIX):
+            return super().evaluate(model, split, batch_size)
+        name = split[len(PREFIX):]
+        results = senteval_evaluate(lambda sentences: self.encode_sentences(model, sentences), self.senteval_path(),
+                                    [name], kfold=self.options.kfold)
+        return senteval_metrics(results[name])
+
+
