@@ -45,50 +45,52 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_unit(spec: str, dim: int, seq: int, batch: int, repeats: int, warmup: int, device: str) -> tuple[float, float]:
-    """Median forward and backward milliseconds of one unit on random inputs (input size = dim)."""
-    import torch
-
-    import units
-
-    torch.manual_seed(0)
-    module = units.build(spec, dim, dim).to(device)
-    x = torch.randn(batch, seq, dim, device=device, requires_grad=True)
-    mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
-    fwd, bwd = [], []
-    for i in range(warmup + repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        outputs, state = module(x, mask)
-        loss = outputs.sum() + state.sum()
-        _sync(device)
-        t1 = time.perf_counter()
-        loss.backward()
-        _sync(device)
-        t2 = time.perf_counter()
-        if i >= warmup:
-            fwd.append((t1 - t0) * 1e3)
-            bwd.append((t2 - t1) * 1e3)
-        module.zero_grad(set_to_none=True)
-        x.grad = None
-    return statistics.median(fwd), statistics.median(bwd)
+def _step(module, x, mask, device: str) -> tuple[float, float]:
+    """One forward and one backward, each timed (ms)."""
+    _sync(device)
+    t0 = time.perf_counter()
+    outputs, state = module(x, mask)
+    loss = outputs.sum() + state.sum()
+    _sync(device)
+    t1 = time.perf_counter()
+    loss.backward()
+    _sync(device)
+    t2 = time.perf_counter()
+    module.zero_grad(set_to_none=True)
+    x.grad = None
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
 
 def bench(specs: list[str], dims: list[int], seq: int, batch: int, repeats: int, warmup: int, device: str,
           progress=None) -> list[BenchRow]:
+    """Median forward/backward ms per unit. Repeats are interleaved across units (unit A, B, C,
+    A, B, C, ...) so that load from other processes hits every unit alike."""
+    import torch
+
     import units
 
     rows: list[BenchRow] = []
     for dim in dims:
+        torch.manual_seed(0)
+        names = [_with_default_roles(raw, dim) for raw in ["gru"] + [s for s in specs if s != "gru"]]
+        modules = [units.build(spec, dim, dim).to(device) for spec in names]
+        x = torch.randn(batch, seq, dim, device=device, requires_grad=True)
+        mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
+        times: list[list[tuple[float, float]]] = [[] for _ in names]
+        for i in range(warmup + repeats):
+            for j, module in enumerate(modules):
+                f, b = _step(module, x, mask, device)
+                if i >= warmup:
+                    times[j].append((f, b))
         gru_total = None
-        for raw in ["gru"] + [s for s in specs if s != "gru"]:
-            spec = _with_default_roles(raw, dim)
-            f, b = time_unit(spec, dim, seq, batch, repeats, warmup, device)
-            if raw == "gru":
+        for spec, samples in zip(names, times):
+            f = statistics.median(t[0] for t in samples)
+            b = statistics.median(t[1] for t in samples)
+            if gru_total is None:
                 gru_total = f + b
             counts = units.param_counts(spec, dim, dim)
             rows.append(BenchRow(spec, dim, seq, batch, round(f, 3), round(b, 3), round(f + b, 3),
-                                 round((f + b) / gru_total, 3) if gru_total else None, counts.formula, counts.total))
+                                 round((f + b) / gru_total, 3), counts.formula, counts.total))
             if progress:
                 progress(rows[-1])
     return rows

@@ -29,99 +29,100 @@ def fold_is_cheaper(hidden: int, roles: int, slices: int) -> bool:
     return slices * roles <= hidden + roles
 
 
-def _scores(pre: torch.Tensor, b: torch.Tensor, U_slices: torch.Tensor | None, d: int, k: int, N: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(f_b [B,k,N], z [B,d]) from the recurrent matmul's output."""
-    B = pre.shape[0]
-    if U_slices is None:
-        return pre[:, d:].reshape(B, k, N), pre[:, d:]
-    z = pre[:, d:] if pre.shape[1] > d else b  # V_b b, or b itself when V_b = I
-    fb = torch.bmm(z.reshape(B, k, d // k).transpose(0, 1), U_slices).transpose(0, 1)
-    return fb, z
-
-
 class TPRURecurrence(torch.autograd.Function):
     """b_1..b_T from precomputed input projections; see the module docstring."""
 
     @staticmethod
     def forward(ctx, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, norm: str, tanh_candidate: bool):
         relu2 = norm == "relu2"
+        folded = U_slices is None
         T, B, d = gx.shape
         k, N = fx.shape[2], fx.shape[3]
+        rows = W_rec.shape[0]
         W_rec_T = W_rec.t()
         R_T = R_slices.transpose(1, 2)
+        # Everything that does not depend on b_{t-1}, for all steps at once: the matmul's bias
+        # (gate input; with folding also c_b, or for softmax the whole input score) and ReLU(f_x + c_x).
+        bias = gx.new_zeros(T, B, rows)
+        bias[:, :, :d] = gx
+        if folded:
+            bias[:, :, d:] = c_b if relu2 else (fx + (c_b + c_x)).reshape(T, B, k * N)
+        relu_x = torch.relu(fx + c_x) if relu2 else None
+        score_x = None if (relu2 or folded) else fx + (c_b + c_x)
         outs = gx.new_empty(T, B, d)
         gates = torch.empty_like(outs)
         cands = torch.empty_like(outs)
         fills = fx.new_empty(T, B, k, N)
-        zs = gx.new_empty(T, B, d) if U_slices is not None else None
-        # ReLU² keeps a = ReLU(f_b+c_b) + ReLU(f_x+c_x), the two ReLU masks and Σf̃; softmax needs only f.
-        acts = torch.empty_like(fills) if relu2 else None
-        mask_b = torch.empty_like(fills, dtype=torch.bool) if relu2 else None
-        mask_x = torch.gt(fx, -c_x) if relu2 else None
+        zs = gx.new_empty(T, B, d) if not folded else None
+        relu_b = torch.empty_like(fills) if relu2 else None  # ReLU(f_b + c_b): gives a and its mask in backward
         sums = fx.new_empty(T, B, k, 1) if relu2 else None
         b = b0
         for t in range(T):
-            pre = b @ W_rec_T
-            g = torch.sigmoid(torch.add(pre[:, :d], gx[t]), out=gates[t])
-            fb, z = _scores(pre, b, U_slices, d, k, N)
-            if zs is not None:
+            pre = torch.addmm(bias[t], b, W_rec_T)                     # [W_b b + W_x x | f_b (+c_b)]
+            g = torch.sigmoid(pre[:, :d], out=gates[t])                # g_t
+            if folded:
+                score = pre[:, d:].view(B, k, N)
+            else:
+                z = pre[:, d:] if rows > d else b                      # V_b b, or b when V_b = I
                 zs[t] = z
+                score = torch.bmm(z.reshape(B, k, d // k).transpose(0, 1), U_slices).transpose(0, 1)
+                score = score + c_b if relu2 else score + score_x[t]
             if relu2:
-                pb = fb + c_b
-                torch.gt(pb, 0, out=mask_b[t])
-                a = torch.add(pb.relu_(), torch.relu(fx[t] + c_x), out=acts[t])
+                a = torch.clamp_min(score, 0, out=relu_b[t]) + relu_x[t]   # ReLU(f_b+c_b) + ReLU(f_x+c_x)
                 a2 = a * a
-                s = torch.clamp_min(a2.sum(-1, keepdim=True), NORM_EPS, out=sums[t])
-                f = torch.div(a2, s, out=fills[t])
+                f = torch.div(a2, torch.clamp_min(a2.sum(-1, keepdim=True), NORM_EPS, out=sums[t]), out=fills[t])
             else:
                 f = fills[t]
-                f.copy_(torch.softmax(fb + fx[t] + (c_b + c_x), dim=-1))
-            cand = torch.bmm(f.transpose(0, 1), R_T).transpose(0, 1).reshape(B, d)
+                f.copy_(torch.softmax(score, dim=-1))
+            cand = torch.bmm(f.transpose(0, 1), R_T).transpose(0, 1).reshape(B, d)  # b̃ = R f
             if tanh_candidate:
                 cand = torch.tanh(cand)
             cands[t] = cand
-            b = torch.lerp(b, cand, g, out=outs[t])  # b_t = g ∘ b̃ + (1 − g) ∘ b_{t-1}
+            b = torch.lerp(b, cand, g, out=outs[t])                    # b_t = g ∘ b̃ + (1 − g) ∘ b_{t-1}
         ctx.relu2, ctx.use_tanh = relu2, tanh_candidate
-        ctx.save_for_backward(W_rec, R_slices, U_slices, b0, outs, gates, cands, fills, zs, acts, mask_b, mask_x, sums)
+        ctx.save_for_backward(W_rec, R_slices, U_slices, b0, outs, gates, cands, fills, zs, relu_b, relu_x, sums)
         return outs
 
     @staticmethod
     def backward(ctx, grad_out):
-        W_rec, R_slices, U_slices, b0, outs, gates, cands, fills, zs, acts, mask_b, mask_x, sums = ctx.saved_tensors
+        W_rec, R_slices, U_slices, b0, outs, gates, cands, fills, zs, relu_b, relu_x, sums = ctx.saved_tensors
         relu2, use_tanh = ctx.relu2, ctx.use_tanh
         T, B, d = outs.shape
         k, s, N = R_slices.shape
         folded = U_slices is None
         rows = W_rec.shape[0]
         prev = torch.cat([b0.unsqueeze(0), outs[:-1]], 0)  # b_{t-1} for every t
+        # Per-step factors that need no gradient yet, computed for all steps at once.
+        keep = 1 - gates                                       # ∂b_t/∂b_{t-1} through the lerp
+        gate_coef = (cands - prev) * gates * keep              # ∂b_t/∂(gate pre-activation)
+        cand_coef = 1 - cands * cands if use_tanh else None
+        if relu2:
+            relu_coef = 2 * (relu_b + relu_x) / sums           # ∂f̃/∂a = 2a, divided by Σf̃
+            mask_b = relu_b > 0
         d_pre = outs.new_zeros(T, B, rows)
-        d_fb_all = fills.new_empty(T, B, k, N)
-        d_fx = torch.empty_like(fills)
+        d_scores = fills.new_empty(T, B, k, N)                 # ∂ of the role scores (ReLU² input a, or softmax input)
+        d_fb_all = d_pre[:, :, d:].view(T, B, k, N) if folded else fills.new_empty(T, B, k, N)
         d_cand_all = torch.empty_like(outs)
         carry = torch.zeros_like(b0)
         for t in range(T - 1, -1, -1):
             dh = grad_out[t] + carry
-            g, cand, f = gates[t], cands[t], fills[t]
-            d_cand = dh * g
-            torch.mul(dh * (cand - prev[t]), g * (1 - g), out=d_pre[t, :, :d])  # through the gate
+            torch.mul(dh, gate_coef[t], out=d_pre[t, :, :d])
+            d_cand = torch.mul(dh, gates[t], out=d_cand_all[t])
             if use_tanh:
-                d_cand = d_cand * (1 - cand * cand)
-            d_cand_all[t] = d_cand
-            # ∂f = Rᵀ ∂b̃ per slice: [k, B, s] × [k, s, N] → [B, k, N]
+                d_cand.mul_(cand_coef[t])
+            # ∂f = Rᵀ ∂b̃ per slice: [k, B, s] × [k, s, N] → [B, k, N]; then through the normalisation.
             d_f = torch.bmm(d_cand.view(B, k, s).transpose(0, 1), R_slices).transpose(0, 1)
+            f = fills[t]
             centred = d_f - (d_f * f).sum(-1, keepdim=True)
             if relu2:
-                d_a = (2 * acts[t] / sums[t]) * centred
+                d_a = torch.mul(relu_coef[t], centred, out=d_scores[t])
                 d_fb = torch.mul(d_a, mask_b[t], out=d_fb_all[t])
-                torch.mul(d_a, mask_x[t], out=d_fx[t])
             else:
-                d_fb = torch.mul(f, centred, out=d_fb_all[t])
-                d_fx[t] = d_fb
-            carry = dh * (1 - g)
-            if folded:
-                d_pre[t, :, d:] = d_fb.reshape(B, k * N)
-            else:
-                # z → f_b: ∂z = U ∂f_b per slice; z is V_b b (in W_rec) or b itself.
+                d_fb = torch.mul(f, centred, out=d_scores[t])
+                d_fb_all[t] = d_fb  # the softmax input score is f_b + f_x: one gradient for both
+            carry = dh * keep[t]
+            if not folded:
+                # z → f_b: ∂z = U ∂f_b per slice; z is V_b b (part of W_rec) or b itself.
                 d_z = torch.bmm(d_fb.transpose(0, 1), U_slices.transpose(1, 2)).transpose(0, 1).reshape(B, d)
                 if rows > d:
                     d_pre[t, :, d:] = d_z
@@ -132,9 +133,9 @@ class TPRURecurrence(torch.autograd.Function):
         d_W_rec = d_pre.reshape(T * B, rows).t() @ prev.reshape(T * B, d)
         d_R = torch.einsum("tbks,tbkn->ksn", d_cand_all.view(T, B, k, s), fills)
         d_U = None if folded else torch.einsum("tbks,tbkn->ksn", zs.view(T, B, k, s), d_fb_all)
-        if relu2:
-            d_c_b, d_c_x = d_fb_all.sum().reshape(()), d_fx.sum().reshape(())
-        else:
+        d_fx = d_scores * (relu_x > 0) if relu2 else d_scores
+        d_c_b, d_c_x = d_fb_all.sum().reshape(()), d_fx.sum().reshape(())
+        if not relu2:
             d_c_b = d_c_x = d_fx.sum().reshape(())
         d_gx = d_pre[:, :, :d]
         return d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, carry, None, None
