@@ -160,10 +160,23 @@ class StudyRunner:
                 optuna.delete_study(study_name=name, storage=self.storage)
             except KeyError:
                 pass
-        seed = int(cell.id[:8], 16)
         return optuna.create_study(study_name=name, storage=self.storage, direction=cell.direction,
-                                   sampler=optuna.samplers.TPESampler(seed=seed),
+                                   sampler=self._sampler(cell, 0),
                                    pruner=make_pruner(self.study.pruner), load_if_exists=True)
+
+    @staticmethod
+    def _sampler(cell: Any, number: int):
+        """The sampler that proposes trial `number` of a cell, seeded by (cell id, trial number).
+
+        One seeded sampler per study would make a restarted driver draw its first random
+        numbers again: the first trial asked after a restart got the parameters of trial 0 (a
+        duplicate search point, and results that differ from an uninterrupted run). Seeding per
+        trial makes each trial's proposal independent of restarts (TPE still conditions on the
+        trials finished at that moment)."""
+        import optuna
+
+        seed = int(hashlib.sha256(f"{cell.id}/{number}".encode()).hexdigest()[:8], 16)
+        return optuna.samplers.TPESampler(seed=seed)
 
     def _prepare_data(self) -> None:
         """Load/generate each distinct dataset once on the driver so workers find it cached,
@@ -281,6 +294,7 @@ class StudyRunner:
 
         from .search_space import suggest
 
+        st.study.sampler = self._sampler(st.cell, number)
         trial = optuna.trial.Trial(st.study, trial_id)
         params = suggest(trial, st.cell.search)  # stored values come back for a re-dispatched trial
         trial.set_user_attr("fixed", {k: v for k, v in params.items() if k not in trial.params})
