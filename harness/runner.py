@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -218,6 +219,9 @@ class StudyRunner:
             for rec in records.values():
                 self.tracker.client.delete_run(rec.run_id)
             records = {}
+            # The cell's checkpoints and result.json files go too: a finished run directory is
+            # returned as is by `train`, so without this --force recomputed nothing.
+            shutil.rmtree(self.work_dir / cell.id, ignore_errors=True)
         for trial in st.study.get_trials(deepcopy=False):
             if trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
                 st.trials_done += 1
