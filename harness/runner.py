@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tracking import PHASE, TAG, Tracker, default_tracking_uri, git_commit
+from .tracking import PHASE, TAG, Tracker, default_tracking_uri, git_commit, with_retry
 from .storage import default_storage_url, open_storage
 
 
@@ -214,10 +214,10 @@ class StudyRunner:
         from optuna.trial import TrialState
 
         st = CellState(cell, self._optuna_study(cell), self.study.study.trials, self.study.study.seeds)
-        records = self.tracker.records(cell.id)
+        records = self.tracker.retry(lambda: self.tracker.records(cell.id), "read records")
         if self.force:
             for rec in records.values():
-                self.tracker.client.delete_run(rec.run_id)
+                self.tracker.retry(lambda: self.tracker.client.delete_run(rec.run_id), "delete run")
             records = {}
             # The cell's checkpoints and result.json files go too: a finished run directory is
             # returned as is by `train`, so without this --force recomputed nothing.
@@ -257,8 +257,8 @@ class StudyRunner:
         st.final_params = params
         h = params_hash(params)
         # The report reads which seed runs are current from the cell's record.
-        self.tracker.client.set_tag(self.cell_runs[st.cell.id], TAG + "final_params_hash", h)
-        self.tracker.client.set_tag(self.cell_runs[st.cell.id], TAG + "final_params", json.dumps(params, sort_keys=True))
+        self.tracker.set_tag(self.cell_runs[st.cell.id], TAG + "final_params_hash", h)
+        self.tracker.set_tag(self.cell_runs[st.cell.id], TAG + "final_params", json.dumps(params, sort_keys=True))
         done = [s for s in range(st.seeds_wanted) if f"{st.cell.id}/seed/{s}/{h}" in st.records]
         st.seeds_done = len(done)
         st.seeds_failed = sum(st.records[f"{st.cell.id}/seed/{s}/{h}"].status == "failed" for s in done)
@@ -298,13 +298,22 @@ class StudyRunner:
 
         from .search_space import suggest
 
-        st.study.sampler = self._sampler(st.cell, number)
-        trial = optuna.trial.Trial(st.study, trial_id)
-        params = suggest(trial, st.cell.search)  # stored values come back for a re-dispatched trial
-        trial.set_user_attr("fixed", {k: v for k, v in params.items() if k not in trial.params})
+        def propose() -> dict[str, Any]:  # idempotent: stored values come back for a re-dispatched trial
+            st.study.sampler = self._sampler(st.cell, number)
+            trial = optuna.trial.Trial(st.study, trial_id)
+            params = suggest(trial, st.cell.search)
+            trial.set_user_attr("fixed", {k: v for k, v in params.items() if k not in trial.params})
+            return params
+
+        params = with_retry(propose, f"Optuna storage {self.storage_url}", self._say)
         st.running_search += 1
         return Job(st.cell, "search", f"{st.cell.id}/trial/{number}", self.work_dir / st.cell.id / f"trial-{number:04d}",
                    SEARCH_SEED_OFFSET + number, params, number, trial_id)
+
+    def _tell(self, st: CellState, job: Job, value: float | None = None, state: Any = None) -> None:
+        """Optuna `tell`, retried while the storage is unavailable (skip_if_finished: idempotent)."""
+        with_retry(lambda: st.study.tell(job.trial_number, value, state=state, skip_if_finished=True),
+                   f"Optuna storage {self.storage_url}", self._say)
 
     # -- results ---------------------------------------------------------------------------
     def _record(self, st: CellState, job: Job, result: dict[str, Any]) -> None:
@@ -329,13 +338,13 @@ class StudyRunner:
             st.running_search -= 1
             st.trials_done += 1
             if status == "finished" and result.get("best_valid") is not None:
-                st.study.tell(job.trial_number, result["best_valid"])
+                self._tell(st, job, result["best_valid"])
             elif status == "pruned":
                 st.trials_pruned += 1
-                st.study.tell(job.trial_number, state=TrialState.PRUNED)
+                self._tell(st, job, state=TrialState.PRUNED)
             else:
                 st.trials_failed += 1
-                st.study.tell(job.trial_number, state=TrialState.FAIL)
+                self._tell(st, job, state=TrialState.FAIL)
         else:
             st.seeds_done += 1
             st.seeds_failed += status == "failed"
@@ -353,8 +362,9 @@ class StudyRunner:
         self._check_data()
         self.root.mkdir(parents=True, exist_ok=True)
         with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
-            self.storage = open_storage(self.storage_url)
+            self.storage = with_retry(lambda: open_storage(self.storage_url), f"Optuna storage {self.storage_url}", self._say)
             self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts")
+            self.tracker.on_retry = self._say
             study_run = self.tracker.study_run(self.commit)
             self.cell_runs = {c.id: self.tracker.cell_run(c, study_run) for c in self.cells}
             import optuna
@@ -374,42 +384,52 @@ class StudyRunner:
             self._say(f"{len(states)} cells, {capacity} trial slot(s); tracking {self.tracking_uri}")
             in_flight: dict[Any, tuple[CellState, Job]] = {}
             order = deque(states)
-            with self._live(states) as live:
-                while True:
-                    # Fill every free slot, taking from cells round-robin.
-                    idle_rounds = 0
-                    while len(in_flight) < capacity and order and idle_rounds < len(order):
-                        st = order[0]
-                        order.rotate(-1)
-                        job = self._next_job(st)
-                        if job is None:
-                            idle_rounds += 1
-                            continue
+            try:
+                with self._live(states) as live:
+                    while True:
+                        # Fill every free slot, taking from cells round-robin.
                         idle_rounds = 0
-                        job.run_dir.mkdir(parents=True, exist_ok=True)
-                        job.started = time.time()
-                        payload = {"cell": st.cell.as_dict(), "hparams": job.hparams, "seed": job.seed,
-                                   "run_dir": str(job.run_dir), "cache_dir": str(self.cache_dir),
-                                   "threads": int(res.cpus) if res.cpus >= 1 else 1,
-                                   "optuna": None if job.phase != "search" else {
-                                       "storage": self.storage_url, "study_name": st.study.study_name,
-                                       "trial_id": job.trial_id, "pruner": _dump(self.study.pruner)}}
-                        st.running += 1
-                        in_flight[remote.remote(payload)] = (st, job)
-                    live(states, len(in_flight))
-                    if not in_flight:
-                        break
-                    ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
-                    for ref in ready:
-                        st, job = in_flight.pop(ref)
-                        st.running -= 1
-                        try:
-                            result = ray.get(ref)
-                        except Exception as exc:  # worker/node lost after all retries
-                            result = {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
-                                      "history": [], "test": {}}
-                        self._record(st, job, result)
-                    live(states, len(in_flight))
+                        while len(in_flight) < capacity and order and idle_rounds < len(order):
+                            st = order[0]
+                            order.rotate(-1)
+                            job = self._next_job(st)
+                            if job is None:
+                                idle_rounds += 1
+                                continue
+                            idle_rounds = 0
+                            job.run_dir.mkdir(parents=True, exist_ok=True)
+                            job.started = time.time()
+                            payload = {"cell": st.cell.as_dict(), "hparams": job.hparams, "seed": job.seed,
+                                       "run_dir": str(job.run_dir), "cache_dir": str(self.cache_dir),
+                                       "threads": int(res.cpus) if res.cpus >= 1 else 1,
+                                       "optuna": None if job.phase != "search" else {
+                                           "storage": self.storage_url, "study_name": st.study.study_name,
+                                           "trial_id": job.trial_id, "pruner": _dump(self.study.pruner)}}
+                            st.running += 1
+                            in_flight[remote.remote(payload)] = (st, job)
+                        live(states, len(in_flight))
+                        if not in_flight:
+                            break
+                        ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+                        for ref in ready:
+                            st, job = in_flight[ref]
+                            try:
+                                result = ray.get(ref)
+                            except Exception as exc:  # worker/node lost after all retries
+                                result = {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                                          "history": [], "test": {}}
+                            self._record(st, job, result)
+                            del in_flight[ref]  # only once recorded: an error above leaves it to be cancelled
+                            st.running -= 1
+                        live(states, len(in_flight))
+            finally:
+                # Stopped by an error (store unavailable, Ctrl-C in a notebook): tasks still running
+                # would go on writing into run directories that the next `run` dispatches again.
+                for ref in in_flight:
+                    try:
+                        ray.cancel(ref, force=True)
+                    except Exception:
+                        pass
             summary = {"cells": len(states), "seconds": time.time() - self.started,
                        "states": {st.cell.id: st.status for st in states}}
             return summary

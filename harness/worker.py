@@ -32,21 +32,39 @@ def get_adapter(task: str, options: dict[str, Any], data: str | None, cache_dir:
     return _ADAPTERS[key]
 
 
-def _pruning_reporter(spec: dict[str, Any], metric_key: str):
-    """Report each epoch's validation score to the trial in Optuna storage; True = prune."""
+REPORT_RETRY_SECONDS = 30.0  # a worker waits this long for the Optuna storage, then trains on without pruning
+
+
+def _pruning_reporter(spec: dict[str, Any], metric_key: str, info: dict[str, Any]):
+    """Report each epoch's validation score to the trial in Optuna storage; True = prune.
+
+    Pruning is advisory: if the storage stays unavailable (retried with backoff), the trial is
+    not failed for it — it trains on unpruned and `info["pruning"]` says why."""
     import optuna
 
     from harness.search_space import make_pruner
     from harness.storage import open_storage
+    from harness.tracking import StoreUnavailable, with_retry
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.load_study(study_name=spec["study_name"], storage=open_storage(spec["storage"]),
-                              pruner=make_pruner(spec["pruner"]))
-    trial = optuna.trial.Trial(study, spec["trial_id"])
+    where = f"Optuna storage {spec['storage']}"
+    window = min(REPORT_RETRY_SECONDS, float(os.environ.get("TPRBENCH_STORE_RETRY_SECONDS", REPORT_RETRY_SECONDS)))
+    try:
+        trial = with_retry(lambda: optuna.trial.Trial(
+            optuna.load_study(study_name=spec["study_name"], storage=open_storage(spec["storage"]),
+                              pruner=make_pruner(spec["pruner"])), spec["trial_id"]), where, window=window)
+    except StoreUnavailable as exc:
+        info["pruning"] = f"off: {exc}"
+        return None
 
     def report(epoch: int, row: dict[str, float]) -> bool:
-        trial.report(row[metric_key], epoch)
-        return trial.should_prune()
+        if "pruning" in info:
+            return False
+        try:
+            return with_retry(lambda: (trial.report(row[metric_key], epoch), trial.should_prune())[1], where, window=window)
+        except StoreUnavailable as exc:
+            info["pruning"] = f"off from epoch {epoch}: {exc}"
+            return False
 
     return report
 
@@ -68,7 +86,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         ready = time.perf_counter()
         config = TrainConfig(unit=cell["unit"], arch=cell["arch"], dim=cell["dim"], input_dim=cell["input_dim"],
                              epochs=cell["epochs"], seed=job["seed"], hparams=job["hparams"])
-        report = _pruning_reporter(job["optuna"], f"valid_{adapter.metric}") if job.get("optuna") else None
+        report = _pruning_reporter(job["optuna"], f"valid_{adapter.metric}", info) if job.get("optuna") else None
         device = "cuda" if torch.cuda.is_available() else "cpu"
         result = train(adapter, config, job["run_dir"], report=report, device=device)
         out = asdict(result)
