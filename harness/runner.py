@@ -50,6 +50,7 @@ class Job:
     trial_number: int | None = None
     trial_id: int | None = None
     started: float = 0.0
+    prepare_seconds: float = 0.0  # driver: Optuna ask + suggest (search trials)
 
 
 @dataclass
@@ -148,6 +149,9 @@ class StudyRunner:
         self.started = time.time()
         self.run_seconds: list[float] = []
         self.events: list[str] = []
+        # One row per recorded job: where its wall time went (see `_time`; `tprbench bench harness`).
+        self.timings: list[dict[str, Any]] = []
+        self.dispatch_started = self.dispatch_ended = 0.0
 
     # -- setup -----------------------------------------------------------------------------
     def _optuna_study(self, cell: Any):
@@ -275,13 +279,14 @@ class StudyRunner:
 
     def _next_job(self, st: CellState) -> Job | None:
         cell = st.cell
+        t0 = time.perf_counter()
         if st.stale:
             trial = st.stale.pop(0)
-            return self._trial_job(st, trial.number, trial._trial_id)
+            return self._trial_job(st, trial.number, trial._trial_id, t0)
         if st.to_ask:
             st.to_ask -= 1
             trial = st.study.ask()
-            return self._trial_job(st, trial.number, trial._trial_id)
+            return self._trial_job(st, trial.number, trial._trial_id, t0)
         if st.running_search or st.trials_done < st.trials_wanted or st.note:
             return None
         if st.final_params is None:
@@ -293,7 +298,7 @@ class StudyRunner:
                        seed, dict(st.final_params))
         return None
 
-    def _trial_job(self, st: CellState, number: int, trial_id: int) -> Job:
+    def _trial_job(self, st: CellState, number: int, trial_id: int, t0: float | None = None) -> Job:
         import optuna
 
         from .search_space import suggest
@@ -307,8 +312,10 @@ class StudyRunner:
 
         params = with_retry(propose, f"Optuna storage {self.storage_url}", self._say)
         st.running_search += 1
-        return Job(st.cell, "search", f"{st.cell.id}/trial/{number}", self.work_dir / st.cell.id / f"trial-{number:04d}",
-                   SEARCH_SEED_OFFSET + number, params, number, trial_id)
+        job = Job(st.cell, "search", f"{st.cell.id}/trial/{number}", self.work_dir / st.cell.id / f"trial-{number:04d}",
+                  SEARCH_SEED_OFFSET + number, params, number, trial_id)
+        job.prepare_seconds = time.perf_counter() - t0 if t0 is not None else 0.0
+        return job
 
     def _tell(self, st: CellState, job: Job, value: float | None = None, state: Any = None) -> None:
         """Optuna `tell`, retried while the storage is unavailable (skip_if_finished: idempotent)."""
@@ -331,8 +338,10 @@ class StudyRunner:
         worker = result.get("worker", {})
         tags[TAG + "host"] = worker.get("host", "")
         best = job.run_dir / "best.pt"
+        t0 = time.perf_counter()
         self.tracker.log_run(self.cell_runs[cell.id], job.run_key, tags, {**job.hparams, "seed": job.seed},
                              result, best if result.get("status") == "finished" else None)
+        t1 = time.perf_counter()
         status = result.get("status")
         if job.phase == "search":
             st.running_search -= 1
@@ -348,10 +357,25 @@ class StudyRunner:
         else:
             st.seeds_done += 1
             st.seeds_failed += status == "failed"
+        self._time(job, result, log=t1 - t0, tell=time.perf_counter() - t1)
         if status == "failed":
             self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} failed:[/] {result.get('reason', '')[:200]}")
         if result.get("seconds"):
             self.run_seconds.append(float(result["seconds"]))
+
+    def _time(self, job: Job, result: dict[str, Any], log: float, tell: float) -> None:
+        """Where one job's time went: driver (Optuna ask/suggest/tell, MLflow record), Ray
+        (submit → worker start, worker end → result seen by the driver) and the worker itself."""
+        w = result.get("worker") or {}
+        row = {"run_key": job.run_key, "phase": job.phase, "status": result.get("status"),
+               "submitted": job.started, "done": time.time(), "optuna_seconds": job.prepare_seconds + tell,
+               "prepare_seconds": job.prepare_seconds, "tell_seconds": tell,
+               "mlflow_seconds": log, "worker_seconds": w.get("worker_seconds"), "get_seconds": w.get("get_seconds", 0.0),
+               **{k: w.get(k) for k in ("node_id", "pid", "resources", "gpu_ids", "start", "end")}}
+        if w.get("start") is not None and w.get("end") is not None and w.get("ready_at") is not None:
+            row["dispatch_seconds"] = max(w["start"] - job.started, 0.0)
+            row["return_seconds"] = max(w["ready_at"] - w["end"], 0.0)
+        self.timings.append(row)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, address: str | None = None, num_cpus: int | None = None, ray_temp_dir: str | None = None) -> dict[str, Any]:
@@ -380,13 +404,16 @@ class StudyRunner:
             res = self.study.resources
             remote = ray.remote(max_calls=0)(run_job).options(
                 num_cpus=res.cpus, num_gpus=res.gpus or 0, max_retries=res.retries, retry_exceptions=False)
-            capacity = slots(res)
+            capacity, capacity_checked = slots(res), time.monotonic()
             self._say(f"{len(states)} cells, {capacity} trial slot(s); tracking {self.tracking_uri}")
             in_flight: dict[Any, tuple[CellState, Job]] = {}
             order = deque(states)
+            self.dispatch_started = time.time()
             try:
                 with self._live(states) as live:
                     while True:
+                        if time.monotonic() - capacity_checked > 10:  # nodes come and go
+                            capacity, capacity_checked = slots(res), time.monotonic()
                         # Fill every free slot, taking from cells round-robin.
                         idle_rounds = 0
                         while len(in_flight) < capacity and order and idle_rounds < len(order):
@@ -413,16 +440,20 @@ class StudyRunner:
                         ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
                         for ref in ready:
                             st, job = in_flight[ref]
+                            ready_at = time.time()
                             try:
                                 result = ray.get(ref)
                             except Exception as exc:  # worker/node lost after all retries
                                 result = {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
                                           "history": [], "test": {}}
+                            result.setdefault("worker", {})["ready_at"] = ready_at
+                            result["worker"]["get_seconds"] = time.time() - ready_at
                             self._record(st, job, result)
                             del in_flight[ref]  # only once recorded: an error above leaves it to be cancelled
                             st.running -= 1
                         live(states, len(in_flight))
             finally:
+                self.dispatch_ended = time.time()
                 # Stopped by an error (store unavailable, Ctrl-C in a notebook): tasks still running
                 # would go on writing into run directories that the next `run` dispatches again.
                 for ref in in_flight:

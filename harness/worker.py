@@ -69,10 +69,41 @@ def _pruning_reporter(spec: dict[str, Any], metric_key: str, info: dict[str, Any
     return report
 
 
+ATTEMPTS = "attempts.jsonl"
+
+
+def worker_info() -> dict[str, Any]:
+    """Where this attempt runs: host, pid, and under Ray the node, the resources Ray assigned to
+    the task (e.g. {"CPU": 1.0, "GPU": 0.25}) and the GPU ids it may use."""
+    info: dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "start": time.time()}
+    try:
+        import ray
+
+        if ray.is_initialized():
+            ctx = ray.get_runtime_context()
+            info["node_id"] = ctx.get_node_id()
+            info["resources"] = ctx.get_assigned_resources()
+            info["gpu_ids"] = [str(g) for g in ray.get_gpu_ids()]
+    except Exception:  # outside Ray (tests, library use): host and pid are enough
+        pass
+    return info
+
+
+def _log_attempt(run_dir: str, info: dict[str, Any]) -> None:
+    """One line per attempt in the run directory: which worker ran it (a retry adds a line)."""
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        with open(os.path.join(run_dir, ATTEMPTS), "a") as fh:
+            fh.write(json.dumps(info, sort_keys=True) + "\n")
+    except OSError:
+        pass
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Train one job; never raises for a failing run (the failure is the result)."""
     started = time.perf_counter()
-    info = {"host": socket.gethostname(), "pid": os.getpid()}
+    info = worker_info()
+    _log_attempt(job["run_dir"], info)
     try:
         import torch
 
@@ -95,5 +126,6 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         out = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "history": [], "test": {},
                "traceback": traceback.format_exc(limit=8)}
     info["worker_seconds"] = time.perf_counter() - started
+    info["end"] = time.time()
     out["worker"] = info
     return out
