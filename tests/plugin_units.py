@@ -53,3 +53,56 @@ class ElmanUnit(nn.Module):
         outputs = torch.stack(steps, 1) if steps else x.new_zeros(x.shape[0], 0, self.hidden_size)
         outputs = mask_outputs(outputs, lengths)  # zero at padding
         return outputs, last_state(outputs, lengths)  # state = output at the last real token
+
+
+# --------------------------------------------------------------------------------------------
+# Units for the harness tests (tests/test_study_ray.py, tests/test_faults.py), reached by import
+# path like any third-party unit. Each is an Elman RNN with one misbehaviour, counted in
+# training-mode forward calls of one module (evaluation is never affected).
+
+
+class NaNUnit(ElmanUnit):
+    """Diverges: outputs become NaN from training forward call `nan_after` on (0 = at once)."""
+
+    def __init__(self, input_size: int, hidden_size: int, nan_after: int = 0) -> None:
+        super().__init__(input_size, hidden_size)
+        self.nan_after, self.calls = nan_after, 0
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        outputs, state = super().forward(x, mask)
+        if self.training:
+            self.calls += 1
+            if self.calls > self.nan_after:
+                outputs, state = outputs * float("nan"), state * float("nan")
+        return outputs, state
+
+
+class RaiseUnit(ElmanUnit):
+    """Crashes: raises RuntimeError on training forward call `raise_after` + 1."""
+
+    def __init__(self, input_size: int, hidden_size: int, raise_after: int = 0) -> None:
+        super().__init__(input_size, hidden_size)
+        self.raise_after, self.calls = raise_after, 0
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.training:
+            self.calls += 1
+            if self.calls > self.raise_after:
+                raise RuntimeError(f"RaiseUnit: deliberate failure at training step {self.calls}")
+        return super().forward(x, mask)
+
+
+class SlowUnit(ElmanUnit):
+    """An Elman RNN that sleeps `delay` seconds per training forward call: trials that last long
+    enough to be interrupted, without using CPU. Results are those of ElmanUnit (same seed)."""
+
+    def __init__(self, input_size: int, hidden_size: int, delay: float = 0.05) -> None:
+        super().__init__(input_size, hidden_size)
+        self.delay = delay
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.training and self.delay > 0:
+            import time
+
+            time.sleep(self.delay)
+        return super().forward(x, mask)

@@ -1,0 +1,257 @@
+"""Fault injection on a simulated cluster: after each fault, nothing lost, nothing recorded
+twice, and the numbers equal those of an uninterrupted run with the same seeds.
+
+One cluster for the module (head without CPUs + 2 nodes × 2 CPUs, fast health checks). One
+study, run once uninterrupted as the reference: a slow cell (SlowUnit sleeps 0.1 s per training
+step, so a trial lasts a few seconds and can be hit mid-epoch), a GRU cell, a cell that diverges
+(NaNUnit) and one that raises (RaiseUnit). Each fault runs the same study in a fresh run
+directory; "the same numbers" means every run key has the same status, parameters and every
+metric except timings, and `harness.report.aggregate` gives the same table. That holds because
+training is deterministic given seed, data and one thread, the search proposes the same
+parameters per trial whatever was interrupted (per-trial seeded sampler), and a trial resumed
+from its epoch checkpoint ends exactly where an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from tests.ray_helpers import (NAN, RAISE, aggregated, attempts, check_complete, count_recorded, kill_driver_when,
+                               kill_session, numbers, records, run_study, seed_root, simulated_cluster, start_driver,
+                               write_study)
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
+SLOW = "tests.plugin_units:SlowUnit[delay=0.1]"
+UNITS = [SLOW, "gru", NAN, RAISE]
+FAILING = (NAN, RAISE)
+SEEDS = 1
+TOTAL = 2 * (2 + SEEDS) + 2 * 2  # healthy cells: 2 trials + 1 seed; failing cells: 2 failed trials
+
+
+def make_study(directory: Path) -> Path:
+    return write_study(directory, "faults", UNITS, trials=2, seeds=SEEDS)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with simulated_cluster(nodes=2, cpus=2) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def reference(cluster, tmp_path_factory):
+    """The uninterrupted run: (numbers per run key, aggregated table)."""
+    base = tmp_path_factory.mktemp("reference")
+    root = seed_root(base / "root")
+    path = make_study(base)
+    t0 = time.time()
+    run_study(path, root)
+    check_complete(path, root, failing=FAILING)
+    print(f"\nreference run: {time.time() - t0:.1f} s")
+    return numbers(root, "faults"), aggregated(root, "faults", SEEDS)
+
+
+def same_as_reference(path: Path, root: Path, reference: Any) -> None:
+    import pandas as pd
+
+    counts = check_complete(path, root, failing=FAILING)
+    assert counts["runs"] == TOTAL
+    ref_numbers, ref_agg = reference
+    got = numbers(root, "faults")
+    assert set(got) == set(ref_numbers)
+    for key in sorted(got):
+        assert got[key] == ref_numbers[key], key
+    pd.testing.assert_frame_equal(aggregated(root, "faults", SEEDS), ref_agg)
+
+
+def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, dict]:
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # re-raised by the test
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread, box
+
+
+def join(thread: threading.Thread, box: dict, timeout: float = 300) -> Any:
+    thread.join(timeout)
+    assert not thread.is_alive(), "driver still running"
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def slow_trial_mid_epoch(root: Path, thread: threading.Thread | None = None, timeout: float = 180) -> Path:
+    """A slow-cell trial that has checkpointed epoch 1 and not finished: hit it now."""
+    from tests.ray_helpers import cells_of
+
+    slow = next(c.id for c in cells_of(root.parent / "faults.toml") if c.unit == SLOW)
+    t0 = time.time()
+    while True:
+        for d in sorted((root / "work" / "faults" / slow).glob("trial-*")):
+            if (d / "checkpoint.pt").exists() and not (d / "result.json").exists() and attempts(d):
+                return d
+        assert time.time() - t0 < timeout, "no slow trial reached epoch 2"
+        assert thread is None or thread.is_alive(), "driver ended before the fault"
+        time.sleep(0.05)
+
+
+def assert_resumed(run_dir: Path) -> None:
+    import json
+
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "finished" and result["resumed_from_epoch"] == 1, result
+
+
+def test_diverging_and_raising_trials_are_recorded_failed(reference) -> None:
+    ref_numbers, agg = reference
+    failed = {k: v for k, v in ref_numbers.items() if v[0] == "failed"}
+    assert len(failed) == 4  # 2 trials × (NaNUnit, RaiseUnit); neither cell has seed runs
+    assert len(ref_numbers) == TOTAL
+    for cell_id, group in agg.groupby("cell_id"):
+        assert group["trials"].iloc[0] == 2
+
+
+def test_node_removed_mid_trial(cluster, reference, tmp_path: Path) -> None:
+    root = seed_root(tmp_path / "root")
+    path = make_study(tmp_path)
+    thread, box = in_thread(lambda: run_study(path, root))
+    victim_dir = slow_trial_mid_epoch(root, thread)
+    node_id = attempts(victim_dir)[-1]["node_id"]
+    node = next(n for n in cluster.worker_nodes if n.node_id == node_id)
+    cluster.remove_node(node, allow_graceful=False)
+    t_kill = time.time()
+    try:
+        join(thread, box)
+    finally:
+        cluster.add_node(**cluster.node_args)  # back to two nodes for the next test
+    nodes = [a["node_id"] for a in attempts(victim_dir)]
+    print(f"\nnode removed under {victim_dir.name}: attempts on {len(set(nodes))} nodes; "
+          f"driver finished {time.time() - t_kill:.1f} s after the kill")
+    assert len(set(nodes)) == 2 and nodes[-1] != node_id
+    assert_resumed(victim_dir)
+    same_as_reference(path, root, reference)
+
+
+def test_worker_killed_mid_trial(reference, tmp_path: Path) -> None:
+    root = seed_root(tmp_path / "root")
+    path = make_study(tmp_path)
+    thread, box = in_thread(lambda: run_study(path, root))
+    victim_dir = slow_trial_mid_epoch(root, thread)
+    pid = attempts(victim_dir)[-1]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    join(thread, box)
+    pids = [a["pid"] for a in attempts(victim_dir)]
+    print(f"\nworker {pid} killed under {victim_dir.name}: attempts by pids {pids}")
+    assert pids[0] == pid and len(pids) >= 2 and pids[-1] != pid
+    assert_resumed(victim_dir)
+    same_as_reference(path, root, reference)
+
+
+def test_driver_killed_and_restarted_twice(cluster, reference, tmp_path: Path) -> None:
+    """`tprbench run --address` killed (SIGKILL) twice at different points; the third run
+    completes. Finished runs are never retrained (result.json untouched)."""
+    from tests.ray_helpers import results
+
+    root = seed_root(tmp_path / "root")
+    path = make_study(tmp_path)
+    log = tmp_path / "driver.log"
+    seen: list[int] = []
+    finished: dict = {}
+    for kill_at in (1, 5, None):
+        proc = start_driver(path, root, log, "--address", cluster.address)
+        try:
+            if kill_at is None:
+                assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+            else:
+                kill_driver_when(proc, lambda: count_recorded(root) >= kill_at)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            kill_session(proc.pid)
+        seen.append(count_recorded(root))
+        now = results(root, "faults")
+        assert {k: now[k][0] for k in finished} == {k: v[0] for k, v in finished.items()}, "finished run retrained"
+        finished = now
+    print(f"\nrecords after each driver: {seen} of {TOTAL}")
+    assert seen[0] < seen[1] < TOTAL == seen[2]
+    same_as_reference(path, root, reference)
+
+
+def test_tracking_store_and_journal_locked_mid_study(reference, tmp_path: Path) -> None:
+    """Another process holds the MLflow SQLite store (exclusive lock) for 22 s — past SQLite's
+    20 s busy timeout, so MLflow raises and the driver's retry with backoff carries on — then
+    the Optuna journal's lock for 3 s (Optuna waits). Nothing is lost or duplicated."""
+    root = seed_root(tmp_path / "root")
+    path = make_study(tmp_path)
+    thread, box = in_thread(lambda: run_study(path, root))
+    t0 = time.time()
+    while count_recorded(root) < 2:
+        assert time.time() - t0 < 180 and thread.is_alive(), box.get("error")
+        time.sleep(0.05)
+    con = sqlite3.connect(root / "mlflow.db", timeout=30, isolation_level=None)
+    con.execute("BEGIN EXCLUSIVE")
+    held = time.time()
+    time.sleep(22)
+    con.execute("ROLLBACK")
+    con.close()
+    # Optuna's journal lock (a symlink next to the journal), as a second writer would hold it.
+    lock = Path(str(root / "optuna.journal") + ".lock")
+    while True:
+        try:
+            os.symlink(str(root / "optuna.journal"), lock)
+            break
+        except FileExistsError:
+            time.sleep(0.01)
+    time.sleep(3)
+    os.unlink(lock)
+    runner, summary = join(thread, box)
+    retries = [e for e in runner.events if "retrying" in e]
+    print(f"\nMLflow store locked {22} s after {held - t0:.1f} s; driver retries: {len(retries)} "
+          f"({retries[0] if retries else '-'}); study took {time.time() - t0:.1f} s")
+    assert runner.tracker.retries >= 1
+    same_as_reference(path, root, reference)
+
+
+def test_unreachable_tracking_server_is_a_clear_error_then_a_rerun_completes(reference, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A tracking URI pointing at a stopped MLflow server: after the retry window, one line
+    naming the store and what to do; nothing was dispatched; the same command with the store
+    back (here: the default SQLite store) completes the study."""
+    import socket
+
+    from harness.cli import main
+
+    root = seed_root(tmp_path / "root")
+    path = make_study(tmp_path)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("TPRBENCH_STORE_RETRY_SECONDS", "2")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    t0 = time.time()
+    rc = main(["run", str(path), "--root", str(root), "--tracking-uri", f"http://127.0.0.1:{port}", "--quiet"])
+    err = capsys.readouterr().err
+    print(f"\nstopped store: rc {rc} after {time.time() - t0:.1f} s: {err.strip()}")
+    assert rc == 2
+    assert f"MLflow tracking store http://127.0.0.1:{port}" in err and "unavailable for 2 s" in err
+    assert "rerun the same command to resume" in err
+    assert not (root / "work").exists() and count_recorded(root) == 0
+    monkeypatch.delenv("TPRBENCH_STORE_RETRY_SECONDS")
+    run_study(path, root)
+    same_as_reference(path, root, reference)

@@ -1,0 +1,251 @@
+"""A study end to end on Ray: record, resume, filters, a diverging cell, a killed driver, and
+fractional GPUs on a simulated cluster that loses a node.
+
+Tiny study: logic on generated data (200 training pairs, 40 per evaluation split), d = 8,
+2 epochs, 2 Optuna trials and 2 seeds per cell. Plug-in units from tests/plugin_units.py
+(import path, as a user's own unit) make a cell diverge (NaNUnit) or trials slow enough to be
+interrupted (SlowUnit: sleeps, no CPU). See tests/ray_helpers.py for how Ray is started.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tests.ray_helpers import (NAN, SLOW, attempts, cells_of, check_complete, count_recorded, kill_driver_when,
+                               kill_session, local_ray, optuna_trials, records, results, run_rows, run_study,
+                               seed_root, short_tmp, simulated_cluster, start_driver, status_rows, write_study)
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+ELMAN = "tests.plugin_units:ElmanUnit"
+UNITS = ["lstm", "gru", NAN]
+
+
+@pytest.fixture(scope="class")
+def ray_local():
+    with local_ray(2) as tmp:
+        yield tmp
+
+
+@pytest.fixture(scope="class")
+def done(ray_local, tmp_path_factory):
+    """The tiny study run once, uninterrupted: (study file, root, runner, summary, seconds)."""
+    base = tmp_path_factory.mktemp("study")
+    root = seed_root(base / "root")
+    path = write_study(base, "tiny", UNITS)
+    t0 = time.time()
+    runner, summary = run_study(path, root)
+    return path, root, runner, summary, time.time() - t0
+
+
+@pytest.mark.usefixtures("ray_local")
+class TestLocal:
+    def test_end_to_end(self, done):
+        path, root, runner, summary, seconds = done
+        cells = {c.unit: c for c in cells_of(path)}
+        states = summary["states"]
+        assert states[cells["lstm"].id] == states[cells["gru"].id] == "done"
+        assert states[cells[NAN].id] == "failed: no search trial completed"
+        # MLflow: 2 trials + 2 seeds for each healthy cell, 2 failed trials for the diverging one,
+        # counted over every run tagged kind=run (duplicates would be counted too).
+        counts = check_complete(path, root, failing=(NAN,))
+        assert counts["runs"] == len(run_rows(root, "tiny")) == 2 * (2 + 2) + 2
+        recs = records(root, "tiny")
+        for unit in ("lstm", "gru"):
+            cell = cells[unit]
+            phases = sorted(r.tags["tprbench.phase"] for k, r in recs.items() if k.startswith(cell.id))
+            assert phases == ["final", "final", "search", "search"]
+            assert [t.state.name for t in optuna_trials(root, "tiny", cell.id)] == ["COMPLETE", "COMPLETE"]
+            seeds = [r for r in recs.values() if r.tags["tprbench.cell_id"] == cell.id and r.tags["tprbench.phase"] == "final"]
+            assert sorted(int(r.tags["tprbench.seed"]) for r in seeds) == [0, 1]
+            assert all(r.status == "finished" and "test_test_easy_acc" in r.metrics for r in seeds)
+        print(f"\nend to end: {counts['runs']} runs in {seconds:.1f} s")
+
+    def test_nan_trial_is_recorded_failed_and_the_study_goes_on(self, done):
+        path, root, *_ = done
+        nan_cell = next(c for c in cells_of(path) if c.unit == NAN)
+        failed = [r for r in run_rows(root, "tiny") if r.data.tags["tprbench.cell_id"] == nan_cell.id]
+        assert len(failed) == 2
+        for run in failed:
+            assert run.info.status == "FAILED"
+            assert run.data.tags["tprbench.status"] == "failed"
+            assert "loss became nan at epoch 1" in run.data.tags["tprbench.reason"]
+        assert [t.state.name for t in optuna_trials(root, "tiny", nan_cell.id)] == ["FAIL", "FAIL"]
+        assert status_rows(path, root)[nan_cell.id]["status"] == "failed"
+
+    def test_second_run_recomputes_nothing(self, done):
+        path, root, *_ = done
+        rows_before = {r.info.run_id for r in run_rows(root, "tiny")}
+        trials_before = {c.id: len(optuna_trials(root, "tiny", c.id)) for c in cells_of(path)}
+        mtimes = results(root, "tiny")
+        t0 = time.time()
+        runner, summary = run_study(path, root)
+        seconds = time.time() - t0
+        assert any("nothing to do" in e for e in runner.events)
+        assert {r.info.run_id for r in run_rows(root, "tiny")} == rows_before
+        assert {c.id: len(optuna_trials(root, "tiny", c.id)) for c in cells_of(path)} == trials_before
+        assert results(root, "tiny") == mtimes
+        assert seconds < 15, seconds
+        print(f"\nsecond run: nothing recomputed, {seconds:.1f} s")
+
+    def test_added_unit_runs_only_its_cell(self, done):
+        path, root, *_ = done
+        before = {k: r.run_id for k, r in records(root, "tiny").items()}
+        mtimes = results(root, "tiny")
+        path.write_text(path.read_text().replace(f'"{NAN}"]', f'"{NAN}", "{ELMAN}"]'))
+        new_cell = next(c for c in cells_of(path) if c.unit == ELMAN)
+        runner, summary = run_study(path, root)
+        after = {k: r.run_id for k, r in records(root, "tiny").items()}
+        assert {k: v for k, v in after.items() if k in before} == before  # old records untouched
+        assert {k.split("/")[0] for k in set(after) - set(before)} == {new_cell.id}
+        assert len(set(after) - set(before)) == 4
+        assert {k: v for k, v in results(root, "tiny").items() if k in mtimes} == mtimes  # nothing retrained
+        assert summary["states"][new_cell.id] == "done"
+        check_complete(path, root, failing=(NAN,))
+
+    def test_only_filters_and_force_reruns_only_the_selected_cells(self, done, capsys):
+        from harness.cli import main
+
+        path, root, *_ = done
+        gru = next(c for c in cells_of(path) if c.unit == "gru")
+        before = {k: r.run_id for k, r in records(root, "tiny").items()}
+        mtimes = results(root, "tiny")
+        # --only on a finished study: nothing to do, nothing written
+        assert main(["run", str(path), "--root", str(root), "--only", "unit=gru", "--quiet"]) == 0
+        assert {k: r.run_id for k, r in records(root, "tiny").items()} == before
+        # --force --only: the gru cell is retrained and re-recorded, nothing else
+        assert main(["run", str(path), "--root", str(root), "--only", "unit=gru", "--force", "--quiet"]) == 0
+        out = capsys.readouterr().out
+        assert "1 cells" in out
+        after = {k: r.run_id for k, r in records(root, "tiny").items()}
+        assert set(after) == set(before)
+        changed = {k for k in after if after[k] != before[k]}
+        assert changed == {k for k in before if k.startswith(gru.id)} and len(changed) == 4
+        new_mtimes = results(root, "tiny")
+        assert {k for k in mtimes if new_mtimes[k] != mtimes[k]} == {k for k in mtimes if k.startswith(gru.id)}
+        check_complete(path, root, failing=(NAN,))
+
+
+@pytest.mark.slow
+def test_driver_killed_midway_then_rerun(tmp_path: Path) -> None:
+    """`tprbench run` SIGKILLed after some runs are recorded; its local Ray goes down with it
+    (leftover processes are ended by pid); the rerun finishes without recomputing or
+    re-recording anything that was finished."""
+    root = seed_root(tmp_path / "root")
+    path = write_study(tmp_path, "killme", [SLOW, "gru"])
+    total = 2 * (2 + 2)
+    env = {"RAY_TMPDIR": short_tmp("tprk")}
+    log = tmp_path / "driver.log"
+    proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
+    try:
+        waited = kill_driver_when(proc, lambda: count_recorded(root) >= 2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        leftovers = kill_session(proc.pid)
+    recorded = records(root, "killme")
+    finished = results(root, "killme")  # result.json written before the kill (recorded or not)
+    print(f"\nkilled after {waited:.1f} s with {len(recorded)}/{total} runs recorded, {len(finished)} finished; "
+          f"ended leftover processes: {leftovers}")
+    assert 2 <= len(recorded) < total
+    proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
+    try:
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_session(proc.pid)
+    assert rc == 0, log.read_text()[-3000:]
+    counts = check_complete(path, root)
+    assert counts["runs"] == total
+    after = records(root, "killme")
+    assert {k: after[k].run_id for k in recorded} == {k: r.run_id for k, r in recorded.items()}
+    now = results(root, "killme")
+    assert {k: now[k][0] for k in finished} == {k: v[0] for k, v in finished.items()}, "finished runs were retrained"
+    resumed = [k for k, (_, p) in now.items() if k not in finished and '"resumed_from_epoch": 1' in p.read_text()]
+    print(f"rerun: {total - len(recorded)} runs recorded, {len(finished)} finished runs reused, "
+          f"{len(resumed)} resumed from a checkpoint")
+
+
+def _max_overlap(intervals: list[tuple[float, float]]) -> int:
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1]))
+    best = cur = 0
+    for _, step in events:
+        cur += step
+        best = max(best, cur)
+    return best
+
+
+@pytest.fixture(scope="module")
+def gpu_cluster():
+    # 2 nodes × (4 CPUs, 1 fake GPU); the head has no CPUs, so trials run on the two nodes only.
+    with simulated_cluster(nodes=2, cpus=4, gpus=1) as cluster:
+        yield cluster
+
+
+@pytest.mark.slow
+def test_fractional_gpus_pack_and_a_removed_node_loses_nothing(gpu_cluster, tmp_path: Path) -> None:
+    """gpus = 0.25: four trials share each fake GPU (Ray assigns {CPU: 1, GPU: 0.25}); workers are
+    reused across GPU tasks (max_calls=0). A node removed while its trials run: they are retried
+    on the other node, and every trial is recorded exactly once."""
+    root = seed_root(tmp_path / "root")
+    path = write_study(tmp_path, "gpus", ["tests.plugin_units:SlowUnit[delay=0.1]", SLOW], trials=6, seeds=1,
+                       gpus=0.25)
+    box: dict = {}
+
+    def drive() -> None:
+        try:
+            box["runner"], box["summary"] = run_study(path, root)
+        except BaseException as exc:  # surfaced by the main thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=drive)
+    thread.start()
+    nodes = {n.node_id: n for n in gpu_cluster.worker_nodes}
+    t0 = time.time()
+    while True:  # until a node has two trials really started and one of them still running
+        dirs = list((root / "work" / "gpus").glob("*/trial-*"))
+        started = defaultdict(list)
+        for d in dirs:
+            for a in attempts(d):
+                started[a.get("node_id")].append(d)
+        victim = next((nodes[n] for n, ds in started.items()
+                       if n in nodes and len(ds) >= 2 and any(not (d / "result.json").exists() for d in ds)), None)
+        if victim is not None:
+            break
+        assert time.time() - t0 < 180 and thread.is_alive(), box.get("error")
+        time.sleep(0.05)
+    gpu_cluster.remove_node(victim, allow_graceful=False)
+    removed_at = time.time()
+    thread.join(timeout=400)
+    assert not thread.is_alive()
+    if "error" in box:
+        raise box["error"]
+    runner = box["runner"]
+    counts = check_complete(path, root)
+    assert counts["runs"] == 2 * (6 + 1)
+    every = [a for d in (root / "work" / "gpus").glob("*/*") for a in attempts(d)]
+    assert all(a["resources"] == {"CPU": 1.0, "GPU": 0.25} for a in every), every
+    retried = [d.name for d in (root / "work" / "gpus").glob("*/*") if len({a["node_id"] for a in attempts(d)}) > 1]
+    assert retried, "no trial was moved off the removed node"
+    rows = runner.timings
+    per_gpu, per_node = defaultdict(list), defaultdict(list)
+    for r in rows:
+        per_node[r["node_id"]].append((r["start"], r["end"]))
+        for g in r["gpu_ids"]:
+            per_gpu[(r["node_id"], g)].append((r["start"], r["end"]))
+    gpu_peak = {k: _max_overlap(v) for k, v in per_gpu.items()}
+    node_peak = {k[:8]: _max_overlap(v) for k, v in per_node.items()}
+    pids = [r["pid"] for r in rows]
+    print(f"\nGPU packing: peak concurrent trials per fake GPU {sorted(gpu_peak.values())}, per node {node_peak}; "
+          f"{len(rows)} runs on {len(set(pids))} worker processes; node removed after {removed_at - t0:.1f} s, "
+          f"{len(retried)} runs moved: {retried}")
+    assert max(gpu_peak.values()) <= 4
+    assert max(node_peak.values()) > 1
+    assert len(set(pids)) < len(rows), "every GPU task got a fresh worker: max_calls=0 not in effect"
