@@ -168,7 +168,10 @@ def seed_root(root: Path) -> Path:
     if not _TEMPLATE:
         from mlflow import MlflowClient
 
+        import atexit
+
         path = Path(short_tmp("tprm")) / "mlflow.db"
+        atexit.register(shutil.rmtree, str(path.parent), True)
         MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()
         _TEMPLATE.append(path)
     root = Path(root)

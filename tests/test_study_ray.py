@@ -9,6 +9,7 @@ interrupted (SlowUnit: sleeps, no CPU). See tests/ray_helpers.py for how Ray is 
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections import defaultdict
@@ -138,8 +139,14 @@ def test_driver_killed_midway_then_rerun(tmp_path: Path) -> None:
     root = seed_root(tmp_path / "root")
     path = write_study(tmp_path, "killme", [SLOW, "gru"])
     total = 2 * (2 + 2)
-    env = {"RAY_TMPDIR": short_tmp("tprk")}
-    log = tmp_path / "driver.log"
+    env = {"RAY_TMPDIR": short_tmp("tprk")}  # the drivers' local Ray (Unix socket paths must stay short)
+    try:
+        _kill_then_rerun(path, root, tmp_path / "driver.log", env, total)
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+
+
+def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -> None:
     proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
     try:
         waited = kill_driver_when(proc, lambda: count_recorded(root) >= 2)
