@@ -85,8 +85,9 @@ def evaluate_run(tracking_uri: str, run_id: str, tasks: list[str], task_path: st
                 TAG + "cell_id": run.data.tags.get(TAG + "cell_id", "")}
         child = client.create_run(run.info.experiment_id, tags=tags, run_name=f"transfer/{run_id[:8]}").info.run_id
         now = int(time.time() * 1000)
-        metrics = [Metric(f"senteval_{task}_{k}", float(v), now, 0) for task, r in results.items()
+        metrics = [Metric(f"senteval_{task}_{k}", float(v), now, 0) for task, r in results.items() if task in tasks
                    for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
         client.log_batch(child, metrics=metrics)
         client.set_terminated(child, "FINISHED")
+    results["_source"] = {"unit": run.data.tags.get(TAG + "unit", ""), "label": run.data.tags.get(TAG + "label", "")}
     return results

@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     for run_id in args.run_ids:
         with console.status(f"SentEval on run {run_id}: {', '.join(tasks)}"):
             results = evaluate_run(uri, run_id, tasks, args.task_path, args.kfold, root / "cache", log=not args.no_log)
-        row = {"run": run_id[:8]}
+        row = {"run": run_id[:8], "encoder": results.pop("_source")["label"]}
         for task in tasks:
             r = results[task]
             # As 000 Table 3: accuracy for classification, Pearson × 100 for relatedness/STS.
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     df = pd.DataFrame(rows)
     table = Table(title="SentEval transfer (accuracy %; relatedness/STS: Pearson × 100)")
     for col in df.columns:
-        table.add_column(col, justify="left" if col == "run" else "right")
+        table.add_column(col, justify="left" if col in ("run", "encoder") else "right")
     for row in df.itertuples(index=False):
         table.add_row(*(escape(str(v)) for v in row))
     Console(width=160).print(table)
