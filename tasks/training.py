@@ -160,9 +160,9 @@ def train(
     torch.manual_seed(config.seed)
     device = torch.device(device) if device is not None else default_device()
     model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim, hp).to(device)
-    from units import param_counts  # the unit's own counts, as the papers report them
+    from units import model_param_counts  # every unit in the model, as the papers report them
 
-    counts = param_counts(config.unit, config.input_dim, config.dim)
+    counts = model_param_counts(model)
     optimizer = torch.optim.Adam(
         [p for p in model.parameters() if p.requires_grad],
         lr=_hparam(hp, defaults, "lr", 1e-3),

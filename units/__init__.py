@@ -19,7 +19,7 @@ from .wrappers import Bidirectional, Stacked
 
 __all__ = [
     "ENTRY_POINT_GROUP", "Bidirectional", "ParamCounts", "RecurrentUnit", "ResolvedUnit", "Stacked", "UnitSpec",
-    "UnitSpecError", "available", "build", "lookup", "param_counts", "parse_spec", "register_unit", "resolve",
+    "UnitSpecError", "available", "build", "lookup", "model_param_counts", "param_counts", "parse_spec", "register_unit", "resolve",
     "unit_options",
 ]
 
@@ -44,6 +44,9 @@ def build(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int
             raise UnitSpecError(f"unit spec {str(resolved.spec)!r}: cannot build ({din}→{hidden_size}): {exc}") from exc
         if not hasattr(unit, "output_size"):
             unit.output_size = hidden_size
+        for attr, value in (("unit_name", resolved.spec.name), ("input_size", din), ("hidden_size", hidden_size)):
+            if not hasattr(unit, attr):
+                setattr(unit, attr, value)  # what model_param_counts looks for, also on plug-in units
         return unit
 
     layers = []
@@ -61,6 +64,21 @@ class ParamCounts:
 
     formula: int | None
     total: int
+
+
+def model_param_counts(model: nn.Module) -> ParamCounts:
+    """Counts over every recurrent unit inside a model (stacked layers, both directions, a BiDAF
+    modelling layer), excluding embeddings and classifiers: what the papers' tables compare."""
+    formula: int | None = 0
+    total = 0
+    for module in model.modules():
+        if not (hasattr(module, "unit_name") and hasattr(module, "input_size") and hasattr(module, "hidden_size")):
+            continue
+        total += sum(p.numel() for p in module.parameters() if p.requires_grad)
+        fn = getattr(type(module), "formula_params", None)
+        one = fn(module.input_size, module.hidden_size) if fn else None
+        formula = None if (formula is None or one is None) else formula + one
+    return ParamCounts(formula, total)
 
 
 def param_counts(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int) -> ParamCounts:
