@@ -9,6 +9,7 @@ interrupted (SlowUnit: sleeps, no CPU). See tests/ray_helpers.py for how Ray is 
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -256,3 +257,36 @@ def test_fractional_gpus_pack_and_a_removed_node_loses_nothing(gpu_cluster, tmp_
     assert max(gpu_peak.values()) <= 4
     assert max(node_peak.values()) > 1
     assert len(set(pids)) < len(rows), "every GPU task got a fresh worker: max_calls=0 not in effect"
+
+
+def test_restarted_driver_proposes_the_parameters_an_uninterrupted_one_would(tmp_path: Path) -> None:
+    """Regression: a driver restarted mid-search re-created the cell's seeded sampler, so the
+    next trial it asked got trial 0's parameters again. Proposals are now seeded per trial."""
+    from harness.runner import CellState, StudyRunner
+    from harness.storage import open_storage
+    from harness.study import load_study
+
+    path = write_study(tmp_path, "sampler", ["gru"], trials=4)
+    study = load_study(path)
+    cell = cells_of(path)[0]
+
+    def proposals(restart_at: int | None) -> list[dict]:
+        url = f"journal://{tmp_path}/optuna-{restart_at}.journal"
+
+        def driver() -> tuple[StudyRunner, CellState]:
+            runner = StudyRunner(study, [cell], tmp_path / "root", storage_url=url)
+            runner.storage = open_storage(url)
+            return runner, CellState(cell, runner._optuna_study(cell), 4, 0)
+
+        runner, st = driver()
+        out = []
+        for n in range(4):
+            if n == restart_at:
+                runner, st = driver()
+            trial = st.study.ask()
+            out.append(runner._trial_job(st, trial.number, trial._trial_id).hparams)
+        return out
+
+    uninterrupted = proposals(None)
+    assert len({json.dumps(p, sort_keys=True) for p in uninterrupted}) == 4
+    assert proposals(1) == proposals(3) == uninterrupted
