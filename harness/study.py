@@ -54,8 +54,10 @@ code is a unit named by import path (`units = ["mypkg.cells:MyCell[k=3]"]`), whi
 that spec.
 
 Cell ids: 12 hex chars of sha256 over canonical JSON of what affects a run's result — task
-name, resolved task options, data *as written* (so `${TPRBENCH_DATA}/x` gives the same id
-on a laptop and on a cluster), arch, the unit's canonical spec, dim, input_dim, epochs, the
+name, the task options that differ from their defaults, data *as written* (so
+`${TPRBENCH_DATA}/x` gives the same id on a laptop and on a cluster), arch, the unit spec with
+its non-default options (`tpru` = `tpru[roles=64]`; an option added to a unit or task later,
+with a default, changes no existing id), dim, input_dim, epochs, the
 normalised search space (defaults included), metric and direction. Not the study name,
 trials, seeds, pruner or resources: raising trials or seeds continues the same cells, and two
 studies that share a cell share its id.
@@ -81,7 +83,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from .search_space import PRUNER_KINDS, did_you_mean, is_searchable, parse_space, show
 
-ID_VERSION = 1  # bump when the hashed identity changes shape (all ids change)
+ID_VERSION = 2  # bump when the hashed identity changes shape (all ids change)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 DIRECTIONS = ("maximize", "minimize")
 DEFAULT_METRIC = "valid_acc"
@@ -303,6 +305,7 @@ class UnitEntry:
     spec: str  # normalised spec as written, e.g. "tpru[roles=32,slices=8]"
     canonical: str  # every option spelled out
     where: str  # key path in the study file, e.g. "matrix.grid[0]"
+    identity: str = ""  # only non-default options: what cell ids hash
 
 
 @dataclass(frozen=True)
@@ -335,6 +338,23 @@ class Study:
                             epochs=self.epochs, metric=self.metric, direction=self.direction)
 
 
+def non_default_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Task options minus those at their default: a task option added later (with a default)
+    leaves every existing cell id, and so its records, untouched."""
+    try:
+        from tasks.registry import get_task
+
+        fields = get_task(task).Options.model_fields
+    except Exception:  # an unknown task is reported elsewhere; hash everything
+        return options
+    out = {}
+    for key, value in options.items():
+        field_info = fields.get(key)
+        if field_info is None or field_info.get_default(call_default_factory=True) != value:
+            out[key] = value
+    return out
+
+
 def cell_id(identity: dict[str, Any]) -> str:
     text = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -363,6 +383,7 @@ class Cell:
     search: dict[str, dict[str, Any]]
     metric: str
     direction: str
+    unit_identity: str = ""  # only non-default options (what the id hashes); "" = use unit_canonical
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -374,8 +395,9 @@ class Cell:
     def identity(self) -> dict[str, Any]:
         """The hashed part: not the study name, trials, seeds, pruner or resources."""
         return {
-            "v": ID_VERSION, "task": self.task, "task_options": self.task_options, "data": self.data_source,
-            "arch": self.arch, "unit": self.unit_canonical, "dim": self.dim, "input_dim": self.input_dim,
+            "v": ID_VERSION, "task": self.task, "task_options": non_default_options(self.task, self.task_options),
+            "data": self.data_source, "arch": self.arch, "unit": self.unit_identity or self.unit_canonical,
+            "dim": self.dim, "input_dim": self.input_dim,
             "epochs": self.epochs, "search": self.search, "metric": self.metric, "direction": self.direction,
         }
 
@@ -548,7 +570,7 @@ def _resolve_units(matrix: Matrix, dims: list[int], problems: list[tuple[str, st
                 bad = True
         if bad:
             continue
-        entry = UnitEntry(spec, resolved.canonical, where)
+        entry = UnitEntry(spec, resolved.canonical, where, resolved.identity)
         if entry.canonical in seen:
             first = seen[entry.canonical]
             same = "" if first.spec == spec else f" (both are {entry.canonical})"
@@ -696,7 +718,7 @@ def expand(study: Study) -> list[Cell]:
                         cells.append(Cell(
                             study=study.name, task=task.name, task_label=task.label,
                             task_options=copy.deepcopy(task.options), data=task.data, data_source=task.data_source,
-                            arch=arch, unit=unit.spec, unit_canonical=unit.canonical, dim=dim, input_dim=input_dim,
+                            arch=arch, unit=unit.spec, unit_canonical=unit.canonical, unit_identity=unit.identity, dim=dim, input_dim=input_dim,
                             epochs=study.epochs, search=copy.deepcopy(study.search), metric=task.metric,
                             direction=task.direction,
                         ))

@@ -148,9 +148,21 @@ class ResolvedUnit:
 
     @property
     def canonical(self) -> str:
-        """Every option spelled out (defaults included), sorted: the identity used for hashing."""
+        """Every option spelled out (defaults included), sorted: what exactly will be built."""
         opts = dict(self.options, layers=self.layers, bidirectional=self.bidirectional)
         return str(UnitSpec(self.spec.name, tuple(sorted((k, format_value(v)) for k, v in opts.items()))))
+
+    @property
+    def identity(self) -> str:
+        """Only the options that differ from their defaults, sorted: what cell ids hash.
+
+        `tpru` and `tpru[roles=64]` are one unit; and a unit option added later with a default
+        leaves the ids of every existing cell (and so their records) as they were."""
+        defaults = {k: p.default for k, p in unit_options(self.cls).items() if p.default is not inspect.Parameter.empty}
+        defaults.update({k: default for k, (_, default) in GENERIC_OPTIONS.items()})
+        opts = dict(self.options, layers=self.layers, bidirectional=self.bidirectional)
+        kept = sorted((k, format_value(v)) for k, v in opts.items() if k not in defaults or defaults[k] != v)
+        return str(UnitSpec(self.spec.name, tuple(kept)))
 
 
 def resolve(spec: str | UnitSpec, hidden_size: int | None = None) -> ResolvedUnit:
