@@ -183,34 +183,32 @@ class StudyRunner:
         seed = int(hashlib.sha256(f"{cell.id}/{number}".encode()).hexdigest()[:8], 16)
         return optuna.samplers.TPESampler(seed=seed)
 
+    def _datasets(self) -> list[tuple[Any, Any]]:
+        """(first cell, task adapter) for each distinct dataset (task, options, data) of the study."""
+        from tasks.registry import get_task
+
+        seen: dict[str, tuple[Any, Any]] = {}
+        for cell in self.cells:
+            key = json.dumps([cell.task, cell.task_options, cell.data], sort_keys=True, default=str)
+            if key not in seen:
+                seen[key] = (cell, get_task(cell.task)(cell.task_options, cell.data, str(self.cache_dir)))
+        return list(seen.values())
+
     def _prepare_data(self) -> None:
         """Load/generate each distinct dataset once on the driver so workers find it cached,
         and so a bad data path stops the study before anything is dispatched."""
-        from tasks.registry import get_task
-
-        seen = set()
-        for cell in self.cells:
-            key = json.dumps([cell.task, cell.task_options, cell.data], sort_keys=True, default=str)
-            if key in seen:
-                continue
-            seen.add(key)
+        for cell, adapter in self._datasets():
             self._say(f"preparing data for {cell.task} ({cell.data})")
-            get_task(cell.task)(cell.task_options, cell.data, str(self.cache_dir)).prepare()
+            adapter.prepare()
 
     def _check_data(self) -> None:
         """Each task's cheap data check (does the path exist?) before the record is opened, so a
         wrong data path stops the study with nothing written to the run directory."""
         from tasks.errors import DataError
-        from tasks.registry import get_task
 
-        seen = set()
-        for cell in self.cells:
-            key = json.dumps([cell.task, cell.task_options, cell.data], sort_keys=True, default=str)
-            if key in seen:
-                continue
-            seen.add(key)
+        for cell, adapter in self._datasets():
             try:
-                get_task(cell.task)(cell.task_options, cell.data, str(self.cache_dir)).check_data()
+                adapter.check_data()
             except DataError as exc:
                 raise DataError(f"{self.study.path}: task {cell.task_label!r}: {exc}") from None
 
