@@ -29,3 +29,20 @@ def require_file(path: str | os.PathLike, what: str, how: str) -> Path:
     if not p.is_file():
         raise DataError(f"{what}: file {p} not found; {how}")
     return p
+
+
+def dataset_dir(what: str, data_dir: str | os.PathLike | None, folder_names: tuple[str, ...], how: str,
+                root: str | os.PathLike | None = None) -> Path:
+    """The folder of one dataset: `data_dir` when given, else the first of `folder_names` that
+    exists under the data root (`root`, else $TPRBENCH_DATA); one clear error otherwise."""
+    if data_dir is not None:
+        return require_dir(data_dir, what, how)
+    base = data_root(root)
+    if base is None:
+        raise DataError(f"{what}: no data directory; pass data_dir=... or files={{split: path}}, or set "
+                        f"{DATA_ENV} to the shared data folder; {how}")
+    tried = [base / name for name in folder_names]
+    found = next((d for d in tried if d.is_dir()), None)
+    if found is None:
+        raise DataError(f"{what}: none of {', '.join(map(str, tried))} exists; {how}")
+    return found

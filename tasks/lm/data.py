@@ -40,7 +40,7 @@ from typing import Iterator
 import torch
 
 from ..errors import DataError, where
-from ..paths import data_root, require_dir, require_file
+from ..paths import dataset_dir, require_file
 
 EOS, UNK = "<eos>", "<unk>"
 EOS_ID, UNK_ID = 0, 1
@@ -192,17 +192,7 @@ def _resolve_files(corpus: str, data_dir, files) -> dict[str, Path]:
             raise DataError(f"{corpus}: files= must include 'train' (the vocabulary is built from it); "
                             f"got {', '.join(files)}")
         return {s: require_file(p, f"{corpus} split {s!r}", how) for s, p in files.items()}
-    if data_dir is None:
-        root = data_root()
-        if root is None:
-            raise DataError(f"{corpus}: no data directory; pass data_dir=... or files={{split: path}}, or set "
-                            f"TPRBENCH_DATA to the shared data folder; {how}")
-        tried = [root / d for d in _DEFAULT_DIRS[corpus]]
-        base = next((d for d in tried if d.is_dir()), None)
-        if base is None:
-            raise DataError(f"{corpus}: none of {', '.join(map(str, tried))} exists; {how}")
-    else:
-        base = require_dir(data_dir, corpus, how)
+    base = dataset_dir(corpus, data_dir, _DEFAULT_DIRS[corpus], how)
     out = {}
     for split, names in _CANDIDATES[corpus].items():
         hit = next((base / n for n in names if (base / n).is_file()), None)

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..errors import DataError, where
-from ..paths import data_root, require_dir, require_file
+from ..paths import dataset_dir, require_file
 
 NLI3_LABELS: tuple[str, ...] = ("entailment", "neutral", "contradiction")
 QNLI_LABELS: tuple[str, ...] = ("entailment", "not_entailment")
@@ -179,17 +179,7 @@ def load_nli(
 
 
 def _discover(source: str, data_dir: str | Path | None) -> dict[str, Path]:
-    if data_dir is None:
-        root = data_root()
-        if root is None:
-            raise DataError(f"{source}: no data directory; pass data_dir=..., files={{split: path}}, "
-                            f"or set TPRBENCH_DATA to the shared data folder. {_HOW[source]}")
-        tried = [root / d for d in _DEFAULT_DIRS[source]]
-        base = next((d for d in tried if d.is_dir()), None)
-        if base is None:
-            raise DataError(f"{source}: none of {', '.join(map(str, tried))} exists; {_HOW[source]}")
-    else:
-        base = require_dir(data_dir, source, _HOW[source])
+    base = dataset_dir(source, data_dir, _DEFAULT_DIRS[source], _HOW[source])
     found: dict[str, Path] = {}
     for split, candidates in _CANDIDATES[source].items():
         hit = next((base / c for c in candidates if (base / c).is_file()), None)
@@ -696,8 +686,4 @@ def default_dir(source: str, root: str | Path) -> Path:
     """Where `source` lives under a data root (the first of its usual folder names that exists)."""
     if source not in SOURCES:
         raise DataError(f"unknown NLI source {source!r}; expected one of {', '.join(SOURCES)}")
-    tried = [Path(root) / d for d in _DEFAULT_DIRS[source]]
-    found = next((d for d in tried if d.is_dir()), None)
-    if found is None:
-        raise DataError(f"{source}: none of {', '.join(map(str, tried))} exists; {_HOW[source]}")
-    return found
+    return dataset_dir(source, None, _DEFAULT_DIRS[source], _HOW[source], root=root)
