@@ -23,15 +23,6 @@ LENGTHS = [7, 4, 1]  # a padded batch: T = 7, two sequences padded
 EPS = 1e-12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add overhead (a lot of it on a busy 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @dataclass(frozen=True)
 class Variant:
     has_vb: bool  # False: V_b = I

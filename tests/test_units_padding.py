@@ -24,15 +24,6 @@ D, DIN = 8, 5
 LENGTHS = [6, 3, 1, 0]  # includes an empty sequence
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add overhead (a lot of it on a busy 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _specs() -> list[str]:
     names = sorted(set(BUILTINS) | set(units.available()))
     specs = []

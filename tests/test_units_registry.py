@@ -21,15 +21,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "tests.plugin_units:ElmanUnit"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: intra-op threads only add overhead (a lot of it on a busy 2-core machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def repo_root_importable(monkeypatch):
     """`tests.plugin_units` must import however pytest was started (tests/ has no __init__.py)."""
