@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tracking import PHASE, TAG, Tracker, default_tracking_uri, git_commit, with_retry
+from .tracking import PHASE, TAG, Tracker, cell_tags, default_tracking_uri, git_commit, with_retry
 from .storage import default_storage_url, open_storage
 
 
@@ -213,8 +213,6 @@ class StudyRunner:
                 raise DataError(f"{self.study.path}: task {cell.task_label!r}: {exc}") from None
 
     def _cell_state(self, cell: Any) -> CellState:
-        from optuna.trial import TrialState
-
         st = CellState(cell, self._optuna_study(cell), self.study.study.trials, self.study.study.seeds)
         records = self.tracker.retry(lambda: self.tracker.records(cell.id), "read records")
         if self.force:
@@ -224,13 +222,7 @@ class StudyRunner:
             # The cell's checkpoints and result.json files go too: a finished run directory is
             # returned as is by `train`, so without this --force recomputed nothing.
             shutil.rmtree(self.work_dir / cell.id, ignore_errors=True)
-        for trial in st.study.get_trials(deepcopy=False):
-            if trial.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
-                st.trials_done += 1
-                st.trials_failed += trial.state == TrialState.FAIL
-                st.trials_pruned += trial.state == TrialState.PRUNED
-            elif trial.state in (TrialState.RUNNING, TrialState.WAITING):
-                st.stale.append(trial)
+        st.trials_done, st.trials_failed, st.trials_pruned, st.stale = count_trials(st.study.get_trials(deepcopy=False))
         st.to_ask = max(st.trials_wanted - st.trials_done - len(st.stale), 0)
         st.trials_wanted = max(st.trials_wanted, st.trials_done + len(st.stale))
         st.records = records
@@ -326,7 +318,7 @@ class StudyRunner:
 
         cell = st.cell
         tags = {PHASE: job.phase, TAG + "seed": job.seed, TAG + "git_commit": self.commit,
-                TAG + "params_hash": params_hash(job.hparams), **_cell_tags(cell)}
+                TAG + "params_hash": params_hash(job.hparams), **cell_tags(cell)}
         if job.trial_number is not None:
             tags[TAG + "trial"] = job.trial_number
         if result.get("params_formula") is not None:
@@ -475,16 +467,25 @@ class StudyRunner:
         return live_view(self, states)
 
 
+def count_trials(trials: list[Any]) -> tuple[int, int, int, list[Any]]:
+    """(finished, failed, pruned, unfinished) of a cell's Optuna trials; finished counts all three
+    end states. Unfinished ones are running, or were left running by a driver that died."""
+    from optuna.trial import TrialState
+
+    ended = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)]
+    return (len(ended), sum(t.state == TrialState.FAIL for t in ended), sum(t.state == TrialState.PRUNED for t in ended),
+            [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)])
+
+
 def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
                  storage_url: str | None = None) -> list[dict[str, Any]]:
     """What is done per cell, read from Optuna and MLflow without changing either."""
     import optuna
-    from optuna.trial import TrialState
 
     root = Path(root).resolve()
     tracker = Tracker(tracking_uri or default_tracking_uri(root), study.name, create=False)
     records = tracker.records()
-    cell_tags = tracker.cell_tags_by_id()
+    tags_by_cell = tracker.cell_tags_by_id()
     journal = storage_url or default_storage_url(root)
     storage = open_storage(journal) if not journal.startswith("journal://") or Path(journal[10:]).exists() else None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -496,16 +497,11 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
                 trials = optuna.load_study(study_name=f"{study.name}/{cell.id}", storage=storage).get_trials(deepcopy=False)
             except KeyError:
                 trials = []
-            for t in trials:
-                if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL):
-                    counts["done"] += 1
-                    counts["failed"] += t.state == TrialState.FAIL
-                    counts["pruned"] += t.state == TrialState.PRUNED
-                else:
-                    counts["running"] += 1
-        final_hash = cell_tags.get(cell.id, {}).get(TAG + "final_params_hash")
+            done, failed, pruned, unfinished = count_trials(trials)
+            counts = {"done": done, "failed": failed, "pruned": pruned, "running": len(unfinished)}
+        final_hash = tags_by_cell.get(cell.id, {}).get(TAG + "final_params_hash")
         seeds = [r for k, r in records.items() if final_hash and k.startswith(f"{cell.id}/seed/") and k.endswith("/" + final_hash)]
-        seeds_done = len({r.run_key for r in seeds})
+        seeds_done = len(seeds)  # records are keyed by run key: one per seed
         trials_wanted = study.trials
         if counts["done"] < trials_wanted or counts["running"]:
             status = "pending" if not counts["done"] and not counts["running"] else "searching"
@@ -527,8 +523,3 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
 def _dump(model: Any) -> Any:
     return model.model_dump(mode="json") if hasattr(model, "model_dump") else model
 
-
-def _cell_tags(cell: Any) -> dict[str, Any]:
-    from .tracking import cell_tags
-
-    return cell_tags(cell)
