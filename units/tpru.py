@@ -210,8 +210,8 @@ class TPRUBase(RecurrentUnit):
             else:  # many slices: keep z = V_b b and dot it with U slice by slice inside the loop
                 W_fused = self.W_b if self.V_b is None else torch.cat([self.W_b, self.V_b], 0)
                 U_slices = self._slice_T(U)
-            outputs = TPRURecurrence.apply(
-                gx.transpose(0, 1).contiguous(), fx.transpose(0, 1).contiguous(), W_fused, R_slices, U_slices,
+            outputs = TPRURecurrence.apply(  # time-major views; the recurrence copies only if it must
+                gx.transpose(0, 1), fx.transpose(0, 1), W_fused, R_slices, U_slices,
                 c_b, self.c_x, b0, self.norm, self.tanh_candidate,
             ).transpose(0, 1)
             fillers = None

@@ -13,7 +13,7 @@ Two ways to get the recurrent unbinding scores f_b = Uᵀ V_b b_{t-1} (per slice
 - unfolded: W_rec = [W_b; V_b] (or just W_b when V_b = I), then z = V_b b_{t-1} is dotted with U
   slice by slice (a batched matmul) — k× fewer FLOPs with many slices.
 
-Layout: time-major. gx [T,B,d] (gate input incl. every gate bias), fx [T,B,k,N] (input scores),
+Layout: time-major (strided views are fine). gx [T,B,d] (gate input incl. every gate bias), fx [T,B,k,N] (input scores),
 R_slices and U_slices [k, s, N], c_b [k, N] (the scalar c_b plus, with the authors' code biases,
 the per-role constant Uᵀ b_Vb: everything in f_b + c_b that does not depend on b_{t-1}), c_x a
 scalar, b0 [B,d]. Checked against the autograd loop and `gradcheck` in tests.
@@ -54,6 +54,7 @@ class TPRURecurrence(torch.autograd.Function):
             ctx.relu2, ctx.use_tanh, ctx.folded = relu2, tanh_candidate, folded
             ctx.save_for_backward(fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores)
             return outs
+        gx, fx = gx.contiguous(), fx.contiguous()
         T, B, d = gx.shape
         k, N = fx.shape[2], fx.shape[3]
         rows = W_rec.shape[0]
