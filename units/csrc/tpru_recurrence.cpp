@@ -45,6 +45,62 @@ struct Dims {
   bool folded, relu2, tanh_candidate;
 };
 
+// Per-row kernels: plain functions over restrict pointers so that g++ vectorises them.
+template <typename scalar_t>
+scalar_t relu2_row(scalar_t* __restrict__ sc, const scalar_t* __restrict__ cb, const scalar_t* __restrict__ xr,
+                   scalar_t cx, scalar_t* __restrict__ fr, int64_t N) {
+  scalar_t total = 0;
+  for (int64_t n = 0; n < N; ++n) {
+    const scalar_t v = sc[n] + cb[n];  // f_b + c_b (kept for backward)
+    sc[n] = v;
+    const scalar_t a = relu(v) + relu(xr[n] + cx);
+    fr[n] = a * a;  // f̃
+  }
+#pragma omp simd reduction(+ : total)
+  for (int64_t n = 0; n < N; ++n) total += fr[n];
+  return total;
+}
+
+template <typename scalar_t>
+void lerp_row(const scalar_t* __restrict__ g, const scalar_t* __restrict__ b, const scalar_t* __restrict__ c,
+              scalar_t* __restrict__ out, int64_t n_) {
+  for (int64_t e = 0; e < n_; ++e) out[e] = b[e] + g[e] * (c[e] - b[e]);  // b_t = g b̃ + (1 − g) b_{t-1}
+}
+
+template <typename scalar_t, bool use_tanh>
+void lerp_back_row(const scalar_t* __restrict__ go, scalar_t* __restrict__ carry, const scalar_t* __restrict__ g,
+                   const scalar_t* __restrict__ c, const scalar_t* __restrict__ prev, scalar_t* __restrict__ dp,
+                   scalar_t* __restrict__ dc, int64_t n_) {
+  for (int64_t e = 0; e < n_; ++e) {
+    const scalar_t dh = go[e] + carry[e];
+    const scalar_t ge = g[e];
+    dp[e] = dh * (c[e] - prev[e]) * ge * (1 - ge);
+    dc[e] = use_tanh ? dh * ge * (1 - c[e] * c[e]) : dh * ge;
+    carry[e] = dh * (1 - ge);
+  }
+}
+
+template <typename scalar_t>
+scalar_t dot_row(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b, int64_t N) {
+  scalar_t acc = 0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t n = 0; n < N; ++n) acc += a[n] * b[n];
+  return acc;
+}
+
+template <typename scalar_t>
+void relu2_back_row(const scalar_t* __restrict__ df, const scalar_t* __restrict__ sb, const scalar_t* __restrict__ xr,
+                    scalar_t cx, scalar_t coef, scalar_t shift, scalar_t* __restrict__ db, scalar_t* __restrict__ dx,
+                    int64_t N) {
+  for (int64_t n = 0; n < N; ++n) {
+    const scalar_t xv = xr[n] + cx;
+    const scalar_t v = sb[n];
+    const scalar_t da = (relu(v) + relu(xv)) * coef * (df[n] - shift);  // 2a/Σ · (∂f − shift)
+    db[n] = v > 0 ? da : scalar_t(0);
+    dx[n] = xv > 0 ? da : scalar_t(0);
+  }
+}
+
 // Buffers (one layout for forward and backward):
 //   outs [T,B,d]; pres [T,B,rows]: g_t in columns < d, then (folded) f_b + c_b or the softmax logits,
 //   (unfolded) z_t = V_b b_{t-1}; cands and ∂cands [k,T,B,s] and fills [k,T,B,N] slice-major, so a
@@ -89,17 +145,8 @@ void forward_loop(const Dims& m, const at::Tensor& gx, const at::Tensor& fx, con
           const scalar_t* __restrict__ xr = fxp + t * xT + i * xB + j * xk;
           const scalar_t* __restrict__ cbj = cb + j * N;
           if (relu2) {
-            scalar_t* __restrict__ fr = fill0 + ((j * T + t) * B + i) * N;
-            scalar_t total = 0;
-#pragma omp simd reduction(+ : total)
-            for (int64_t n = 0; n < N; ++n) {
-              const scalar_t v = sc[n] + cbj[n];  // f_b + c_b (kept for backward)
-              sc[n] = v;
-              const scalar_t a = relu(v) + relu(xr[n] + cx);
-              const scalar_t a2 = a * a;  // f̃
-              fr[n] = a2;
-              total += a2;
-            }
+            scalar_t* fr = fill0 + ((j * T + t) * B + i) * N;
+            const scalar_t total = relu2_row(sc, cbj, xr, cx, fr, N);
             const scalar_t clamped = total < eps ? eps : total;  // NaN passes through
             sump[i * k + j] = clamped;
             for (int64_t n = 0; n < N; ++n) fr[n] = fr[n] / clamped;  // f = f̃ / max(Σf̃, eps)
@@ -122,15 +169,8 @@ void forward_loop(const Dims& m, const at::Tensor& gx, const at::Tensor& fx, con
     scalar_t* op = outs.select(0, t).data_ptr<scalar_t>();
     at::parallel_for(0, B, grain(d), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
-        const scalar_t* __restrict__ g = Pp + i * rows;
-        const scalar_t* __restrict__ bb = bp + i * d;
-        scalar_t* __restrict__ oo = op + i * d;
-        for (int64_t j = 0; j < k; ++j) {
-          const scalar_t* __restrict__ cc = cand0 + ((j * T + t) * B + i) * s;
-          const int64_t o = j * s;
-          for (int64_t e = 0; e < s; ++e)  // b_t = g b̃ + (1 − g) b_{t-1}
-            oo[o + e] = bb[o + e] + g[o + e] * (cc[e] - bb[o + e]);
-        }
+        for (int64_t j = 0; j < k; ++j)
+          lerp_row(Pp + i * rows + j * s, bp + i * d + j * s, cand0 + ((j * T + t) * B + i) * s, op + i * d + j * s, s);
       }
     });
     b = outs.select(0, t);
@@ -166,20 +206,12 @@ void backward_loop(const Dims& m, const at::Tensor& grad, const at::Tensor& fx, 
     // ∂b_t = grad + carry; through the lerp to the gate pre-activation, the candidate and b_{t-1}.
     at::parallel_for(0, B, grain(d), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
-        const scalar_t* __restrict__ g = G + i * rows;
-        scalar_t* __restrict__ dp = dP + i * rows;
         for (int64_t j = 0; j < k; ++j) {
-          const int64_t cs = ((j * T + t) * B + i) * s;
-          for (int64_t e2 = 0; e2 < s; ++e2) {
-            const int64_t e = j * s + e2, r = i * d + e;
-            const scalar_t dh = go[r] + cr[r];
-            const scalar_t ge = g[e], c = cand0[cs + e2];
-            dp[e] = dh * (c - Pv[r]) * ge * (1 - ge);
-            scalar_t dc = dh * ge;
-            if (tanh_candidate) dc = dc * (1 - c * c);
-            dcand0[cs + e2] = dc;
-            cr[r] = dh * (1 - ge);
-          }
+          const int64_t r = i * d + j * s, cs = ((j * T + t) * B + i) * s;
+          if (tanh_candidate)
+            lerp_back_row<scalar_t, true>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
+          else
+            lerp_back_row<scalar_t, false>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
         }
       }
     });
@@ -196,22 +228,13 @@ void backward_loop(const Dims& m, const at::Tensor& grad, const at::Tensor& fx, 
           const scalar_t* __restrict__ f = fill0 + ((j * T + t) * B + i) * N;
           scalar_t* __restrict__ db = folded ? dP + i * rows + d + j * N : dfb0 + ((j * T + t) * B + i) * N;
           scalar_t* __restrict__ dx = dfx0 + t * dT + i * dB + j * dk;
-          scalar_t dot = 0;
-#pragma omp simd reduction(+ : dot)
-          for (int64_t n = 0; n < N; ++n) dot += df[n] * f[n];
+          const scalar_t dot = dot_row(df, f, N);
           if (relu2) {
             // f = f̃/Σf̃: ∂a_n = 2a_n/Σ (∂f_n − Σ_m ∂f_m f_m); below the clamp Σ is the constant eps.
             const scalar_t S = sump[i * k + j];
             const scalar_t shift = S > eps ? dot : scalar_t(0);
-            const scalar_t* __restrict__ sb = folded ? G + i * rows + d + j * N : Sp + (j * B + i) * N;
-            const scalar_t* __restrict__ xr = fxp + t * xT + i * xB + j * xk;
-            for (int64_t n = 0; n < N; ++n) {
-              const scalar_t xv = xr[n] + cx;
-              const scalar_t a = relu(sb[n]) + relu(xv);
-              const scalar_t da = 2 * a / S * (df[n] - shift);
-              db[n] = sb[n] > 0 ? da : scalar_t(0);
-              dx[n] = xv > 0 ? da : scalar_t(0);
-            }
+            const scalar_t* sb = folded ? G + i * rows + d + j * N : Sp + (j * B + i) * N;
+            relu2_back_row(df, sb, fxp + t * xT + i * xB + j * xk, cx, scalar_t(2) / S, shift, db, dx, N);
           } else {
             for (int64_t n = 0; n < N; ++n) {  // softmax: ∂s = f (∂f − Σ ∂f f), one score f_b + f_x
               const scalar_t ds = f[n] * (df[n] - dot);
