@@ -239,6 +239,8 @@ def run_unit_bench(args) -> int:
     from units import tpru_ext
 
     specs = [s.strip() for s in args.units.split(";") if s.strip()] if args.units else default_specs()
+    if getattr(args, "python_loop", False):
+        tpru_ext.set_enabled(False)
     backend = tpru_ext.backend() if args.device == "cpu" else args.device
     console = Console(width=160)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -42,6 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--forward-only", action="store_true", help="time the forward only, under no_grad (inference, interpretation)")
     u.add_argument("--clock", choices=["wall", "cpu"], default="wall",
                    help="wall time, or process CPU time (on a loaded machine with --threads 1: not counting waits for a core)")
+    u.add_argument("--python-loop", action="store_true",
+                   help="run TPRU on its Python loop (the fallback when the C++ one cannot be built), to compare")
     u.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON to PATH ('-' = stdout)")
     u.add_argument("--csv", default=None, metavar="PATH", help="also write the rows to this CSV file")
     u.set_defaults(_bench="units")
