@@ -39,14 +39,14 @@ class TrainRow:
     skipped: str | None = None
 
 
-def _epoch(adapter, model, optimizer, batch_size: int, clip: float, seed: int) -> tuple[float, int]:
+def _epoch(adapter, model, optimizer, batch_size: int, clip: float, seed: int, clock=time.perf_counter) -> tuple[float, int]:
     """One training epoch; (seconds, examples)."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     model.train()
     examples = 0
-    started = time.perf_counter()
+    started = clock()
     for batch in adapter.train_batches(batch_size, generator, 0):
         optimizer.zero_grad(set_to_none=True)
         loss, stats = adapter.loss(model, batch)
@@ -54,11 +54,11 @@ def _epoch(adapter, model, optimizer, batch_size: int, clip: float, seed: int) -
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
         examples += int(stats.get("count", 0))
-    return time.perf_counter() - started, examples
+    return clock() - started, examples
 
 
 def bench_train(specs: list[str], dim: int, arch: str, train_size: int, batch_size: int, repeats: int,
-                cache_dir: str, progress=None) -> list[TrainRow]:
+                cache_dir: str, clock: str = "wall", progress=None) -> list[TrainRow]:
     import torch
 
     import units
@@ -92,7 +92,8 @@ def bench_train(specs: list[str], dim: int, arch: str, train_size: int, batch_si
             if row.skipped:
                 continue
             try:
-                seconds, examples = _epoch(adapter, model, optimizer, batch_size, clip, seed=r)
+                seconds, examples = _epoch(adapter, model, optimizer, batch_size, clip, seed=r,
+                                           clock=time.process_time if clock == "cpu" else time.perf_counter)
             except Exception as exc:  # noqa: BLE001
                 row.skipped = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
                 continue
@@ -131,11 +132,11 @@ def run_train_bench(args) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     console.print(f"[bold]bench train[/] logic, {args.arch}, d={args.dim}, {args.train_size} generated pairs per epoch, "
                   f"batch {args.batch_size}, threads={torch.get_num_threads()}, torch {torch.__version__}, TPRU recurrence: "
-                  f"{tpru_ext.backend()}; median of {args.repeats} interleaved epochs; load average {load:.1f}")
+                  f"{tpru_ext.backend()}; {args.clock} clock, median of {args.repeats} interleaved epochs; load average {load:.1f}")
     with tempfile.TemporaryDirectory(prefix="tprbench-bench-train-") as tmp:
         with console.status("generating data and timing...") as status:
             rows = bench_train(specs, args.dim, args.arch, args.train_size, args.batch_size, args.repeats, args.cache or tmp,
-                               progress=lambda r: status.update(f"{escape(r.spec)}: {r.examples_per_s:.0f} examples/s"))
+                               args.clock, progress=lambda r: status.update(f"{escape(r.spec)}: {r.examples_per_s:.0f} examples/s"))
     table = Table()
     for col in ("unit", "hidden", "params", "epoch s", "min s", "IQR s", "examples/s", "× gru speed", "100k-pair epoch"):
         table.add_column(col, justify="left" if col == "unit" else "right")
@@ -151,7 +152,8 @@ def run_train_bench(args) -> int:
     console.print(f"load average at the end: {end_load:.1f}; '× gru speed' > 1 = more examples/s than GRU")
     if args.json:
         meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "tpru_recurrence": tpru_ext.backend(),
-                "load_start": load, "load_end": end_load, "train_size": args.train_size, "arch": args.arch}
+                "load_start": load, "load_end": end_load, "train_size": args.train_size, "arch": args.arch,
+                "clock": args.clock}
         text = json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1)
         if args.json == "-":
             print(text)

@@ -13,7 +13,8 @@ plug-ins), plus `tpru[slices=8]`, unless `--units` names them. Sizes: a unit run
 hidden size d with input size d unless a size rule (SIZE_RULES) says how to build it comparably:
 the TPRU family with roles = d (the papers' parameter formula then equals GRU's 6d²); TPRN with
 symbol/role counts that give it GRU's parameter count; TPR-RNN (tpr3), whose state is
-vec(F) = E·R·E, with E, R chosen so E·R·E ≈ d. The table shows each unit's hidden size and its
+vec(F) = E·R·E, with E, R chosen so E·R·E ≈ d; TPGN, whose hidden size is a square p², with the
+square whose parameter count is nearest GRU's. The table shows each unit's hidden size and its
 parameter count next to GRU's. A unit that cannot be built at a size is listed as skipped, with why.
 """
 
@@ -50,7 +51,18 @@ def _tpr3_rule(d: int) -> tuple[dict[str, object], int]:
     return {"entity": e, "relation": r}, e * r * e
 
 
-SIZE_RULES: dict[str, Callable[[int], tuple[dict[str, object], int]]] = {"tprn": _tprn_rule, "tpr3": _tpr3_rule}
+def _tpgn_rule(d: int) -> tuple[dict[str, object], int]:
+    """TPGN's hidden size is p² (the plan is p×p): the square whose formula count is nearest GRU's 3(d² + d·d')."""
+    import units
+
+    cls, target = units.lookup("tpgn"), 6 * d * d
+    squares = [p * p for p in range(1, math.isqrt(4 * d) + 2)]
+    return {}, min(squares, key=lambda h: abs(cls.formula_params(d, h) - target))
+
+
+SIZE_RULES: dict[str, Callable[[int], tuple[dict[str, object], int]]] = {
+    "tprn": _tprn_rule, "tpr3": _tpr3_rule, "tpgn": _tpgn_rule,
+}
 
 
 def sized_spec(raw: str, dim: int) -> tuple[str, int]:
@@ -96,6 +108,7 @@ class BenchRow:
     min_ms: float | None = None       # spread of total_ms
     iqr_ms: float | None = None
     ratio_to_gru: float | None = None  # median over rounds of total / gru's total in the same round
+    min_ratio_to_gru: float | None = None  # min / gru's min: least disturbed by intermittent load
     params_formula: int | None = None
     params_total: int | None = None
     params_to_gru: float | None = None
@@ -215,6 +228,7 @@ def bench(specs: list[str], dims: list[int], seq: int, batch: int, repeats: int,
                 row.total_ms = round(statistics.median(totals), 3)
                 row.min_ms, row.iqr_ms = round(min(totals), 3), round(q3 - q1, 3)
                 row.ratio_to_gru = round(statistics.median(t / g for t, g in zip(totals, gru_totals)), 3)
+                row.min_ratio_to_gru = round(min(totals) / min(gru_totals), 3)
                 row.params_to_gru = round(row.params_total / cases[0][0].params_total, 3)
                 rows.append(row)
                 if progress:
@@ -256,17 +270,17 @@ def run_unit_bench(args) -> int:
                                                       f"{r.total_ms:.1f} ms"))
     end_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     table = Table()
-    cols = ["thr", "d", "unit", "hidden", "params", "× gru params", "fwd ms", "bwd ms", "median ms", "min ms", "IQR ms", "× gru"]
+    cols = ["thr", "d", "unit", "hidden", "params", "× gru params", "fwd ms", "bwd ms", "median ms", "min ms", "IQR ms", "× gru", "× gru (min)"]
     for col in cols:
         table.add_column(col, justify="left" if col == "unit" else "right")
     for r in rows:
         if r.skipped:
-            table.add_row(str(r.threads), str(r.dim), escape(r.spec), str(r.hidden), "", "", "", "", "", "", "",
+            table.add_row(str(r.threads), str(r.dim), escape(r.spec), str(r.hidden), "", "", "", "", "", "", "", "",
                           f"skipped: {escape(r.skipped)}")
             continue
         table.add_row(str(r.threads), str(r.dim), escape(r.spec), str(r.hidden), f"{r.params_total:,}", _fmt(r.params_to_gru),
                       _fmt(r.forward_ms), _fmt(r.backward_ms), _fmt(r.total_ms), _fmt(r.min_ms), _fmt(r.iqr_ms),
-                      _fmt(r.ratio_to_gru))
+                      _fmt(r.ratio_to_gru), _fmt(r.min_ratio_to_gru))
     console.print(table)
     console.print(f"load average at the end: {end_load:.1f} (2-core machine: above ~0.5 the absolute times are not "
                   "an idle machine's; the ratios are from interleaved rounds)")
