@@ -87,7 +87,8 @@ class TritonConfig:
     block_s: int = 64          # column tile of a slice (tiled kernels)
     block_n: int = 64          # role tile (tiled kernels)
     resident_max: int = 16384  # elements of W_b, Uᵀ V_b and R together that stay in registers
-    num_warps: int = 4
+    num_warps: int = 8         # with num_stages=1: no register spills at d <= 1024 when compiled for sm_90
+    num_stages: int = 1        # no software pipelining: the time loop is latency-bound, not bandwidth-bound
     force_tiled: bool = False  # tests: exercise the tiled kernels on small shapes
 
 
@@ -156,76 +157,140 @@ def _interpreting(device: torch.device) -> bool:
     raise RuntimeError(f"the Triton TPRU kernel runs on CUDA tensors (or CPU tensors in Triton's interpreter), not {device}")
 
 
-def _layout(gx, fx, W_rec, R_slices, U_slices, config: TritonConfig) -> dict:
-    T, B, d = gx.shape
-    k, s, N = R_slices.shape
-    folded = U_slices is None
-    resident = (folded and k == 1 and not config.force_tiled
-                and _pow2(d) ** 2 + 2 * _pow2(d) * _pow2(N) <= config.resident_max)
-    return dict(T=T, B=B, D=d, N=N, K=k, S=s, ROWS=W_rec.shape[0], folded=folded, has_vb=W_rec.shape[0] > d,
-                resident=resident, grid=(triton.cdiv(B, config.block_b),), NP=_pow2(N), DP=_pow2(d),
-                BLOCK_K=min(config.block_k, _pow2(max(d, W_rec.shape[0]))), BLOCK_S=min(config.block_s, _pow2(s)),
-                BLOCK_N=min(config.block_n, _pow2(N)))
+@dataclass(frozen=True)
+class Layout:
+    """Sizes of one call and the kernel they select, with each kernel's compile-time constants."""
+
+    d: int
+    roles: int
+    slices: int
+    rows: int            # rows of W_rec: d + kN folded, 2d (V_b) or d (V_b = I) unfolded
+    folded: bool
+    relu2: bool
+    tanh: bool
+    precision: str       # tl.dot input precision
+    config: TritonConfig
+
+    @classmethod
+    def of(cls, W_rec, R_slices, U_slices, relu2: bool, tanh: bool, config: TritonConfig) -> Layout:
+        k, _, N = R_slices.shape
+        return cls(W_rec.shape[1], N, k, W_rec.shape[0], U_slices is None, relu2, tanh,
+                   _dot_precision(W_rec.dtype), config)
+
+    @property
+    def resident(self) -> bool:
+        dp, np_ = _pow2(self.d), _pow2(self.roles)
+        return (self.folded and self.slices == 1 and not self.config.force_tiled
+                and dp * dp + 2 * dp * np_ <= self.config.resident_max)
+
+    def grid(self, batch: int) -> tuple[int]:
+        return (triton.cdiv(batch, self.config.block_b),)
+
+    def constants(self) -> dict:
+        c = self.config
+        common = dict(D=self.d, N=self.roles, RELU2=self.relu2, TANH=self.tanh, BLOCK_B=c.block_b,
+                      PRECISION=self.precision, EPS=NORM_EPS)
+        if self.resident:
+            return dict(common, DP=_pow2(self.d), NP=_pow2(self.roles))
+        s = self.d // self.slices
+        return dict(common, K=self.slices, S=s, FOLDED=self.folded, HAS_VB=self.rows > self.d,
+                    BLOCK_K=min(c.block_k, _pow2(max(self.d, self.rows))), BLOCK_S=min(c.block_s, _pow2(s)),
+                    BLOCK_N=min(c.block_n, _pow2(self.roles)))
+
+    def kernel_constants(self, direction: str) -> tuple[str, dict]:
+        """(kernel name, constexpr arguments) for direction "forward" or "backward"."""
+        name = f"{direction}_{'resident' if self.resident else 'tiled'}"
+        constants = self.constants()
+        if direction == "backward" and not self.resident:
+            constants["ROWS"] = self.rows
+        return name, constants
 
 
 def forward_recurrence(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2: bool, tanh_candidate: bool,
                        config: TritonConfig = DEFAULT_CONFIG):
     """One launch for all T steps. Returns states [T+1,B,d] (states[0] = b0) and what backward needs."""
-    L = _layout(gx, fx, W_rec, R_slices, U_slices, config)
-    T, B, d, k, N = L["T"], L["B"], L["D"], L["K"], L["N"]
-    K = kernels(_interpreting(gx.device))
+    L = Layout.of(W_rec, R_slices, U_slices, relu2, tanh_candidate, config)
+    T, B, d = gx.shape
+    k, N = L.slices, L.roles
     states = gx.new_empty(T + 1, B, d)
     states[0] = b0
     gates, cands = torch.empty_like(gx), torch.empty_like(gx)
     fills = fx.new_empty(T, B, k, N)
-    zs = gx.new_empty(T, B, d) if not L["folded"] else None
+    zs = gx.new_empty(T, B, d) if not L.folded else None
     relu_b = fx.new_empty(T, B, k, N) if relu2 else None
     sums = fx.new_empty(T, B, k) if relu2 else None
     dummy = gx.new_empty(1)  # pointer for buffers a variant does not use
-    common = dict(RELU2=relu2, TANH=tanh_candidate, BLOCK_B=config.block_b,
-                  PRECISION=_dot_precision(gx.dtype), EPS=NORM_EPS, num_warps=config.num_warps)
-    if L["resident"]:
-        K.forward_resident[L["grid"]](
-            gx, fx, W_rec, R_slices, c_b, c_x, states, gates, cands, fills,
-            relu_b if relu2 else dummy, sums if relu2 else dummy, T, B, D=d, N=N, DP=L["DP"], NP=L["NP"], **common)
+    opt = lambda t: t if t is not None else dummy  # noqa: E731
+    name, constants = L.kernel_constants("forward")
+    kernel = getattr(kernels(_interpreting(gx.device)), name)[L.grid(B)]
+    if L.resident:
+        kernel(gx, fx, W_rec, R_slices, c_b, c_x, states, gates, cands, fills, opt(relu_b), opt(sums), T, B,
+               **constants, num_warps=config.num_warps,
+               num_stages=config.num_stages)
     else:
-        K.forward_tiled[L["grid"]](
-            gx, fx, W_rec, R_slices, U_slices if U_slices is not None else dummy, c_b, c_x, states, gates, cands,
-            fills, zs if zs is not None else dummy, relu_b if relu2 else dummy, sums if relu2 else dummy, T, B,
-            D=d, N=N, K=k, S=L["S"], FOLDED=L["folded"], HAS_VB=L["has_vb"], BLOCK_K=L["BLOCK_K"],
-            BLOCK_S=L["BLOCK_S"], BLOCK_N=L["BLOCK_N"], **common)
+        kernel(gx, fx, W_rec, R_slices, opt(U_slices), c_b, c_x, states, gates, cands, fills, opt(zs), opt(relu_b),
+               opt(sums), T, B, **constants, num_warps=config.num_warps,
+               num_stages=config.num_stages)
     return states, gates, cands, fills, zs, relu_b, sums
 
 
 def backward_recurrence(grad_out, states, gates, cands, fills, zs, relu_b, sums, fx, W_rec, R_slices, U_slices, c_x,
                         relu2: bool, tanh_candidate: bool, config: TritonConfig = DEFAULT_CONFIG):
     """One launch walks time backwards; returns (d_pre [T,B,rows], d_scores, d_fb [T,B,k,N], d_cand, d_b0)."""
-    L = _layout(gates, fx, W_rec, R_slices, U_slices, config)
-    T, B, d, k, N, rows = L["T"], L["B"], L["D"], L["K"], L["N"], L["ROWS"]
-    K = kernels(_interpreting(gates.device))
-    d_pre = gates.new_empty(T, B, rows)
+    L = Layout.of(W_rec, R_slices, U_slices, relu2, tanh_candidate, config)
+    T, B, d = gates.shape
+    k, N = L.slices, L.roles
+    d_pre = gates.new_empty(T, B, L.rows)
     d_scores = fills.new_empty(T, B, k, N)
-    d_fb = None if L["folded"] else fills.new_empty(T, B, k, N)
+    d_fb = None if L.folded else fills.new_empty(T, B, k, N)
     d_cand = torch.empty_like(gates)
     dummy = gates.new_empty(1)
-    common = dict(RELU2=relu2, TANH=tanh_candidate, BLOCK_B=config.block_b,
-                  PRECISION=_dot_precision(gates.dtype), EPS=NORM_EPS, num_warps=config.num_warps)
-    sums_arg, relu_arg = (sums, relu_b) if relu2 else (dummy, dummy)
-    if L["resident"]:
+    opt = lambda t: t if t is not None else dummy  # noqa: E731
+    name, constants = L.kernel_constants("backward")
+    kernel = getattr(kernels(_interpreting(gates.device)), name)[L.grid(B)]
+    if L.resident:
         d_b0 = gates.new_empty(B, d)
-        K.backward_resident[L["grid"]](
-            grad_out, states, gates, cands, fills, relu_arg, sums_arg, fx, W_rec, R_slices, c_x,
-            d_pre, d_scores, d_cand, d_b0, T, B, D=d, N=N, DP=L["DP"], NP=L["NP"], **common)
+        kernel(grad_out, states, gates, cands, fills, opt(relu_b), opt(sums), fx, W_rec, R_slices, c_x,
+               d_pre, d_scores, d_cand, d_b0, T, B, **constants, num_warps=config.num_warps,
+               num_stages=config.num_stages)
     else:
         carry = gates.new_zeros(2, B, d)
-        dz = gates.new_empty(B, d) if not L["folded"] and not L["has_vb"] else dummy
-        K.backward_tiled[L["grid"]](
-            grad_out, states, gates, cands, fills, relu_arg, sums_arg, fx, W_rec, R_slices,
-            U_slices if U_slices is not None else dummy, c_x, d_pre, d_scores, d_fb if d_fb is not None else dummy,
-            d_cand, carry, dz, T, B, D=d, N=N, K=k, S=L["S"], ROWS=rows, FOLDED=L["folded"], HAS_VB=L["has_vb"],
-            BLOCK_K=L["BLOCK_K"], BLOCK_S=L["BLOCK_S"], BLOCK_N=L["BLOCK_N"], **common)
+        dz = gates.new_empty(B, d) if not L.folded and L.rows == d else None
+        kernel(grad_out, states, gates, cands, fills, opt(relu_b), opt(sums), fx, W_rec, R_slices, opt(U_slices), c_x,
+               d_pre, d_scores, opt(d_fb), d_cand, carry, opt(dz), T, B, **constants, num_warps=config.num_warps,
+               num_stages=config.num_stages)
         d_b0 = carry[T % 2]
     return d_pre, d_scores, d_fb, d_cand, d_b0
+
+
+def compile_report(layout: Layout, direction: str, arch: int = 90, dtype: str = "fp32") -> dict:
+    """Compile one kernel for an NVIDIA target with no GPU present (Triton ships ptxas) and report
+    what ptxas says: registers per thread, spill stores, and the shared memory the launch needs.
+    This is how the kernels were checked to build for an H100 (sm_90) in a session without one;
+    it says nothing about speed."""
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    name, constants = layout.kernel_constants(direction)
+    fn = getattr(kernels(False), name)
+    signature = {a: "constexpr" if a in constants else "i32" if a in ("T", "B") else f"*{dtype}" for a in fn.arg_names}
+    compiled = triton.compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", arch, 32),
+                              options=dict(num_warps=layout.config.num_warps, num_stages=layout.config.num_stages))
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+        ptx.write(compiled.asm["ptx"])
+        ptx.flush()
+        gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name={gpu}", ptx.name, "-o", "/dev/null"],
+                             capture_output=True, text=True, check=True).stderr
+    registers = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores", log)
+    return dict(kernel=name, registers=int(registers.group(1)) if registers else None,
+                spill_stores=int(spills.group(1)) if spills else None, shared_bytes=compiled.metadata.shared)
 
 
 class TPRUTritonRecurrence(torch.autograd.Function):
