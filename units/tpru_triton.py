@@ -56,6 +56,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import logging
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -343,14 +344,15 @@ def _notice_once(reason: str) -> None:
 
 def select_recurrence(impl: str, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0):
     """The autograd Function for one call. `fused`: the Triton kernel for CUDA tensors it supports
-    (else the CPU Function, with a one-time notice on CUDA saying why); `triton`: always the kernel
-    (CPU tensors run in Triton's interpreter), an error when it cannot run."""
+    (else the CPU Function, with a one-time notice on CUDA saying why; TPRBENCH_TRITON=0 in the
+    environment keeps the CPU Function, to compare or to rule the kernel out); `triton`: always the
+    kernel (CPU tensors run in Triton's interpreter), an error when it cannot run."""
     if impl == "triton":
         reason = unsupported_reason(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0)
         if reason:
             raise RuntimeError(f"impl=triton cannot run this call: {reason}")
         return TPRUTritonRecurrence
-    if gx.is_cuda and gx.shape[0] > 0 and gx.shape[1] > 0:
+    if gx.is_cuda and gx.shape[0] > 0 and gx.shape[1] > 0 and os.environ.get("TPRBENCH_TRITON", "1") != "0":
         reason = unsupported_reason(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0)
         if reason is None:
             return TPRUTritonRecurrence
