@@ -200,6 +200,7 @@ def test_cache_reloads_the_same_tensors(small, tmp_path):
 # --------------------------------------------------------------------------------------------
 # The real files
 # --------------------------------------------------------------------------------------------
+@pytest.mark.realdata
 def test_real_1k_counts_and_task1_sizes(data_root):
     data = load_babi("1-20", "1k", data_dir=data_root / "babi", valid_fraction=0.1)
     for task, (train_stories, _, test_stories) in STORIES.items():
@@ -215,6 +216,7 @@ def test_real_1k_counts_and_task1_sizes(data_root):
 
 
 @pytest.mark.slow
+@pytest.mark.realdata
 def test_real_10k_counts_and_the_missing_qa3(data_root):
     with pytest.raises(DataError, match="qa3 10k train"):
         load_babi("3", "10k", data_dir=data_root / "babi")
