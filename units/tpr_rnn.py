@@ -50,22 +50,23 @@ def tpr_update(F: torch.Tensor, e1: torch.Tensor, e2: torch.Tensor, r1: torch.Te
     """F_t from F_{t−1}: write, plus move when r2 is given, plus backlink when r3 is given.
 
     All retrievals read F_{t−1} (the authors' tpr_rnn_graph.py; the paper's eq. 11/13 write F_t).
-    Shapes: F [B,E,R,E], e1/e2 [B,E], r1/r2/r3 [B,R].
+    Shapes: F [B,E,R,E], e1/e2 [B,E], r1/r2/r3 [B,R]. Zero keys (e1 = e2 = 0) leave F exactly as it is.
     """
     B, E, R, _ = F.shape
     flat = F.reshape(B, E, R * E)
     keys = torch.stack([e1, e2], 1) if r3 is not None else e1.unsqueeze(1)
     # F contracted with each entity key over its first axis, in one matmul: [B, keys, R, E]
     read = torch.bmm(keys, flat).view(B, keys.shape[1], R, E)
-    w_hat = torch.einsum("br,brf->bf", r1, read[:, 0])
+    by_e1_rel = torch.stack([r1, r2], 1) if r2 is not None else r1.unsqueeze(1)
+    hats = torch.bmm(by_e1_rel, read[:, 0])                                # ŵ (and m̂)   [B, 1|2, E]
+    w_hat = hats[:, 0]
     by_e1 = r1.unsqueeze(2) * (e2 - w_hat).unsqueeze(1)                   # r1 ⊗ (e2 − ŵ)      [B,R,E]
     if r2 is not None:
-        m_hat = torch.einsum("br,brf->bf", r2, read[:, 0])
-        by_e1 = by_e1 + r2.unsqueeze(2) * (w_hat - m_hat).unsqueeze(1)   # + r2 ⊗ (ŵ − m̂)
+        by_e1 = by_e1 + r2.unsqueeze(2) * (w_hat - hats[:, 1]).unsqueeze(1)   # + r2 ⊗ (ŵ − m̂)
     if r3 is None:
         delta = e1.unsqueeze(2) * by_e1.reshape(B, 1, R * E)              # e1 ⊗ (…)
     else:
-        b_hat = torch.einsum("br,brf->bf", r3, read[:, 1])
+        b_hat = torch.bmm(r3.unsqueeze(1), read[:, 1]).squeeze(1)
         by_e2 = r3.unsqueeze(2) * (e1 - b_hat).unsqueeze(1)               # r3 ⊗ (e1 − b̂)
         # e1 ⊗ by_e1 + e2 ⊗ by_e2 as one [B,E,2] × [B,2,R·E] matmul
         delta = torch.bmm(keys.transpose(1, 2), torch.stack([by_e1, by_e2], 1).reshape(B, 2, R * E))
@@ -186,20 +187,27 @@ class TPR3(RecurrentUnit):
         if F is None:
             F = x.new_zeros(B, E, R, E)
         reps = self.representations(x)
-        e1, e2, r1 = reps["e1"], reps["e2"], reps["r1"]
-        r2, r3 = reps.get("r2"), reps.get("r3")
-        steps = T if lengths is None else int(lengths.max().item()) if B else 0
-        outputs = x.new_zeros(B, T, E * R * E) if keep_outputs else None
+        steps = T
+        if lengths is not None:
+            # Zero keys at padded steps make ΔF exactly 0, so F stays bit for bit (`tpr_update`); done
+            # once on the small [B,T,·] tensors with `where`, so even inf/NaN at padding cannot leak.
+            real = (torch.arange(T, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
+            reps = {k: torch.where(real, v, torch.zeros((), dtype=v.dtype, device=v.device)) for k, v in reps.items()}
+            steps = int(lengths.max().item()) if B else 0
+        # unbind, not [:, t]: one backward node for all steps instead of a zero-filled [B,T,·] per step
+        e1, e2, r1 = reps["e1"].unbind(1), reps["e2"].unbind(1), reps["r1"].unbind(1)
+        r2 = reps["r2"].unbind(1) if "r2" in reps else None
+        r3 = reps["r3"].unbind(1) if "r3" in reps else None
+        outputs = []
         for t in range(steps):
-            F_next = tpr_update(F, e1[:, t], e2[:, t], r1[:, t],
-                                None if r2 is None else r2[:, t], None if r3 is None else r3[:, t])
-            if lengths is not None:
-                # where, not a multiplied mask: garbage (even inf/NaN) at padding cannot leak into F
-                F_next = torch.where((lengths > t).view(B, 1, 1, 1), F_next, F)
-            F = F_next
-            if outputs is not None:
-                outputs[:, t] = F.reshape(B, -1)
-        return outputs, F
+            F = tpr_update(F, e1[t], e2[t], r1[t], None if r2 is None else r2[t], None if r3 is None else r3[t])
+            if keep_outputs:
+                outputs.append(F.reshape(B, -1))
+        if not keep_outputs:
+            return None, F
+        if steps < T:  # steps past every sequence's end: outputs there are zero (masked by the caller)
+            outputs.extend([x.new_zeros(B, E * R * E)] * (T - steps))
+        return (torch.stack(outputs, 1) if outputs else x.new_zeros(B, T, E * R * E)), F
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """outputs vec(F_t) [B, T, E·R·E] (zero at padding), state vec(F_T) [B, E·R·E].
