@@ -272,6 +272,25 @@ def test_unit_matches_transcription(ops):
         torch.testing.assert_close(state[i], memory[i].reshape(-1), rtol=0, atol=0)   # the same F, bit for bit
 
 
+def test_packed_memory_equals_the_padded_run_for_unsorted_lengths():
+    """`memory` sorts the batch and updates only running sequences; `forward` runs all of them."""
+    unit = _unit(hidden=5)
+    lengths = [2, 0, 5, 3, 5, 1]
+    x = torch.randn(6, 6, 4, dtype=F64, generator=torch.Generator().manual_seed(8), requires_grad=True)
+    mask = _mask(lengths, 6)
+    memory = unit.memory(x, mask)
+    _, state = unit(x, mask)
+    torch.testing.assert_close(memory.reshape(6, -1), state, rtol=1e-12, atol=1e-12)
+    assert torch.all(memory[1] == 0)
+    for i, n in enumerate(lengths):
+        if n:
+            torch.testing.assert_close(memory[i], ref_unit(unit, x[i].detach(), n)[-1], rtol=1e-12, atol=1e-12)
+    grad_packed, = torch.autograd.grad(memory.square().sum(), x)
+    grad_padded, = torch.autograd.grad(state.square().sum(), x)
+    torch.testing.assert_close(grad_packed, grad_padded, rtol=1e-10, atol=1e-12)
+    assert torch.all(grad_packed[~mask] == 0)
+
+
 def test_forward_carry_continues_the_memory():
     unit = _unit()
     x = torch.randn(2, 6, 4, dtype=F64, generator=torch.Generator().manual_seed(5))
@@ -306,7 +325,7 @@ def test_input_and_inference_modules_match_transcription():
 def test_unit_gradcheck():
     unit = _unit(S=3, E=2, R=2, hidden=3)
     x = torch.randn(2, 3, 3, dtype=F64, generator=torch.Generator().manual_seed(6), requires_grad=True)
-    mask = _mask([3, 2], 3)
+    mask = _mask([2, 3], 3)   # unsorted: memory's packing reorders the batch
     params = list(unit.parameters())
 
     def fn(x, *ps):

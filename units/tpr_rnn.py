@@ -219,9 +219,32 @@ class TPR3(RecurrentUnit):
         return mask_outputs(outputs, lengths), F.reshape(x.shape[0], -1)
 
     def memory(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """F_T [B, E, R, E] after each sequence's last real step, without per-step outputs."""
+        """F_T [B, E, R, E] after each sequence's last real step, without per-step outputs.
+
+        Packed like torch's PackedSequence: the batch is sorted by length and step t updates only
+        the sequences still running, so a batch costs Σ lengths rather than B · max length (bAbI
+        stories of the long tasks average a third of their batch's longest)."""
         lengths = lengths_from_mask(x, mask)
-        return self._run(x, lengths, None, keep_outputs=False)[1]
+        B, E, R = x.shape[0], self.entity, self.relation
+        lengths, order = torch.sort(lengths, descending=True, stable=True)
+        x = x[order]
+        reps = self.representations(x)
+        e1, e2, r1 = reps["e1"].unbind(1), reps["e2"].unbind(1), reps["r1"].unbind(1)
+        r2 = reps["r2"].unbind(1) if "r2" in reps else None
+        r3 = reps["r3"].unbind(1) if "r3" in reps else None
+        running = [int(n) for n in (lengths.unsqueeze(0) > torch.arange(x.shape[1], device=x.device).unsqueeze(1)).sum(1).tolist()]
+        F = x.new_zeros(B, E, R, E)
+        done = []   # finished rows, shortest first
+        for t, n in enumerate(running):
+            if n == 0:
+                break
+            if n < F.shape[0]:
+                done.append(F[n:])
+                F = F[:n]
+            F = tpr_update(F, e1[t][:n], e2[t][:n], r1[t][:n], None if r2 is None else r2[t][:n],
+                           None if r3 is None else r3[t][:n])
+        F = torch.cat([F, *reversed(done)]) if done else F
+        return F[torch.argsort(order)]
 
     def forward_carry(self, x: torch.Tensor, carry: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Unpadded x continuing from the memory `carry` [B, E, R, E] (None = F_0 = 0)."""
