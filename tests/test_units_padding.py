@@ -15,8 +15,14 @@ from torch.func import functional_call
 
 import units
 
+<<<<<<< HEAD
 BUILTINS = ["gru", "lstm", "tpgn", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
+=======
+BUILTINS = ["gru", "lstm", "tpr3", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
+>>>>>>> babi
 TPRU_FAMILY = [n for n in BUILTINS if n.startswith("tpru")]
+# Units whose options must fit D: tpr3's width is vec(F) = entity·relation·entity = 2·2·2 = D.
+BASE_SPECS = {"tpr3": "tpr3[entity=2,relation=2]"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "tests.plugin_units:ElmanUnit"
 
@@ -29,13 +35,14 @@ def _specs() -> list[str]:
     names = sorted(set(BUILTINS) | set(units.available()))
     specs = []
     for name in names:
-        base = f"{name}[roles=4,slices=2]" if name.startswith("tpru") else name
+        base = f"{name}[roles=4,slices=2]" if name.startswith("tpru") else BASE_SPECS.get(name, name)
         specs.append(base)
         for extra in ("bidirectional=true", "layers=2", "layers=2,bidirectional=true"):
             specs.append(base[:-1] + "," + extra + "]" if base.endswith("]") else f"{base}[{extra}]")
     specs += ["tpgn[impl=loop]", "tpgn[plan_size=3]",
               "tpru[roles=4,slices=1]", "tpru-v1[roles=3,slices=4,bidirectional=true]", "tpru[roles=4,slices=2,biases=code]",
               "tpru-mod1[roles=4,slices=4,biases=code]", "tpru[roles=3,biases=gate,layers=2]", PLUGIN,
+              "tpr3[entity=2,relation=2,ops=w]", "tpr3[entity=2,relation=2,ops=wb,mlp_hidden=3]",
               PLUGIN + "[nonlinearity=relu,bidirectional=true,layers=2]"]
     return specs
 
