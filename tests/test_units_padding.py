@@ -15,11 +15,7 @@ from torch.func import functional_call
 
 import units
 
-<<<<<<< HEAD
-BUILTINS = ["gru", "lstm", "tpgn", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
-=======
-BUILTINS = ["gru", "lstm", "tpr3", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
->>>>>>> babi
+BUILTINS = ["gru", "lstm", "tpgn", "tpr3", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
 TPRU_FAMILY = [n for n in BUILTINS if n.startswith("tpru")]
 # Units whose options must fit D: tpr3's width is vec(F) = entity·relation·entity = 2·2·2 = D.
 BASE_SPECS = {"tpr3": "tpr3[entity=2,relation=2]"}
