@@ -27,6 +27,8 @@ def test_size_rules():
     assert bench_units._tpr3_rule(64) == ({"entity": 4, "relation": 4}, 64)
     assert bench_units._tpr3_rule(256) == ({"entity": 8, "relation": 4}, 256)
     assert bench_units._tpr3_rule(512) == ({"entity": 8, "relation": 8}, 512)
+    if "tpgn" in units.available():  # hidden p², the square whose count is nearest GRU's
+        assert bench_units.sized_spec("tpgn", 64) == ("tpgn", 49)
     options, hidden = bench_units._tprn_rule(64)
     assert hidden == 64 and 64 % options["role_dim"] == 0 and options["symbols"] + options["roles"] == 3 * 64
 
