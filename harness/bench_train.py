@@ -19,7 +19,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 
-from harness.bench_units import BASELINE, default_specs, sized_spec
+from harness.bench_units import BASELINE, check_specs, default_specs, sized_spec
 
 
 @dataclass
@@ -64,10 +64,10 @@ def bench_train(specs: list[str], dim: int, arch: str, train_size: int, batch_si
     import units
     from tasks.registry import get_task
 
+    specs = check_specs(specs)
     adapter = get_task("logic")({"train_size": train_size, "eval_size": 0}, "generated", cache_dir)
     adapter.prepare()
     lr, clip = float(adapter.defaults.get("lr", 1e-3)), float(adapter.defaults.get("clip", 5.0))
-    specs = [BASELINE] + [s for s in specs if s != BASELINE]
     threads = torch.get_num_threads()
     cases, skipped = [], []
     for raw in specs:

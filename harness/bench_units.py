@@ -82,6 +82,17 @@ def sized_spec(raw: str, dim: int) -> tuple[str, int]:
     return str(spec), hidden
 
 
+def check_specs(specs: list[str]) -> list[str]:
+    """The baseline first, then the specs; a spec that does not parse or names an unknown unit or
+    option is the user's error (UnitSpecError → exit 2). Size-dependent failures are not checked
+    here: a unit that cannot be built at one size is listed as skipped there."""
+    import units
+
+    for raw in specs:
+        units.resolve(raw)
+    return [BASELINE] + [s for s in specs if s != BASELINE]
+
+
 def default_specs() -> list[str]:
     import units
 
@@ -179,7 +190,7 @@ def bench(specs: list[str], dims: list[int], seq: int, batch: int, repeats: int,
 
     import units
 
-    specs = [BASELINE] + [s for s in specs if s != BASELINE]
+    specs = check_specs(specs)
     tick = _clock(clock)
     mode = "forward" if forward_only else "train"
     rows: list[BenchRow] = []

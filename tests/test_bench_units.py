@@ -34,7 +34,7 @@ def test_size_rules():
 
 
 def test_bench_rows_interleaved_with_spread(tmp_path: Path):
-    rows = bench_units.bench(["gru", "lstm", "tpru", "tpru[slices=2]", "no-such-unit"], [8], seq=5, batch=3, repeats=3,
+    rows = bench_units.bench(["gru", "lstm", "tpru", "tpru[slices=2]", "tpru[slices=3]"], [8], seq=5, batch=3, repeats=3,
                              warmup=1, threads=[1], padded=True)
     by_unit = {r.unit: r for r in rows}
     assert by_unit["gru"].ratio_to_gru == 1.0 and by_unit["gru"].params_to_gru == 1.0
@@ -44,7 +44,9 @@ def test_bench_rows_interleaved_with_spread(tmp_path: Path):
         assert 0 < row.min_ms <= row.total_ms and row.iqr_ms >= 0 and row.ratio_to_gru > 0
         assert row.forward_ms > 0 and row.backward_ms > 0
     assert by_unit["tpru"].spec == "tpru[roles=8]" and by_unit["tpru"].params_total == units.param_counts("tpru[roles=8]", 8, 8).total
-    assert "unknown unit" in by_unit["no-such-unit"].skipped
+    assert "must divide the hidden size" in by_unit["tpru[slices=3]"].skipped  # cannot be built at d = 8: listed
+    with pytest.raises(units.UnitSpecError, match="unknown unit"):  # a wrong spec is the user's error
+        bench_units.bench(["gru", "no-such-unit"], [8], seq=5, batch=3, repeats=1, warmup=0)
 
 
 def test_forward_only_mode():
