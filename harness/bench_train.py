@@ -127,6 +127,8 @@ def run_train_bench(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if getattr(args, "python_loop", False):
+        tpru_ext.set_enabled(False)
     specs = [s.strip() for s in args.units.split(";") if s.strip()] if args.units else default_specs()
     console = Console(width=150)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")

@@ -55,6 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--batch-size", type=_positive, default=64, help="batch size (the logic task's default, 64)")
     t.add_argument("--repeats", type=_positive, default=3, help="epochs per unit, interleaved across units; the median is reported (default 3)")
     t.add_argument("--threads", type=_positive, default=None, help="torch threads (default: torch's choice; Ray trials use cpus=1 → 1)")
+    t.add_argument("--python-loop", action="store_true", help="TPRU on its Python fallback loop, to compare")
     t.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="wall time or process CPU time (see bench units)")
     t.add_argument("--cache", default=None, metavar="DIR", help="where the generated data is cached (default: a temporary directory)")
     t.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON to PATH ('-' = stdout)")
