@@ -15,8 +15,10 @@ from torch.func import functional_call
 
 import units
 
-BUILTINS = ["gru", "lstm", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
+BUILTINS = ["gru", "lstm", "tprn", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
 TPRU_FAMILY = [n for n in BUILTINS if n.startswith("tpru")]
+# Units whose options must fit D: tprn's width is symbol dim × role_dim = 4 · 2 = D.
+BASE_SPECS = {"tprn": "tprn[symbols=3,roles=2,role_dim=2]"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "tests.plugin_units:ElmanUnit"
 
@@ -28,11 +30,12 @@ def _specs() -> list[str]:
     names = sorted(set(BUILTINS) | set(units.available()))
     specs = []
     for name in names:
-        base = f"{name}[roles=4,slices=2]" if name.startswith("tpru") else name
+        base = f"{name}[roles=4,slices=2]" if name.startswith("tpru") else BASE_SPECS.get(name, name)
         specs.append(base)
         for extra in ("bidirectional=true", "layers=2", "layers=2,bidirectional=true"):
             specs.append(base[:-1] + "," + extra + "]" if base.endswith("]") else f"{base}[{extra}]")
     specs += ["tpru[roles=4,slices=1]", "tpru-v1[roles=3,slices=4,bidirectional=true]", PLUGIN,
+              "tprn[symbols=3,roles=2,role_dim=4,gated=true]", "tprn[symbols=3,roles=2,role_dim=2,gated=true,layers=2,bidirectional=true]",
               PLUGIN + "[nonlinearity=relu,bidirectional=true,layers=2]"]
     return specs
 
