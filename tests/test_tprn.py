@@ -25,9 +25,9 @@ def _mask(lengths, steps):
     return torch.arange(steps).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
 
 
-def _unit(gated=False, quantization=0.1, seed=0, din=DIN) -> TPRN:
+def _unit(gated=False, quantization=0.1, seed=0, din=DIN, impl="fused") -> TPRN:
     torch.manual_seed(seed)
-    unit = TPRN(din, D, symbols=N_S, roles=N_R, role_dim=D_R, quantization=quantization, gated=gated).double()
+    unit = TPRN(din, D, symbols=N_S, roles=N_R, role_dim=D_R, quantization=quantization, gated=gated, impl=impl).double()
     with torch.no_grad():  # non-zero biases, so a transposed or dropped bias cannot pass
         for p in (unit.b_S, unit.b_R) + ((unit.b_lstm,) if gated else ()):
             p.copy_(torch.randn(p.shape, dtype=torch.float64) * 0.5)
@@ -81,10 +81,13 @@ def transcribe(unit: TPRN, x, lengths, gated: bool, c_q: float):
     return outputs, a_S_all, a_R_all, c_q * total_q / B
 
 
-# (f) the transcription, ungated and gated ---------------------------------------------------
-@pytest.mark.parametrize("gated", [False, True])
-def test_matches_transcription(gated):
-    unit = _unit(gated)
+# (f) the transcription, ungated (fused and loop) and gated ---------------------------------------
+VARIANTS = [(False, "fused"), (False, "loop"), (True, "loop")]
+
+
+@pytest.mark.parametrize("gated, impl", VARIANTS)
+def test_matches_transcription(gated, impl):
+    unit = _unit(gated, impl=impl)
     x, mask = _inputs()
     out, state, (a_S, a_R) = unit(x, mask, return_attention=True)
     ref_out, ref_S, ref_R, ref_aux = transcribe(unit, x, LENGTHS, gated, 0.1)
@@ -98,9 +101,9 @@ def test_matches_transcription(gated):
     assert out.shape[-1] == unit.output_size == (2 * D if gated else D)
 
 
-@pytest.mark.parametrize("gated", [False, True])
-def test_gradcheck_unit_and_aux_loss(gated):
-    unit = _unit(gated, quantization=0.3)
+@pytest.mark.parametrize("gated, impl", VARIANTS)
+def test_gradcheck_unit_and_aux_loss(gated, impl):
+    unit = _unit(gated, quantization=0.3, impl=impl)
     names = [n for n, _ in unit.named_parameters()]
     params = tuple(p.detach().clone().requires_grad_(True) for _, p in unit.named_parameters())
     x, mask = _inputs([3, 2], seed=2)
@@ -112,6 +115,28 @@ def test_gradcheck_unit_and_aux_loss(gated):
         return out, state, unit.aux_loss
 
     assert torch.autograd.gradcheck(f, (x, *params), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_fused_and_loop_gradients_agree():
+    """Larger than gradcheck can afford: the fused backward equals autograd through the loop."""
+    gen = torch.Generator().manual_seed(14)
+    x0 = torch.randn(3, 9, 6, generator=gen, dtype=torch.float64)
+    mask = _mask([9, 5, 2], 9)
+    upstream = torch.randn(3, 9, 12, generator=gen, dtype=torch.float64)
+    v0 = torch.randn(3, 12, generator=gen, dtype=torch.float64)
+    grads = {}
+    for impl in ("fused", "loop"):
+        torch.manual_seed(15)
+        unit = TPRN(6, 12, symbols=7, roles=5, role_dim=3, quantization=0.2, impl=impl).double()
+        x = x0.clone().requires_grad_(True)
+        carry = v0.clone().requires_grad_(True)
+        out, state = unit(x, mask)
+        windowed, last = unit.forward_carry(x[:, :4], carry)  # a non-zero initial state too
+        loss = (out * upstream).sum() + state.pow(2).sum() + unit.aux_loss + windowed.sin().sum() + last.sum()
+        loss.backward()
+        grads[impl] = {"x": x.grad, "v0": carry.grad, **{n: p.grad for n, p in unit.named_parameters()}}
+    for key in grads["loop"]:
+        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=1e-11, msg=lambda m: f"{key}: {m}")
 
 
 # (a) binding identities ---------------------------------------------------------------------

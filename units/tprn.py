@@ -23,12 +23,15 @@ directions).
 
 Speed: the input halves of W_S, W_R (and of the LSTM matrix) act on all steps in one matmul
 before the loop; each step then does one matmul with the recurrent halves and two small ones
-with S and R.
+with S and R. The ungated loop runs in `tprn_fused.TPRNRecurrence` (no per-step autograd graph,
+weight gradients as single matmuls after the loop); `impl=loop` is the plain autograd reference,
+and the gated variant always runs it.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import torch
 from torch import nn
@@ -36,6 +39,7 @@ from torch import nn
 from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
 from .binding import outer_bind
 from .registry import register_unit
+from .tprn_fused import TPRNRecurrence
 
 FORGET_BIAS = 1.0  # TPRLSTMCell(forget_bias=1.0): added to the forget gate's pre-activation, not a parameter
 
@@ -70,12 +74,13 @@ class TPRN(RecurrentUnit):
         role_dim: int = 10,
         quantization: float = 1e-5,
         gated: bool = False,
+        impl: Literal["fused", "loop"] = "fused",
     ) -> None:
         super().__init__(input_size, hidden_size)
         self.check_options(hidden_size, symbols=symbols, roles=roles, role_dim=role_dim, quantization=quantization)
         self.symbols, self.roles, self.role_dim = symbols, roles, role_dim
         self.symbol_dim = hidden_size // role_dim
-        self.quantization, self.gated = quantization, gated
+        self.quantization, self.gated, self.impl = quantization, gated, impl
         rec = self.recurrent_width(hidden_size, gated)  # v, or [h; v] when gated
         # Column order of the weight matrices is the code's `_linear([inputs, state])`: [x; v] or [x; h; v].
         self.W_S = nn.Parameter(torch.empty(symbols, input_size + rec))
@@ -158,6 +163,11 @@ class TPRN(RecurrentUnit):
         W_in, W_rec, bias = self._split_weights()
         pre_x = torch.nn.functional.linear(x, W_in, bias)  # all steps at once
         n_att = self.symbols + self.roles
+        if self.impl == "fused" and not self.gated and x.shape[1] > 0:
+            V, A = TPRNRecurrence.apply(pre_x.transpose(0, 1).contiguous(), W_rec, self.S, self.R, carry, self.symbols)
+            out, att = V.transpose(0, 1), A.transpose(0, 1)
+            a_S, a_R = att.split([self.symbols, self.roles], -1)
+            return out, a_S, a_R, V[-1]
         outputs, attention = [], []
         if self.gated:
             c, h, v = carry
@@ -218,4 +228,5 @@ class TPRN(RecurrentUnit):
 
     def extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, symbols={self.symbols}, roles={self.roles}, "
-                f"symbol_dim={self.symbol_dim}, role_dim={self.role_dim}, quantization={self.quantization}, gated={self.gated}")
+                f"symbol_dim={self.symbol_dim}, role_dim={self.role_dim}, quantization={self.quantization}, gated={self.gated}, "
+                f"impl={self.impl}")
