@@ -254,7 +254,7 @@ def test_gradcheck_embedding_and_readout():
     h = torch.randn(2, D, dtype=torch.float64, requires_grad=True)
 
     def f(h, *ps):
-        return torch.func.functional_call(wrapper, dict(zip(names, ps)), (ids, h))
+        return torch.func.functional_call(wrapper, dict(zip(names, ps, strict=True)), (ids, h))
 
     assert torch.autograd.gradcheck(f, (h, *params), eps=1e-6, atol=1e-7, rtol=1e-5)
 

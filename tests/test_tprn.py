@@ -110,7 +110,7 @@ def test_gradcheck_unit_and_aux_loss(gated, impl):
     x = x.requires_grad_(True)
 
     def f(x, *ps):
-        module_params = dict(zip(names, ps))
+        module_params = dict(zip(names, ps, strict=True))
         out, state = functional_call(unit, module_params, (x, mask))
         return out, state, unit.aux_loss
 
@@ -136,7 +136,8 @@ def test_fused_and_loop_gradients_agree():
         loss.backward()
         grads[impl] = {"x": x.grad, "v0": carry.grad, **{n: p.grad for n, p in unit.named_parameters()}}
     for key in grads["loop"]:
-        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=1e-11, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=1e-11,
+                                   msg=lambda m, key=key: f"{key}: {m}")
 
 
 # (a) binding identities ---------------------------------------------------------------------
