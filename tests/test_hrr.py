@@ -262,3 +262,29 @@ def test_gradcheck_embedding_and_readout():
 def test_readout_needs_dim_wide_input():
     with pytest.raises(ValueError, match="project the unit output"):
         _emb().logits(torch.zeros(2, D + 1, dtype=torch.float64))
+
+
+def test_plugs_into_a_unit_language_model():
+    """Embedding → any unit (here TPRN, whose quantisation loss adds to the isometry loss) →
+    projection to d → HRR readout: learns a short periodic text, the way the lm adapter will use it."""
+    import units
+
+    torch.manual_seed(0)
+    vocab, d = 12, 16
+    emb = HRRWordEmbedding(vocab, d, fillers=4, roles=2, basis="isometric", beta=0.01, anneal_steps=20, filler_dropout=0.1)
+    unit = units.build("tprn[symbols=6,roles=3,role_dim=4,quantization=0.001]", d, 8)
+    project = torch.nn.Linear(unit.output_size, d)
+    model = torch.nn.ModuleList([emb, unit, project])
+    opt = torch.optim.Adam(model.parameters(), lr=0.03)
+    text = torch.arange(vocab).repeat(4).unsqueeze(0)  # 0 1 … 11 0 1 … : next token is determined
+    losses = []
+    for _ in range(60):
+        out, _ = unit.forward_carry(emb(text[:, :-1]))
+        ce = torch.nn.functional.cross_entropy(emb.logits(project(out)).reshape(-1, vocab), text[:, 1:].reshape(-1))
+        aux = sum(m.aux_loss for m in model.modules() if torch.is_tensor(getattr(m, "aux_loss", None)))
+        opt.zero_grad()
+        (ce + aux).backward()
+        opt.step()
+        losses.append(ce.item())
+    assert int(emb.step) == 60 and emb.alphas()[1].item() == 1.0
+    assert losses[-1] < 0.2 * losses[0], losses[::10]
