@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from . import torch_rnn, tprn, tpru  # noqa: F401  (registers the built-in units)
+from . import torch_rnn, tpgn, tpr_rnn, tprn, tpru  # noqa: F401  (registers the built-in units)
 from .base import RecurrentUnit
 from .registry import ENTRY_POINT_GROUP, ResolvedUnit, available, lookup, register_unit, resolve, unit_options
 from .spec import UnitSpec, UnitSpecError, parse_spec
