@@ -164,14 +164,25 @@ def test_load_best_model_refuses_a_code_carrying_file(tmp_path: Path, logic_adap
     assert not marker.exists()
 
 
-def test_a_corrupt_checkpoint_is_one_clear_error(tmp_path: Path, logic_adapter) -> None:
-    from tasks.training import CHECKPOINT, CheckpointRefused, train
+@pytest.mark.parametrize("damage", ["garbled", "truncated", "empty"])
+def test_a_corrupt_checkpoint_is_set_aside_and_the_run_restarts(tmp_path: Path, logic_adapter, damage) -> None:
+    """Unreadable (not hostile): moved to checkpoint.pt.corrupt-<time>, one line says so, the run
+    trains from scratch and ends as an undisturbed run would."""
+    from tasks.training import CHECKPOINT, train
 
+    clean = train(logic_adapter, _config(), tmp_path / "clean", device="cpu")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / CHECKPOINT).write_bytes(b"\x80\x02not a checkpoint at all")
-    with pytest.raises(CheckpointRefused, match=re.escape(str(run_dir / CHECKPOINT))):
-        train(logic_adapter, _config(), run_dir, device="cpu")
+    good = (tmp_path / "clean" / CHECKPOINT).read_bytes()
+    data = {"garbled": b"\x80\x02not a checkpoint at all", "truncated": good[: len(good) // 2], "empty": b""}[damage]
+    (run_dir / CHECKPOINT).write_bytes(data)
+    lines: list[str] = []
+    result = train(logic_adapter, _config(), run_dir, device="cpu", notice=lines.append)
+    assert len(lines) == 1 and str(run_dir / CHECKPOINT) in lines[0] and "restarting the run" in lines[0], lines
+    aside = list(run_dir.glob(CHECKPOINT + ".corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == data
+    assert result.status == "finished" and result.best_valid == clean.best_valid
+    assert result.test == clean.test and lines[0] in result.notes
 
 
 def test_cli_train_refuses_it_with_exit_2(tmp_path: Path, capsys) -> None:
