@@ -48,7 +48,7 @@ def test_comparison_is_identical(root, tmp_path):
     side = {"study": "golden", "uri": uri(root)}
     result = compare_studies(side, dict(side), seeds_wanted=2)
     out = tmp_path / "compare.csv"
-    result["frame"].to_csv(out, index=False, float_format="%.10g", lineterminator="\n")
+    result.frame.to_csv(out, index=False, float_format="%.10g", lineterminator="\n")
     assert out.read_bytes() == (EXPECTED / "compare.csv").read_bytes()
 
 
