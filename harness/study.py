@@ -12,8 +12,9 @@ Schema (every table rejects unknown keys, with a did-you-mean; see docs/study-fi
     trials = 2               # Optuna trials per cell (search phase), >= 0; 0 = no search, use the defaults
     seeds = 3                # final-phase runs per cell with the best parameters, >= 0 (seeds 0..n-1)
     epochs = 3               # required, >= 1
-    metric = "valid_acc"     # optional; default: valid_<the adapter's `metric`> (the key the trainer logs)
-    direction = "maximize"   # optional; default: the task's, else inferred from the metric name
+    metric = "valid_acc"     # optional; default: valid_<the adapter's `metric`>; must be a valid_<name> the task logs
+    direction = "maximize"   # optional; default: the direction the task declares for that metric
+    deterministic = true     # bitwise-reproducible kernels (not hashed: it does not change what is measured)
 
     [[tasks]]                # one or more
     name = "logic"           # a registered task (tasks.registry.get_task)
@@ -31,8 +32,8 @@ Schema (every table rejects unknown keys, with a did-you-mean; see docs/study-fi
     roles = [8, 32]
     slices = [1, 8]
 
-    [search]                 # see harness/search_space.py: fixed values or distributions
-    lr = { log_uniform = [1e-4, 1e-2] }
+    [search]                 # see harness/search_space.py: fixed values or distributions; names are
+    lr = { log_uniform = [1e-4, 1e-2] }   # tasks.hparams.HParams fields (plus the task's own), checked here
     [search.defaults]        # optional: values for study.trials = 0
 
     [pruner]
@@ -86,7 +87,6 @@ from .search_space import PRUNER_KINDS, did_you_mean, is_searchable, parse_space
 ID_VERSION = 2  # bump when the hashed identity changes shape (all ids change)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 DIRECTIONS = ("maximize", "minimize")
-DEFAULT_METRIC = "valid_acc"
 FILTER_KEYS = ("arch", "dim", "id", "input_dim", "task", "unit")
 
 
@@ -130,6 +130,7 @@ class StudySection(_Model):
     epochs: int = Field(ge=1)
     metric: NonEmptyStr | None = None
     direction: Literal["maximize", "minimize"] | None = None
+    deterministic: bool = True
 
 
 class TaskEntry(_Model):
@@ -326,6 +327,7 @@ class Study:
     search: dict[str, dict[str, Any]]  # normalised (harness.search_space)
     pruner: Pruner
     resources: Resources
+    deterministic: bool = True
 
     @property
     def cells(self) -> list["Cell"]:
@@ -335,7 +337,8 @@ class Study:
     def study(self) -> StudySection:
         """The `[study]` table as validated, with the name resolved (`study.study.trials` == `study.trials`)."""
         return StudySection(name=self.name, description=self.description, trials=self.trials, seeds=self.seeds,
-                            epochs=self.epochs, metric=self.metric, direction=self.direction)
+                            epochs=self.epochs, metric=self.metric, direction=self.direction,
+                            deterministic=self.deterministic)
 
 
 def non_default_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -440,28 +443,29 @@ def expand_data(text: str, where: str, problems: list[tuple[str, str]]) -> str:
     return os.path.expanduser(_ENV_RE.sub(sub, text))
 
 
-def _default_direction(metric: str) -> str:
-    lowered = metric.lower()
-    return "minimize" if any(w in lowered for w in ("loss", "ppl", "perplexity", "error")) else "maximize"
+def _search_problems(where: str, cls: type, task: str, space: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """The study's [search] checked against what the task's trainer reads: unknown names (with a
+    did-you-mean) and values that do not validate (each default, choice and range end)."""
+    from tasks.hparams import check_search_names, check_values
+
+    problems = [(f"search.{name}", f"{message} ({where})")
+                for name, message in check_search_names(list(space), cls.HParams, task)]
+    if problems:
+        return problems
+    for name, p in space.items():
+        values = [p.get("value", p.get("default"))] + list(p.get("choices", [])) + [p[k] for k in ("low", "high") if k in p]
+        seen: list[Any] = []
+        for value in values:
+            if value is None or any(type(value) is type(u) and value == u for u in seen):
+                continue
+            seen.append(value)
+            problems += [(f"search.{name}", f"{show(value)}: {message.split(', got ')[0]} ({where})")
+                         for _, message in check_values({name: value}, cls.defaults, cls.HParams)]
+    return problems
 
 
-def _task_default(cls: type, *names: str) -> Any:
-    for name in names:
-        value = getattr(cls, name, None)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def _task_metric(cls: type) -> str | None:
-    """The adapter's validation metric as the trainer logs it: `metric = "acc"` → `valid_acc`."""
-    metric = _task_default(cls, "metric", "default_metric")
-    if metric and not metric.startswith("valid_"):
-        metric = f"valid_{metric}"
-    return metric
-
-
-def _resolve_task(i: int, entry: TaskEntry, section: StudySection, problems: list[tuple[str, str]]) -> TaskConfig | None:
+def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[str, dict[str, Any]],
+                  problems: list[tuple[str, str]]) -> TaskConfig | None:
     from tasks.registry import get_task
 
     where = f"tasks[{i}]"
@@ -491,12 +495,15 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, problems: lis
                 problems.extend(validation_problems(exc, f"{where}.options", model))
     data = expand_data(entry.data, f"{where}.data", problems)
     archs = tuple(getattr(cls, "archs", ()) or ())
-    task_metric = _task_metric(cls)
-    metric = section.metric or task_metric or DEFAULT_METRIC
-    direction = section.direction
-    if direction is None:
-        task_direction = _task_default(cls, "direction", "default_direction")
-        direction = task_direction if task_direction in DIRECTIONS and metric == task_metric else _default_direction(metric)
+    from tasks.registry import TaskError
+    from tasks.training import run_metric
+
+    metric = direction = ""
+    try:
+        metric, direction = run_metric(cls, section.metric, section.direction)
+    except TaskError as exc:
+        problems.append(("study.metric", f"{exc} ({where})"))
+    problems += _search_problems(where, cls, entry.name, space)
     if len(problems) > n:
         return None
     return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction)
@@ -638,7 +645,7 @@ def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
     tasks: list[TaskConfig] = []
     task_index: list[int] = []  # file index of each resolved task
     for i, entry in enumerate(parsed.tasks):
-        task = _resolve_task(i, entry, section, problems)
+        task = _resolve_task(i, entry, section, space, problems)
         if task is None:
             continue
         for j, other in zip(task_index, tasks):
@@ -680,6 +687,7 @@ def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
         epochs=section.epochs, metric=section.metric, direction=section.direction, tasks=tuple(tasks), archs=archs,
         dims=tuple(matrix.dim), input_dims=tuple(matrix.input_dim) if matrix.input_dim is not None else None,
         units=tuple(unit_entries), search=space, pruner=pruner, resources=parsed.resources,
+        deterministic=section.deterministic,
     )
     cells = expand(study)
     seen: dict[str, Cell] = {}

@@ -9,6 +9,7 @@ and written again. Reports are regenerated from these records alone.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -198,7 +199,7 @@ class Tracker:
         from mlflow.entities import Param, RunTag
 
         metrics = list(metrics)
-        params_l = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+        params_l = [Param(k, param_text(v)[:6000]) for k, v in (params or {}).items()]
         tags_l = [RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()]
         for i in range(0, max(len(params_l), len(tags_l)), MAX_BATCH["params"]):
             self.client.log_batch(run_id, params=params_l[i:i + MAX_BATCH["params"]], tags=tags_l[i:i + MAX_BATCH["tags"]])
@@ -240,6 +241,12 @@ class Tracker:
             self.client.log_artifact(run_id, str(artifact))
         self.client.set_terminated(run_id, mlflow_status(status))
         return run_id
+
+
+def param_text(value: Any) -> str:
+    """How a param is stored: strings as they are, anything else as JSON (so `null`, lists and
+    booleans read back as what they were; numbers print as before)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def final_metrics(result: dict[str, Any]) -> dict[str, float]:
