@@ -116,10 +116,11 @@ def assert_resumed(run_dir: Path) -> None:
     assert result["status"] == "finished" and result["resumed_from_epoch"] == 1, result
 
 
-def test_diverging_and_raising_trials_are_recorded_failed(reference) -> None:
+def test_diverging_and_raising_trials_are_recorded_diverged_and_errored(reference) -> None:
     ref_numbers, agg = reference
-    failed = {k: v for k, v in ref_numbers.items() if v[0] == "failed"}
-    assert len(failed) == 4  # 2 trials × (NaNUnit, RaiseUnit); neither cell has seed runs
+    diverged = {k: v for k, v in ref_numbers.items() if v[0] == "diverged"}
+    errored = {k: v for k, v in ref_numbers.items() if v[0] == "errored"}
+    assert len(diverged) == len(errored) == 2  # 2 trials each of NaNUnit, RaiseUnit; neither cell has seed runs
     assert len(ref_numbers) == TOTAL
     for cell_id, group in agg.groupby("cell_id"):
         assert group["trials"].iloc[0] == 2

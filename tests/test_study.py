@@ -14,7 +14,7 @@ from tasks.base import TaskAdapter
 
 from harness import search_space
 from harness.study import Cell, StudyError, expand, filter_cells, load_study, parse_study
-from tasks.registry import TaskError, _TASKS, get_task, register_task
+from tasks.registry import TASKS, TaskError, get_task, register_task
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "studies"
@@ -51,8 +51,8 @@ def fake_tasks():
     register_task("studytest")(FakeTask)
     register_task("studytest-lm")(FakeLMTask)
     yield
-    _TASKS.pop("studytest", None)
-    _TASKS.pop("studytest-lm", None)
+    TASKS.remove("studytest")
+    TASKS.remove("studytest-lm")
 
 
 BASE = """\
@@ -483,7 +483,7 @@ def stand_in_logic(monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         get_task("logic")
     except TaskError:
-        monkeypatch.setitem(_TASKS, "logic", type("Logic", (FakeTask,), {"name": "logic"}))
+        monkeypatch.setitem(TASKS.entries, "logic", type("Logic", (FakeTask,), {"name": "logic"}))
     # when the real adapter exists, the shipped files are checked against its own Options
 
 
