@@ -37,7 +37,7 @@ def _stamp(cls: type, name: str) -> None:
 
 
 TASKS = Registry("task", ENTRY_POINT_GROUP, builtins=lambda: package_modules("tasks", pattern="{name}.adapter"),
-                 error=TaskError, base=_adapter_base, on_add=_stamp)
+                 error=TaskError, base=_adapter_base, on_add=_stamp, name_import_paths=True)
 
 
 def register_task(name: str) -> Callable[[type], type]:

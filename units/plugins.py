@@ -36,14 +36,16 @@ class Registry:
 
     `builtins()` returns module names whose import registers the built-ins (called once, on the
     first lookup or listing); `base()` returns the class every entry must subclass (None: no
-    check); `error` is the user-error type raised; `on_add(cls, name)` stamps the name on a class.
+    check); `error` is the user-error type raised; `on_add(cls, name)` stamps the name on a class
+    (with `name_import_paths`, also on a class found by import path that has no name of its own).
     """
 
     def __init__(self, kind: str, group: str, builtins: Callable[[], Iterable[str]], error: type[Exception],
                  base: Callable[[], type | None] = lambda: None,
-                 on_add: Callable[[type, str], None] | None = None) -> None:
+                 on_add: Callable[[type, str], None] | None = None, name_import_paths: bool = False) -> None:
         self.kind, self.group, self.error = kind, group, error
         self._builtins, self._base, self._on_add = builtins, base, on_add
+        self._name_import_paths = name_import_paths
         self.entries: dict[str, Any] = {}  # name → class, or _LazyEntryPoint until first used
         self.broken: set[str] = set()  # entry points that failed to import (not listed again)
         self.builtins_loaded = False
@@ -138,7 +140,7 @@ class Registry:
         if not isinstance(cls, type):
             raise self.error(f"{where} does not name a class")
         self._check(cls, where)
-        if self._on_add is not None and "name" not in vars(cls) and self.kind == "task":
+        if self._on_add is not None and self._name_import_paths and "name" not in vars(cls):
             self._on_add(cls, path)
         return cls
 
