@@ -474,13 +474,7 @@ class StudyRunner:
         self.dispatch_started = time.time()
         try:
             with self._live(states) as live:
-                while True:
-                    self._fill_slots(order, in_flight)
-                    live(states, len(in_flight))
-                    if not in_flight:
-                        break
-                    self._collect(in_flight)
-                    live(states, len(in_flight))
+                self._loop(states, order, in_flight, live)
         finally:
             self.dispatch_ended = time.time()
             # Stopped by an error (store unavailable, Ctrl-C in a notebook): tasks still running
@@ -490,6 +484,15 @@ class StudyRunner:
                     ray.cancel(ref, force=True)
                 except Exception:  # already gone: nothing to cancel
                     pass
+
+    def _loop(self, states: list[CellState], order: deque, in_flight: dict[Any, tuple[CellState, Job]], live: Any) -> None:
+        while True:
+            self._fill_slots(order, in_flight)
+            live(states, len(in_flight))
+            if not in_flight:
+                return
+            self._collect(in_flight)
+            live(states, len(in_flight))
 
     def _fill_slots(self, order: deque, in_flight: dict[Any, tuple[CellState, Job]]) -> None:
         """Take work from the cells round-robin until every slot is busy or no cell has work now."""

@@ -223,20 +223,25 @@ def parse_space(raw: Any, where: str = "search") -> tuple[dict[str, dict[str, An
             space[name] = param
     given = raw.get(_DEFAULTS_KEY)
     if given is not None:
-        if not isinstance(given, Mapping):
-            problems.append((f"{where}.{_DEFAULTS_KEY}", f"expected a table, got {show(given)}"))
-        else:
-            names = [k for k in raw if k != _DEFAULTS_KEY]
-            for name, value in given.items():
-                path = f"{where}.{_DEFAULTS_KEY}.{name}"
-                if name not in names:
-                    problems.append((path, f"unknown hyperparameter {name!r}{did_you_mean(name, names)}; "
-                                           "a default must name a key of [search]"))
-                elif name in space:
-                    checked = _check_default(path, space[name], value, problems)
-                    if checked is not None:
-                        space[name]["default"] = checked
+        _apply_defaults(where, given, [k for k in raw if k != _DEFAULTS_KEY], space, problems)
     return space, problems
+
+
+def _apply_defaults(where: str, given: Any, names: list[str], space: dict[str, dict[str, Any]],
+                    problems: list[Problem]) -> None:
+    """`[search.defaults]`: each must name a key of [search] and fit its range or choices."""
+    if not isinstance(given, Mapping):
+        problems.append((f"{where}.{_DEFAULTS_KEY}", f"expected a table, got {show(given)}"))
+        return
+    for name, value in given.items():
+        path = f"{where}.{_DEFAULTS_KEY}.{name}"
+        if name not in names:
+            problems.append((path, f"unknown hyperparameter {name!r}{did_you_mean(name, names)}; "
+                                   "a default must name a key of [search]"))
+        elif name in space:
+            checked = _check_default(path, space[name], value, problems)
+            if checked is not None:
+                space[name]["default"] = checked
 
 
 def is_searchable(space: Mapping[str, Mapping[str, Any]]) -> bool:

@@ -509,6 +509,28 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[s
     return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction)
 
 
+def _grid_values(path: str, key: str, raw: Any, unit: str, given: dict[str, str],
+                 problems: list[tuple[str, str]]) -> list[Any] | None:
+    """One grid option's values, checked (scalars, no repeats, not also in the spec); None if bad."""
+    values = raw if isinstance(raw, list) else [raw]
+    if key in given:
+        problems.append((path, f"option {key!r} is given both in unit {unit!r} and as a grid list"))
+        return None
+    if not values:
+        problems.append((path, "must not be empty"))
+        return None
+    ok = True
+    for j, v in enumerate(values):
+        if not (isinstance(v, (str, bool, int, float))):
+            problems.append((f"{path}[{j}]" if isinstance(raw, list) else path,
+                             f"expected a number, string or true/false, got {show(v)}"))
+            ok = False
+        elif any(type(v) is type(u) and v == u for u in values[:j]):
+            problems.append((path, f"{show(v)} is listed twice"))
+            ok = False
+    return values if ok else None
+
+
 def _grid_units(i: int, entry: GridEntry, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
     import units
 
@@ -518,28 +540,9 @@ def _grid_units(i: int, entry: GridEntry, problems: list[tuple[str, str]]) -> li
     except units.UnitSpecError as exc:
         problems.append((f"{where}.unit", str(exc)))
         return []
-    lists: dict[str, list[Any]] = {}
-    ok = True
-    for key, raw in (entry.model_extra or {}).items():
-        path = f"{where}.{key}"
-        values = raw if isinstance(raw, list) else [raw]
-        if key in base.option_dict:
-            problems.append((path, f"option {key!r} is given both in unit {entry.unit!r} and as a grid list"))
-            ok = False
-        elif not values:
-            problems.append((path, "must not be empty"))
-            ok = False
-        else:
-            for j, v in enumerate(values):
-                if not (isinstance(v, (str, bool, int, float))):
-                    problems.append((f"{path}[{j}]" if isinstance(raw, list) else path,
-                                     f"expected a number, string or true/false, got {show(v)}"))
-                    ok = False
-                elif any(type(v) is type(u) and v == u for u in values[:j]):
-                    problems.append((path, f"{show(v)} is listed twice"))
-                    ok = False
-        lists[key] = values
-    if not ok:
+    lists = {key: _grid_values(f"{where}.{key}", key, raw, entry.unit, base.option_dict, problems)
+             for key, raw in (entry.model_extra or {}).items()}
+    if any(values is None for values in lists.values()):
         return []
     keys = list(lists)
     return [(str(base.with_options(**dict(zip(keys, combo)))), where) for combo in itertools.product(*lists.values())]
@@ -595,11 +598,9 @@ def _duplicates(values: list[Any], where: str, problems: list[tuple[str, str]]) 
             problems.append((f"{where}[{j}]", f"duplicate cells: {show(v)} is listed twice"))
 
 
-def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
-    """Validate study-file text; `path` is only used in messages (and for the default name)."""
-    path = str(path)
+def _toml(text: str, path: str) -> dict[str, Any]:
     try:
-        raw = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         match = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
@@ -608,26 +609,17 @@ def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
             raise StudyError(path, [(f"line {match.group(1)}", f"{message} (column {match.group(2)})")]) from None
         raise StudyError(path, [(None, f"not valid TOML: {message}")]) from None
 
-    problems: list[tuple[str, str]] = []
-    space, search_problems = parse_space(raw.get("search"))
-    try:
-        parsed = StudyFile.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        problems = validation_problems(exc, root=StudyFile)
-        problems += [p for p in search_problems if not any(p[0] == q[0] for q in problems)]
-        raise StudyError(path, problems) from None
-    problems += search_problems
 
-    section = parsed.study
-    name = section.name or Path(path).stem
+def _check_sections(parsed: StudyFile, name: str, space: dict[str, Any], search_ok: bool,
+                    problems: list[tuple[str, str]]) -> None:
+    """[study], [pruner] and [resources] against each other."""
+    section, pruner = parsed.study, parsed.pruner
     if section.name is None and not re.fullmatch(NAME_PATTERN, name):
         problems.append(("study.name", f"missing, and the file name {name!r} is not a valid study name "
                                        "(letters, digits, '_', '.', '-'): set study.name"))
-    if section.trials > 0 and not is_searchable(space) and not search_problems:
+    if section.trials > 0 and not is_searchable(space) and search_ok:
         problems.append(("search", f"empty search space but study.trials = {section.trials}: add a distribution "
                                    "(e.g. lr = { log_uniform = [1e-4, 1e-2] }) or set study.trials = 0"))
-
-    pruner = parsed.pruner
     for key, kinds in _PRUNER_KEYS.items():
         if getattr(pruner, key) is not None and pruner.kind not in kinds:
             problems.append((f"pruner.{key}", f"only used by kind = {' or '.join(repr(k) for k in kinds)}, "
@@ -642,56 +634,76 @@ def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
         if value > 1 and value != int(value):
             problems.append((f"resources.{key}", f"Ray takes a fraction below 1 or a whole number, got {show(value)}"))
 
+
+def _clash(i: int, task: TaskConfig, tasks: list[TaskConfig], task_index: list[int]) -> tuple[str, str] | None:
+    """A resolved task that repeats an earlier one (same task/options/data, or the same label)."""
+    for j, other in zip(task_index, tasks):
+        if (other.name, other.options, other.data_source) == (task.name, task.options, task.data_source):
+            return f"tasks[{i}]", f"duplicate cells: the same task, options and data as tasks[{j}]"
+        if other.label == task.label:
+            return (f"tasks[{i}].label", f"task label {task.label!r} is also used by tasks[{j}]: "
+                                         "give each [[tasks]] entry a distinct label")
+    return None
+
+
+def _resolve_tasks(parsed: StudyFile, space: dict[str, Any], problems: list[tuple[str, str]]) -> list[TaskConfig]:
     tasks: list[TaskConfig] = []
     task_index: list[int] = []  # file index of each resolved task
     for i, entry in enumerate(parsed.tasks):
-        task = _resolve_task(i, entry, section, space, problems)
-        if task is None:
-            continue
-        for j, other in zip(task_index, tasks):
-            if (other.name, other.options, other.data_source) == (task.name, task.options, task.data_source):
-                problems.append((f"tasks[{i}]", f"duplicate cells: the same task, options and data as "
-                                                f"tasks[{j}]"))
-                break
-            if other.label == task.label:
-                problems.append((f"tasks[{i}].label", f"task label {task.label!r} is also used by tasks[{j}]: "
-                                                      "give each [[tasks]] entry a distinct label"))
-                break
-        else:
+        task = _resolve_task(i, entry, parsed.study, space, problems)
+        clash = None if task is None else _clash(i, task, tasks, task_index)
+        if clash is not None:
+            problems.append(clash)
+        elif task is not None:
             tasks.append(task)
             task_index.append(i)
+    return tasks
 
-    matrix = parsed.matrix
+
+def _check_archs(archs: tuple[str, ...] | None, tasks: list[TaskConfig], problems: list[tuple[str, str]]) -> None:
+    if archs is None:
+        problems += [(f"tasks[{i}]", f"task {task.name!r} declares no architectures")
+                     for i, task in enumerate(tasks) if not task.archs]
+        return
+    _duplicates(list(archs), "matrix.arch", problems)
+    problems += [(f"matrix.arch[{j}]", f"task {task.name!r} has no architecture {arch!r}{did_you_mean(arch, task.archs)}; "
+                                       f"it has {', '.join(task.archs) or 'none'}")
+                 for task in tasks for j, arch in enumerate(archs) if arch not in task.archs]
+
+
+def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
+    """Validate study-file text; `path` is only used in messages (and for the default name)."""
+    path = str(path)
+    raw = _toml(text, path)
+    space, search_problems = parse_space(raw.get("search"))
+    try:
+        parsed = StudyFile.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        problems = validation_problems(exc, root=StudyFile)
+        problems += [p for p in search_problems if not any(p[0] == q[0] for q in problems)]
+        raise StudyError(path, problems) from None
+    problems: list[tuple[str, str]] = list(search_problems)
+    section, matrix = parsed.study, parsed.matrix
+    name = section.name or Path(path).stem
+    _check_sections(parsed, name, space, not search_problems, problems)
+    tasks = _resolve_tasks(parsed, space, problems)
     archs = tuple(matrix.arch) if matrix.arch is not None else None
-    if archs is not None:
-        _duplicates(list(archs), "matrix.arch", problems)
-        for task in tasks:
-            for j, arch in enumerate(archs):
-                if arch not in task.archs:
-                    problems.append((f"matrix.arch[{j}]", f"task {task.name!r} has no architecture {arch!r}"
-                                                          f"{did_you_mean(arch, task.archs)}; it has "
-                                                          f"{', '.join(task.archs) or 'none'}"))
-    else:
-        for i, task in enumerate(tasks):
-            if not task.archs:
-                problems.append((f"tasks[{i}]", f"task {task.name!r} declares no architectures"))
+    _check_archs(archs, tasks, problems)
     _duplicates(matrix.dim, "matrix.dim", problems)
     if matrix.input_dim is not None:
         _duplicates(matrix.input_dim, "matrix.input_dim", problems)
     unit_entries = _resolve_units(matrix, list(dict.fromkeys(matrix.dim)), problems)
-
     if problems:
         raise StudyError(path, problems)
     study = Study(
         path=path, name=name, description=section.description, trials=section.trials, seeds=section.seeds,
         epochs=section.epochs, metric=section.metric, direction=section.direction, tasks=tuple(tasks), archs=archs,
         dims=tuple(matrix.dim), input_dims=tuple(matrix.input_dim) if matrix.input_dim is not None else None,
-        units=tuple(unit_entries), search=space, pruner=pruner, resources=parsed.resources,
+        units=tuple(unit_entries), search=space, pruner=parsed.pruner, resources=parsed.resources,
         deterministic=section.deterministic,
     )
-    cells = expand(study)
     seen: dict[str, Cell] = {}
-    for cell in cells:  # a last guard: every cell once
+    for cell in expand(study):  # a last guard: every cell once
         if cell.id in seen:
             problems.append(("matrix", f"duplicate cells: {cell.label} and {seen[cell.id].label} are the same cell ({cell.id})"))
         seen[cell.id] = cell
@@ -719,17 +731,15 @@ def expand(study: Study) -> list[Cell]:
     cells: list[Cell] = []
     for task in study.tasks:
         archs = study.archs if study.archs is not None else task.archs[:1]
-        for arch in archs:
-            for dim in study.dims:
-                for input_dim in (study.input_dims or (dim,)):
-                    for unit in study.units:
-                        cells.append(Cell(
-                            study=study.name, task=task.name, task_label=task.label,
-                            task_options=copy.deepcopy(task.options), data=task.data, data_source=task.data_source,
-                            arch=arch, unit=unit.spec, unit_canonical=unit.canonical, unit_identity=unit.identity, dim=dim, input_dim=input_dim,
-                            epochs=study.epochs, search=copy.deepcopy(study.search), metric=task.metric,
-                            direction=task.direction,
-                        ))
+        dims = [(d, e) for d in study.dims for e in (study.input_dims or (d,))]
+        for arch, (dim, input_dim), unit in itertools.product(archs, dims, study.units):
+            cells.append(Cell(
+                study=study.name, task=task.name, task_label=task.label,
+                task_options=copy.deepcopy(task.options), data=task.data, data_source=task.data_source,
+                arch=arch, unit=unit.spec, unit_canonical=unit.canonical, unit_identity=unit.identity, dim=dim,
+                input_dim=input_dim, epochs=study.epochs, search=copy.deepcopy(study.search), metric=task.metric,
+                direction=task.direction,
+            ))
     return cells
 
 

@@ -53,23 +53,16 @@ def _value(text: str):
         return text
 
 
-def run(args: argparse.Namespace) -> int:
-    import time
+def _setup(args: argparse.Namespace):
+    """(adapter, config, run directory): every user error (spec, task, arch, --hp, --metric) is
+    raised here, before any data work."""
     from pathlib import Path
-
-    import torch
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
     import units
     from tasks.registry import get_task
-    from tasks.training import TrainConfig, fingerprint_of, run_metric, train
+    from tasks.training import TrainConfig, fingerprint_of, run_metric
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    console = Console()
-    units.resolve(args.unit, args.dim)  # a bad spec fails here, before any data work
+    units.resolve(args.unit, args.dim)
     adapter_cls = get_task(args.task)
     root = Path(args.root)
     adapter = adapter_cls({k: _value(v) for k, v in args.set}, args.data or "generated", root / "cache")
@@ -79,13 +72,46 @@ def run(args: argparse.Namespace) -> int:
     for key in ("lr", "batch_size", "dropout"):
         if getattr(args, key) is not None:
             hparams[key] = getattr(args, key)
-    adapter.resolve_hparams(hparams)  # a misspelled or bad --hp fails here, before any data work
-    metric, _ = run_metric(adapter, args.metric)
+    adapter.resolve_hparams(hparams)
+    run_metric(adapter, args.metric)
     config = TrainConfig(unit=args.unit, arch=arch, dim=args.dim, input_dim=args.input_dim or args.dim,
                          epochs=args.epochs, seed=args.seed, hparams=hparams, metric=args.metric,
                          deterministic=args.deterministic)
-    fingerprint = fingerprint_of(adapter, config)
-    run_dir = Path(args.run_dir) if args.run_dir else root / "train" / fingerprint
+    run_dir = Path(args.run_dir) if args.run_dir else root / "train" / fingerprint_of(adapter, config)
+    return adapter, config, run_dir
+
+
+def _print_result(console, args: argparse.Namespace, adapter, config, result) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"{args.task} · {escape(args.unit)} · {config.arch} · d={args.dim} · best epoch {result.best_epoch}")
+    table.add_column("split")
+    name = result.metric.removeprefix("valid_")
+    table.add_column(name, justify="right")
+    table.add_row(adapter.valid_split, f"{result.best_valid:.4f}")
+    for split, values in result.test.items():
+        table.add_row(split, f"{values[name]:.4f}" if name in values else "-")
+    console.print(table)
+    console.print(f"parameters of the unit: {result.params_formula:,} (papers' formula, no biases), "
+                  f"{result.params_total:,} (total)" if result.params_formula is not None else
+                  f"parameters of the unit: {result.params_total:,}")
+    console.print(f"wall time {result.seconds:.1f} s")
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    import torch
+    from rich.console import Console
+    from rich.markup import escape
+
+    from tasks.training import train
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    console = Console()
+    adapter, config, run_dir = _setup(args)
     t0 = time.perf_counter()
     with console.status(f"preparing {args.task} data ({args.data or 'generated'})"):
         adapter.prepare()
@@ -103,16 +129,5 @@ def run(args: argparse.Namespace) -> int:
     if result.status != "finished":
         console.print(f"[red]run {result.status}:[/] {result.reason}")
         return 1
-    table = Table(title=f"{args.task} · {escape(args.unit)} · {arch} · d={args.dim} · best epoch {result.best_epoch}")
-    table.add_column("split")
-    name = metric.removeprefix("valid_")
-    table.add_column(name, justify="right")
-    table.add_row(adapter.valid_split, f"{result.best_valid:.4f}")
-    for split, values in result.test.items():
-        table.add_row(split, f"{values[name]:.4f}" if name in values else "-")
-    console.print(table)
-    console.print(f"parameters of the unit: {result.params_formula:,} (papers' formula, no biases), "
-                  f"{result.params_total:,} (total)" if result.params_formula is not None else
-                  f"parameters of the unit: {result.params_total:,}")
-    console.print(f"wall time {result.seconds:.1f} s")
+    _print_result(console, args, adapter, config, result)
     return 0

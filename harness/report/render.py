@@ -184,38 +184,45 @@ def make_table(df: Any, fmt: str, header: Iterable[str] | None = None) -> str:
     lines = _header(fmt, header)
     if fmt == "csv":
         return "\n".join(lines + [wide_frame(df).to_csv(index=False, float_format="%.10g", lineterminator="\n")]).rstrip("\n") + "\n"
+    render = _markdown if fmt == "markdown" else _latex
     for sec in sections(df):
-        if fmt == "markdown":
-            lines += [f"## {sec.task_label}", "", sec.title, ""]
-            lines.append("| " + " | ".join(_md_escape(c) for c in sec.columns) + " |")
-            lines.append("|" + "|".join(":---" if a == "l" else "---:" for a in sec.align) + "|")
-            lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in sec.rows]
-            if sec.footnotes:
-                lines += [""] + [f"- {_md_escape(n)}" for n in sec.footnotes]
-            lines += ["", f"### {sec.task_label}: search", ""]
-            lines.append("| " + " | ".join(sec.search_columns) + " |")
-            lines.append("|" + "|".join([":---"] + ["---:"] * (len(sec.search_columns) - 2) + [":---"]) + "|")
-            lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in sec.search_rows]
-            lines.append("")
-        else:
-            lines += [f"% {sec.task_label}", r"\begin{table}[t]", r"\centering", r"\small",
-                      r"\begin{tabular}{" + "".join(sec.align) + "}", r"\toprule"]
-            lines.append(" & ".join(tex_escape(c) for c in sec.columns) + r" \\")
-            lines.append(r"\midrule")
-            prev_arch = None
-            for row in sec.rows:
-                if prev_arch is not None and row[0] != prev_arch:
-                    lines.append(r"\midrule")
-                prev_arch = row[0]
-                lines.append(" & ".join(tex_escape(v) for v in row) + r" \\")
-            lines.append(r"\bottomrule")
-            lines.append(r"\end{tabular}")
-            caption = tex_escape(sec.title)
-            if sec.footnotes:
-                caption += " " + " ".join(tex_escape(n) + "." for n in sec.footnotes)
-            lines += [r"\caption{" + caption + "}", r"\label{tab:" + re.sub(r"[^A-Za-z0-9]+", "-", sec.task_label) + "}",
-                      r"\end{table}", ""]
+        lines += render(sec)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _markdown(sec: Section) -> list[str]:
+    lines = [f"## {sec.task_label}", "", sec.title, ""]
+    lines.append("| " + " | ".join(_md_escape(c) for c in sec.columns) + " |")
+    lines.append("|" + "|".join(":---" if a == "l" else "---:" for a in sec.align) + "|")
+    lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in sec.rows]
+    if sec.footnotes:
+        lines += [""] + [f"- {_md_escape(n)}" for n in sec.footnotes]
+    lines += ["", f"### {sec.task_label}: search", ""]
+    lines.append("| " + " | ".join(sec.search_columns) + " |")
+    lines.append("|" + "|".join([":---"] + ["---:"] * (len(sec.search_columns) - 2) + [":---"]) + "|")
+    lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in sec.search_rows]
+    lines.append("")
+    return lines
+
+
+def _latex(sec: Section) -> list[str]:
+    lines = [f"% {sec.task_label}", r"\begin{table}[t]", r"\centering", r"\small",
+             r"\begin{tabular}{" + "".join(sec.align) + "}", r"\toprule"]
+    lines.append(" & ".join(tex_escape(c) for c in sec.columns) + r" \\")
+    lines.append(r"\midrule")
+    prev_arch = None
+    for row in sec.rows:
+        if prev_arch is not None and row[0] != prev_arch:
+            lines.append(r"\midrule")
+        prev_arch = row[0]
+        lines.append(" & ".join(tex_escape(v) for v in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    caption = tex_escape(sec.title)
+    if sec.footnotes:
+        caption += " " + " ".join(tex_escape(n) + "." for n in sec.footnotes)
+    lines += [r"\caption{" + caption + "}", r"\label{tab:" + re.sub(r"[^A-Za-z0-9]+", "-", sec.task_label) + "}",
+              r"\end{table}", ""]
+    return lines
 
 
 def wide_frame(df: Any) -> Any:

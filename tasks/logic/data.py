@@ -72,6 +72,18 @@ def _bit(text: str, field: str, path: object, lineno: int) -> int:
     raise DataError(f"{where(path, lineno)}: {field} must be 0 or 1, got {text!r}")
 
 
+def _check_formula(text: str, field: str, path: Path, lineno: int) -> None:
+    """DataError naming the file, line, field and the parser's reason when `text` is no formula."""
+    if F.is_formula(text):
+        return
+    try:
+        F.parse(text)
+        msg = "not a formula"
+    except F.FormulaError as exc:
+        msg = str(exc)
+    raise DataError(f"{where(path, lineno)}: field {field} is not a formula: {msg}")
+
+
 def read_split(path: str | os.PathLike) -> list[LogicExample]:
     """Every line of one split file as a LogicExample; DataError on anything malformed."""
     p = Path(path).expanduser()
@@ -95,14 +107,8 @@ def read_split(path: str | os.PathLike) -> list[LogicExample]:
             raise DataError(f"{where(p, lineno)}: expected 6 comma-separated fields A,B,E,H1,H2,H3, "
                             f"got {len(fields)} in {line[:80]!r}")
         a, b = fields[0], fields[1]
-        for name, s in (("A", a), ("B", b)):
-            if not F.is_formula(s):
-                try:
-                    F.parse(s)
-                    msg = "not a formula"
-                except F.FormulaError as exc:
-                    msg = str(exc)
-                raise DataError(f"{where(p, lineno)}: field {name} is not a formula: {msg}")
+        for name, formula in (("A", a), ("B", b)):
+            _check_formula(formula, name, p, lineno)
         label = _bit(fields[2], "label E", p, lineno)
         h = (_bit(fields[3], "H1", p, lineno), _bit(fields[4], "H2", p, lineno), _bit(fields[5], "H3", p, lineno))
         out.append(LogicExample(a, b, label, h))
