@@ -20,7 +20,7 @@ from units import tpru as tpru_module
 
 D, DIN, ROLES = 16, 6, 5
 LENGTHS = [7, 4, 1]  # a padded batch: T = 7, two sequences padded
-EPS = 1e-12
+EPS = 1e-7  # the normalisation's clamp, as the authors' code
 
 
 @dataclass(frozen=True)
@@ -44,19 +44,34 @@ VARIANTS = {
 # --------------------------------------------------------------------------------------------
 # The transcription
 # --------------------------------------------------------------------------------------------
-def transcribe(unit, variant: Variant, x: torch.Tensor, lengths: list[int]):
-    """Outputs [B,T,d], final state [B,d], fillers [B,T,k,N] (zero at padding), f̃ sums [B,T,k]."""
+def transcribe(unit, variant: Variant, x: torch.Tensor, lengths: list[int], biases: str = "none"):
+    """Outputs [B,T,d], final state [B,d], fillers [B,T,k,N] (zero at padding), f̃ sums [B,T,k].
+
+    `biases`: "none" = the equations; "gate" = + b_g in the gate; "code" = the authors' code's
+    nn.Linear biases: u_n = W_u e_n + b_u, r_n = W_r e_n + b_r, V_b b + b_Vb, V_x x + b_Vx,
+    g = σ(W_b b + b_Wb + W_x x + b_Wx)."""
     P = {name: p.detach().double() for name, p in unit.named_parameters()}
     E = unit.E.detach().double()
     x = x.double()
     d, N, k = E.shape[0], E.shape[1], unit.slices
     s = d // k
+    zero = torch.zeros(d, dtype=torch.float64)
+    code = biases == "code"
+    code_names = {"b_u", "b_Wb", "b_Wx", "b_Vx"} | (set() if variant.shared else {"b_r"}) | ({"b_Vb"} if variant.has_vb else set())
+    expected_names = {"none": set(), "gate": {"gate_bias"}, "code": code_names}[biases]
+    assert {n for n in P if n.startswith("b_") or n == "gate_bias"} == expected_names
     W_u, W_b, W_x, V_x = P["W_u"], P["W_b"], P["W_x"], P["V_x"]
     W_r = W_u if variant.shared else P["W_r"]
     V_b = P["V_b"] if variant.has_vb else torch.eye(d, dtype=torch.float64)
-    c_b, c_x, bias = P["c_b"], P["c_x"], P["gate_bias"]
-    U = W_u @ E  # unbinding role vectors, d × N
-    R = W_r @ E  # binding role vectors, d × N
+    c_b, c_x = P["c_b"], P["c_x"]
+    b_u = P["b_u"] if code else zero
+    b_r = (b_u if variant.shared else P["b_r"]) if code else zero
+    b_Vb = P["b_Vb"] if code and variant.has_vb else zero
+    b_Vx = P["b_Vx"] if code else zero
+    gate_b = P["gate_bias"] if biases == "gate" else (P["b_Wb"] + P["b_Wx"] if code else zero)
+    U = torch.stack([W_u @ E[:, n] + b_u for n in range(N)], 1)  # unbinding role vectors u_n, d × N
+    R = torch.stack([W_r @ E[:, n] + b_r for n in range(N)], 1)  # binding role vectors r_n, d × N
+    bias = gate_b
 
     B, T = x.shape[0], x.shape[1]
     outputs = torch.zeros(B, T, d, dtype=torch.float64)
@@ -68,7 +83,7 @@ def transcribe(unit, variant: Variant, x: torch.Tensor, lengths: list[int]):
         for t in range(lengths[i]):
             x_t = x[i, t]
             g = torch.sigmoid(W_b @ b + W_x @ x_t + bias)  # g_t = σ(W_b b_{t-1} + W_x x_t)
-            zb, zx = V_b @ b, V_x @ x_t
+            zb, zx = V_b @ b + b_Vb, V_x @ x_t + b_Vx
             f = torch.zeros(k, N, dtype=torch.float64)
             for j in range(k):  # slice j = rows j·s … (j+1)·s − 1
                 rows = slice(j * s, (j + 1) * s)
@@ -103,10 +118,11 @@ def transcribe(unit, variant: Variant, x: torch.Tensor, lengths: list[int]):
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-def make_unit(name: str, slices: int, impl: str = "fused", seed: int = 0, d: int = D, din: int = DIN, roles: int = ROLES):
+def make_unit(name: str, slices: int, impl: str = "fused", seed: int = 0, d: int = D, din: int = DIN, roles: int = ROLES,
+              biases: str = "none"):
     torch.manual_seed(seed)
     # impl is passed to the class, not through the spec: see test_units_registry.py::test_impl_option_parses
-    unit = units.lookup(name)(din, d, roles=roles, slices=slices, impl=impl).double()
+    unit = units.lookup(name)(din, d, roles=roles, slices=slices, impl=impl, biases=biases).double()
     randomise(unit, seed)
     return unit
 
@@ -118,7 +134,7 @@ def randomise(unit, seed: int) -> None:
         for name, p in sorted(unit.named_parameters()):
             if p.dim() == 2:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.6)
-            elif name == "gate_bias":
+            elif p.dim() == 1:  # gate_bias and the code's biases
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5)
             else:  # c_b, c_x: small, so some ReLU² terms are cut off and some are not
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.3 + 0.1)
@@ -140,31 +156,37 @@ def assert_close(actual, expected, what: str):
 # --------------------------------------------------------------------------------------------
 # 1. Outputs, state and fillers equal the transcription
 # --------------------------------------------------------------------------------------------
+BIASES = ["none", "gate", "code"]
+
+
+@pytest.mark.parametrize("biases", BIASES)
 @pytest.mark.parametrize("impl", ["fused", "loop"])
 @pytest.mark.parametrize("slices", [1, 2, 8])
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_matches_transcription(name, slices, impl):
+def test_matches_transcription(name, slices, impl, biases):
     variant = VARIANTS[name]
-    unit = make_unit(name, slices, impl, seed=slices)
+    unit = make_unit(name, slices, impl, seed=slices, biases=biases)
     x, mask = batch(seed=slices)
-    expected_out, expected_state, expected_f, _ = transcribe(unit, variant, x, LENGTHS)
+    expected_out, expected_state, expected_f, _ = transcribe(unit, variant, x, LENGTHS, biases)
     with torch.no_grad():
         out, state = unit(x, mask)
     assert out.shape == (len(LENGTHS), max(LENGTHS), D) and state.shape == (len(LENGTHS), D)
-    assert_close(out, expected_out, f"{name} slices={slices} impl={impl} outputs")
-    assert_close(state, expected_state, f"{name} slices={slices} impl={impl} final state")
+    what = f"{name} slices={slices} impl={impl} biases={biases}"
+    assert_close(out, expected_out, f"{what} outputs")
+    assert_close(state, expected_state, f"{what} final state")
     # the expected outputs are zero at padding, so the comparison above covers it; be explicit:
     assert torch.all(out[~mask] == 0)
 
 
+@pytest.mark.parametrize("biases", BIASES)
 @pytest.mark.parametrize("impl", ["fused", "loop"])
 @pytest.mark.parametrize("slices", [1, 2, 8])
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_fillers_match_transcription_and_sum_to_one(name, slices, impl):
+def test_fillers_match_transcription_and_sum_to_one(name, slices, impl, biases):
     variant = VARIANTS[name]
-    unit = make_unit(name, slices, impl, seed=10 + slices)
+    unit = make_unit(name, slices, impl, seed=10 + slices, biases=biases)
     x, mask = batch(seed=10 + slices)
-    expected_out, expected_state, expected_f, sums = transcribe(unit, variant, x, LENGTHS)
+    expected_out, expected_state, expected_f, sums = transcribe(unit, variant, x, LENGTHS, biases)
     with torch.no_grad():
         out, state, fillers = unit(x, mask, return_fillers=True)
     assert fillers.shape == (len(LENGTHS), max(LENGTHS), slices, ROLES)
@@ -233,15 +255,32 @@ def test_mask_none_means_every_token_is_real():
 SIZES = [(8, 8), (16, 5), (32, 300), (64, 17)]  # (d, d')
 
 
+def bias_count(variant: Variant, biases: str, d: int) -> int:
+    """Bias entries per unit: none; one gate bias; or the authors' code's: b_u, [b_r], b_Wb, [b_Vb], b_Wx, b_Vx."""
+    if biases == "code":
+        return (4 + (not variant.shared) + variant.has_vb) * d
+    return d if biases == "gate" else 0
+
+
+@pytest.mark.parametrize("biases", BIASES)
 @pytest.mark.parametrize("d, din", SIZES)
 @pytest.mark.parametrize("name", sorted(VARIANTS))
-def test_tpru_param_counts(name, d, din):
-    counts = units.param_counts(f"{name}[roles=7]", din, d)
-    assert counts.formula == VARIANTS[name].square * d * d + 2 * d * din
-    assert counts.total == counts.formula + d + 2  # + gate bias (d) + the scalars c_b, c_x
+def test_tpru_param_counts(name, d, din, biases):
+    counts = units.param_counts(f"{name}[roles=7,biases={biases}]", din, d)
+    assert counts.formula == VARIANTS[name].square * d * d + 2 * d * din  # the papers' count: weights only
+    assert counts.total == counts.formula + bias_count(VARIANTS[name], biases, d) + 2  # + biases + c_b, c_x
     # total counts every trainable parameter of what build() returns; E is not among them
-    unit = units.build(f"{name}[roles=7]", din, d)
+    unit = units.build(f"{name}[roles=7,biases={biases}]", din, d)
     assert counts.total == sum(p.numel() for p in unit.parameters())
+
+
+def test_code_biases_count_equals_the_authors_layers():
+    """tpru[biases=code] has exactly the parameters of the authors' TPRU cell: v2ru = Linear(d, 2d),
+    h2fg = Linear(d, 2d), x2fg = Linear(d', 2d), bias_h, bias_x (models/TPRU.py)."""
+    d, din = 64, 300
+    authors = sum(p.numel() for p in (torch.nn.Linear(d, 2 * d), torch.nn.Linear(d, 2 * d), torch.nn.Linear(din, 2 * d))
+                  for p in p.parameters()) + 2
+    assert units.param_counts("tpru[biases=code]", din, d).total == authors
 
 
 def test_tpru_formula_does_not_depend_on_roles_or_slices():
@@ -284,7 +323,7 @@ def test_tpru_counts_with_wrappers(name, layers, bidirectional):
     layer_inputs = [din] + [dirs * d] * (layers - 1)
     square = VARIANTS[name].square
     assert counts.formula == sum(dirs * (square * d * d + 2 * d * i) for i in layer_inputs)
-    assert counts.total == counts.formula + layers * dirs * (d + 2)
+    assert counts.total == counts.formula + layers * dirs * 2  # default biases="none": only c_b, c_x
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +332,7 @@ def test_tpru_counts_with_wrappers(name, layers, bidirectional):
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_parameter_set_matches_variant(name):
     v = VARIANTS[name]
-    unit = units.build(f"{name}[roles=5]", DIN, D)
+    unit = units.build(f"{name}[roles=5,biases=gate]", DIN, D)
     expected = {"W_u", "W_b", "W_x", "V_x", "gate_bias", "c_b", "c_x"}
     if not v.shared:
         expected.add("W_r")
@@ -395,3 +434,38 @@ def test_normalise_fillers_is_relu2_or_softmax():
     logits = fb + fx + c_b + c_x
     expected = torch.exp(logits) / torch.exp(logits).sum(-1, keepdim=True)
     assert_close(tpru_module.normalise_fillers(fb, fx, c_b, c_x, "softmax"), expected, "softmax")
+
+
+# --------------------------------------------------------------------------------------------
+# 4. Scale of the basis and the init (docs/ARCHITECTURE.md, "TPRU: defaults and their sources")
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_role_basis_is_standard_normal(name):
+    """E ~ N(0, 1) (workshop §3.3; the authors' torch.randn(n_roles, d_hidden)), not N(0, 1/d):
+    at d = 256 its std is within 10% of 1 (65,536 draws: the sampling error is ~0.3%)."""
+    torch.manual_seed(0)
+    E = units.build(f"{name}[roles=256]", 32, 256).E
+    assert abs(E.std().item() - 1) < 0.1
+    assert abs(E.mean().item()) < 0.05
+
+
+@pytest.mark.parametrize("biases", BIASES)
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_init_is_nn_linear_default(name, biases):
+    """Every weight and bias U(−1/√fan_in, 1/√fan_in) (nn.Linear's default, as the authors' code):
+    fan_in = d for W_u, W_r, W_b, V_b (and b_u, b_r, b_Wb, b_Vb), d' for W_x, V_x (b_Wx, b_Vx);
+    c_b = c_x = 1; the single gate bias of biases=gate starts at 0."""
+    d, din = 256, 48
+    torch.manual_seed(1)
+    unit = units.build(f"{name}[roles=8,biases={biases}]", din, d)
+    fan_in = {"W_u": d, "W_r": d, "W_b": d, "V_b": d, "b_u": d, "b_r": d, "b_Wb": d, "b_Vb": d,
+              "W_x": din, "V_x": din, "b_Wx": din, "b_Vx": din}
+    for pname, p in unit.named_parameters():
+        if pname in ("c_b", "c_x"):
+            assert p.item() == 1.0
+        elif pname == "gate_bias":
+            assert torch.all(p == 0)
+        else:
+            bound = 1 / fan_in[pname] ** 0.5
+            assert p.abs().max() <= bound, pname
+            assert abs(p.std().item() / (bound / 3**0.5) - 1) < 0.1, pname  # uniform: std = bound/√3

@@ -32,7 +32,8 @@ def _specs() -> list[str]:
         specs.append(base)
         for extra in ("bidirectional=true", "layers=2", "layers=2,bidirectional=true"):
             specs.append(base[:-1] + "," + extra + "]" if base.endswith("]") else f"{base}[{extra}]")
-    specs += ["tpru[roles=4,slices=1]", "tpru-v1[roles=3,slices=4,bidirectional=true]", PLUGIN,
+    specs += ["tpru[roles=4,slices=1]", "tpru-v1[roles=3,slices=4,bidirectional=true]", "tpru[roles=4,slices=2,biases=code]",
+              "tpru-mod1[roles=4,slices=4,biases=code]", "tpru[roles=3,biases=gate,layers=2]", PLUGIN,
               PLUGIN + "[nonlinearity=relu,bidirectional=true,layers=2]"]
     return specs
 
@@ -125,9 +126,9 @@ def test_every_builtin_is_covered():
 # --------------------------------------------------------------------------------------------
 # Gradients of the fused TPRU recurrence
 # --------------------------------------------------------------------------------------------
-def _gradcheck_unit(name: str, slices: int, impl: str = "fused"):
+def _gradcheck_unit(name: str, slices: int, impl: str = "fused", biases: str = "none"):
     torch.manual_seed(11)
-    unit = units.lookup(name)(3, 4, roles=3, slices=slices, impl=impl).double()
+    unit = units.lookup(name)(3, 4, roles=3, slices=slices, impl=impl, biases=biases).double()
     gen = torch.Generator().manual_seed(12)
     with torch.no_grad():
         for pname, p in unit.named_parameters():
@@ -135,10 +136,12 @@ def _gradcheck_unit(name: str, slices: int, impl: str = "fused"):
     return unit
 
 
-@pytest.mark.parametrize("slices", [1, 2])
+@pytest.mark.parametrize("biases", ["none", "gate", "code"])
+@pytest.mark.parametrize("slices", [1, 2, 4])
 @pytest.mark.parametrize("name", TPRU_FAMILY)
-def test_fused_gradcheck(name, slices):
-    unit = _gradcheck_unit(name, slices)
+def test_fused_gradcheck(name, slices, biases):
+    """slices=4 with d=4, N=3 takes the unfolded path (kN > d + N), 1 and 2 the folded one."""
+    unit = _gradcheck_unit(name, slices, biases=biases)
     names = [n for n, _ in unit.named_parameters()]
     params = tuple(p.detach().clone().requires_grad_(True) for _, p in unit.named_parameters())
     gen = torch.Generator().manual_seed(13)
@@ -153,9 +156,12 @@ def test_fused_gradcheck(name, slices):
     assert torch.autograd.gradcheck(f, (x, *params), eps=1e-6, atol=1e-7, rtol=1e-5)
 
 
+@pytest.mark.parametrize("biases", ["none", "code"])
+@pytest.mark.parametrize("slices", [1, 4])
 @pytest.mark.parametrize("name", TPRU_FAMILY)
-def test_fused_and_loop_gradients_agree(name):
-    """Larger than gradcheck can afford: the fused backward equals autograd through the loop."""
+def test_fused_and_loop_gradients_agree(name, slices, biases):
+    """Larger than gradcheck can afford: the fused backward equals autograd through the loop
+    (slices=4: unfolded path, kN > d + N; slices=1: folded)."""
     grads = {}
     gen = torch.Generator().manual_seed(14)
     x0 = torch.randn(3, 9, 6, generator=gen, dtype=torch.float64)
@@ -163,7 +169,7 @@ def test_fused_and_loop_gradients_agree(name):
     upstream = torch.randn(3, 9, 16, generator=gen, dtype=torch.float64)
     for impl in ("fused", "loop"):
         torch.manual_seed(15)
-        unit = units.lookup(name)(6, 16, roles=7, slices=4, impl=impl).double()
+        unit = units.lookup(name)(6, 16, roles=7, slices=slices, impl=impl, biases=biases).double()
         x = x0.clone().requires_grad_(True)
         out, state = unit(x, mask)
         ((out * upstream).sum() + state.pow(2).sum()).backward()
@@ -171,3 +177,32 @@ def test_fused_and_loop_gradients_agree(name):
     assert grads["fused"].keys() == grads["loop"].keys()
     for key in grads["loop"]:
         torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=1e-11, msg=lambda m: f"{key}: {m}")
+
+
+def test_gradients_where_the_normalisation_clamp_holds():
+    """Σf̃ below the clamp (1e-7): f = f̃ / 1e-7 has no coupling term. The fused backward must
+    agree with autograd through the loop (which differentiates clamp_min exactly) there too."""
+    grads = {}
+    gen = torch.Generator().manual_seed(16)
+    x0 = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64) * 1e-3
+    mask = _mask([5, 3], 5)
+    upstream = torch.randn(2, 5, 4, generator=gen, dtype=torch.float64)
+    for impl in ("fused", "loop"):
+        torch.manual_seed(16)
+        unit = units.lookup("tpru")(3, 4, roles=3, slices=1, impl=impl).double()
+        with torch.no_grad():
+            for p in (unit.W_u, unit.V_b, unit.V_x):
+                p.mul_(1e-3)  # tiny scores ...
+            unit.c_b.fill_(5e-6)  # ... and tiny positive offsets: every ReLU open, Σf̃ ≈ 1e-10
+            unit.c_x.fill_(5e-6)
+            unit.W_r.mul_(300.0)  # large binding roles so the outputs (and their gradients) are O(1)
+        x = x0.clone().requires_grad_(True)
+        with torch.no_grad():
+            f = unit.fillers(x, mask)[mask]
+            assert (f.sum(-1) < 0.05).all(), "the clamp must hold for this test to mean anything"
+            assert unit(x, mask)[0].abs().max() > 0.1
+        out, state = unit(x, mask)
+        ((out * upstream).sum() + state.pow(2).sum()).backward()
+        grads[impl] = {"x": x.grad, **{n: p.grad for n, p in unit.named_parameters()}}
+    for key in grads["loop"]:
+        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=0, msg=lambda m: f"{key}: {m}")

@@ -137,7 +137,7 @@ def test_unknown_option_lists_accepted():
     message = str(info.value)
     assert "unknown option 'rolls'" in message
     assert "did you mean 'roles'" in message
-    assert "tpru accepts basis_seed, bidirectional, impl, layers, roles, slices" in message
+    assert "tpru accepts basis_seed, biases, bidirectional, impl, layers, roles, slices" in message
     with pytest.raises(UnitSpecError, match="unknown option 'roles'.*gru accepts bidirectional, layers"):
         units.resolve("gru[roles=3]")
 

@@ -9,9 +9,14 @@ Per step, with the binding complex b ∈ R^d, N roles, k slices of size s = d/k:
     b̃_t  = R f_t                                           binding, slice-wise
     b_t  = g_t ∘ b̃_t + (1 − g_t) ∘ b_{t-1}
 
-with U = W_u E, R = W_r E and E ∈ R^{d×N} a fixed random basis (a buffer, never trained).
+with U = W_u E, R = W_r E and E ∈ R^{d×N} a fixed standard-normal basis (a buffer, never trained).
 Variants switch three things: V_b present or identity, W_r shared with W_u, ReLU² or
 softmax normalisation; `tpru-v1` also passes the candidate through tanh.
+
+`biases`: "none" (default) is the equations above; "gate" adds one gate bias b_g; "code" adds
+every bias the authors' code has (its layers are nn.Linear): U = W_u E + b_u 1ᵀ, R = W_r E + b_r 1ᵀ,
+V_b b + b_Vb, V_x x + b_Vx, and W_b b + b_Wb, W_x x + b_Wx in the gate. Init is the authors' code's
+(nn.Linear's default). Sources of every choice: docs/ARCHITECTURE.md.
 
 Speed: everything that does not depend on b_{t-1} is hoisted out of the loop (gate and filler
 input projections for all steps in one matmul each), Uᵀ V_b is folded into the recurrent
@@ -21,6 +26,7 @@ backward computes all weight gradients after the loop as single large matmuls.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -36,7 +42,7 @@ def normalise_fillers(fb: torch.Tensor, fx: torch.Tensor, c_b: torch.Tensor, c_x
     """Fillers f from unbinding scores [..., N]: ReLU² normalisation or softmax, over roles."""
     if norm == "relu2":
         a = (F.relu(fb + c_b) + F.relu(fx + c_x)).pow(2)
-        return a / a.sum(-1, keepdim=True).clamp_min(NORM_EPS)  # = F.normalize(a, p=1), as the original code
+        return a / a.sum(-1, keepdim=True).clamp_min(NORM_EPS)  # as the authors' code (clamp 1e-7)
     # Softmax: the scalars shift every role equally, so they cancel; kept so Mod III differs from tpru only here.
     return torch.softmax(fb + c_b + fx + c_x, dim=-1)
 
@@ -55,28 +61,55 @@ class TPRUBase(RecurrentUnit):
         hidden_size: int,
         roles: int = 64,
         slices: int = 1,
+        biases: Literal["none", "gate", "code"] = "none",
         impl: Literal["fused", "loop"] = "fused",
         basis_seed: int | None = None,
     ) -> None:
         super().__init__(input_size, hidden_size)
         self.check_options(hidden_size, roles=roles, slices=slices)
-        self.roles, self.slices, self.impl = roles, slices, impl
+        self.roles, self.slices, self.biases, self.impl = roles, slices, biases, impl
         d, din = hidden_size, input_size
         generator = torch.Generator().manual_seed(basis_seed) if basis_seed is not None else None
-        # E: fixed random role basis, d × N, entries N(0, 1/d). Saved with the model, never trained.
-        self.register_buffer("E", torch.randn(d, roles, generator=generator) / d**0.5)
+        # E: fixed random role basis, d × N, standard-normal entries (workshop paper §3.3; the
+        # authors' models/TPRU.py: torch.randn(n_roles, d_hidden), frozen). A buffer: saved, never trained.
+        self.register_buffer("E", torch.randn(d, roles, generator=generator))
         self.W_u = nn.Parameter(torch.empty(d, d))
         self.W_r = None if self.share_binding else nn.Parameter(torch.empty(d, d))
         self.W_b = nn.Parameter(torch.empty(d, d))
         self.V_b = nn.Parameter(torch.empty(d, d)) if self.has_vb else None
         self.W_x = nn.Parameter(torch.empty(d, din))
         self.V_x = nn.Parameter(torch.empty(d, din))
-        self.gate_bias = nn.Parameter(torch.zeros(d))
-        self.c_b = nn.Parameter(torch.ones(()))  # the two scalar filler biases, initialised to 1
-        self.c_x = nn.Parameter(torch.ones(()))  # as in the original code
+        self.c_b = nn.Parameter(torch.ones(()))  # the two scalar filler biases, 1 at init
+        self.c_x = nn.Parameter(torch.ones(()))  # (the authors' code: bias_h, bias_x = ones(1))
+        # Biases (docs/ARCHITECTURE.md, "TPRU: defaults and their sources"): "none" is the papers'
+        # equations; "gate" one gate bias b_g; "code" every bias of the authors' nn.Linear layers.
+        code = biases == "code"
+        vector = lambda on: nn.Parameter(torch.empty(d)) if on else None  # noqa: E731
+        self.gate_bias = nn.Parameter(torch.zeros(d)) if biases == "gate" else None
+        self.b_u = vector(code)                                  # U = W_u E + b_u 1ᵀ  (v2ru's bias)
+        self.b_r = vector(code and not self.share_binding)       # R = W_r E + b_r 1ᵀ
+        self.b_Wb = vector(code)                                 # W_b b + b_Wb        (h2fg's bias)
+        self.b_Vb = vector(code and self.has_vb)                 # V_b b + b_Vb
+        self.b_Wx = vector(code)                                 # W_x x + b_Wx        (x2fg's bias)
+        self.b_Vx = vector(code)                                 # V_x x + b_Vx
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """nn.Linear's default init, as the authors' code (every matrix there is an nn.Linear):
+        weights and biases U(−1/√fan_in, 1/√fan_in), fan_in = d for W_u, W_r, W_b, V_b and their
+        biases, d' for W_x, V_x and theirs. The papers do not state an init."""
+        d, din = self.hidden_size, self.input_size
         for weight in (self.W_u, self.W_r, self.W_b, self.V_b, self.W_x, self.V_x):
             if weight is not None:
-                nn.init.xavier_normal_(weight)
+                nn.init.kaiming_uniform_(weight, a=math.sqrt(5))  # what nn.Linear.reset_parameters does
+        for bias, fan_in in ((self.b_u, d), (self.b_r, d), (self.b_Wb, d), (self.b_Vb, d), (self.b_Wx, din), (self.b_Vx, din)):
+            if bias is not None:
+                nn.init.uniform_(bias, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in))
+        with torch.no_grad():
+            self.c_b.fill_(1.0)
+            self.c_x.fill_(1.0)
+            if self.gate_bias is not None:
+                self.gate_bias.zero_()
 
     @classmethod
     def check_options(cls, hidden_size: int, roles: int = 64, slices: int = 1, **_: object) -> None:
@@ -93,10 +126,34 @@ class TPRUBase(RecurrentUnit):
 
     # -- the pieces of the equations, as matrices -------------------------------------------
     def role_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """U = W_u E (unbinding) and R = W_r E (binding), each d × N."""
+        """U = W_u E (unbinding) and R = W_r E (binding), each d × N; with the code's biases
+        every role vector also gets b_u (b_r): U = W_u E + b_u 1ᵀ."""
         U = self.W_u @ self.E
-        R = U if self.W_r is None else self.W_r @ self.E
+        if self.b_u is not None:
+            U = U + self.b_u.unsqueeze(1)
+        if self.W_r is None:
+            return U, U
+        R = self.W_r @ self.E
+        if self.b_r is not None:
+            R = R + self.b_r.unsqueeze(1)
         return U, R
+
+    def filler_offset(self, U: torch.Tensor) -> torch.Tensor:
+        """Everything in f_b + c_b that does not depend on b_{t-1}, per slice and role [k, N]:
+        c_b, plus Uᵀ b_Vb per slice when V_b has the code's bias."""
+        k = self.slices
+        offset = self.c_b.expand(k, self.roles)
+        if self.b_Vb is not None:
+            offset = offset + torch.einsum("ksn,ks->kn", self._slice_T(U), self.b_Vb.view(k, -1))
+        return offset
+
+    def gate_offset(self) -> torch.Tensor | None:
+        """The gate's biases summed (they only ever enter as a sum): b_g, or b_Wb + b_Wx, or None."""
+        if self.gate_bias is not None:
+            return self.gate_bias
+        if self.b_Wb is not None:
+            return self.b_Wb + self.b_Wx
+        return None
 
     def _slice_T(self, M: torch.Tensor) -> torch.Tensor:
         """d × N role matrix → [k, s, N]: slice j holds rows j·s … (j+1)·s − 1."""
@@ -110,10 +167,16 @@ class TPRUBase(RecurrentUnit):
         return torch.cat([self.W_b, M_b], dim=0)
 
     def input_projections(self, x: torch.Tensor, U: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Gate pre-activations W_x x + bias [B,T,d] and input fillers Uᵀ V_x x [B,T,k,N], all steps at once."""
+        """Gate pre-activations W_x x + (gate biases) [B,T,d] and input scores Uᵀ (V_x x [+ b_Vx])
+        [B,T,k,N], all steps at once (the recurrent gate bias b_Wb is constant, so it goes here too)."""
         B, T, _ = x.shape
         k, s = self.slices, self.hidden_size // self.slices
-        proj = F.linear(x, torch.cat([self.W_x, self.V_x], 0), torch.cat([self.gate_bias, torch.zeros_like(self.gate_bias)]))
+        gate = self.gate_offset()
+        bias = None
+        if gate is not None or self.b_Vx is not None:
+            zeros = self.W_x.new_zeros(self.hidden_size)
+            bias = torch.cat([gate if gate is not None else zeros, self.b_Vx if self.b_Vx is not None else zeros])
+        proj = F.linear(x, torch.cat([self.W_x, self.V_x], 0), bias)
         gx, zx = proj.split(self.hidden_size, dim=-1)
         fx = torch.einsum("btks,ksn->btkn", zx.reshape(B, T, k, s), self._slice_T(U))
         return gx, fx
@@ -140,6 +203,7 @@ class TPRUBase(RecurrentUnit):
         U, R = self.role_matrices()
         gx, fx = self.input_projections(x, U)
         R_slices = self._slice_T(R)
+        c_b = self.filler_offset(U)
         if self.impl == "fused" and not return_fillers:
             if fold_is_cheaper(self.hidden_size, self.roles, self.slices):
                 W_fused, U_slices = self.recurrent_matrix(U), None
@@ -148,21 +212,21 @@ class TPRUBase(RecurrentUnit):
                 U_slices = self._slice_T(U)
             outputs = TPRURecurrence.apply(
                 gx.transpose(0, 1).contiguous(), fx.transpose(0, 1).contiguous(), W_fused, R_slices, U_slices,
-                self.c_b, self.c_x, b0, self.norm, self.tanh_candidate,
+                c_b, self.c_x, b0, self.norm, self.tanh_candidate,
             ).transpose(0, 1)
             fillers = None
         else:
-            outputs, fillers = self._loop(gx, fx, self.recurrent_matrix(U), R_slices, b0)
+            outputs, fillers = self._loop(gx, fx, self.recurrent_matrix(U), R_slices, c_b, b0)
         return outputs, fillers
 
-    def _loop(self, gx, fx, W_rec, R_slices, b):
+    def _loop(self, gx, fx, W_rec, R_slices, c_b, b):
         """Plain autograd loop: the readable reference path, and the one that records fillers."""
         d, k, N = self.hidden_size, self.slices, self.roles
         outputs, fillers = [], []
         for t in range(gx.shape[1]):
             pre = b @ W_rec.T
             g = torch.sigmoid(pre[:, :d] + gx[:, t])                                  # g_t
-            f = normalise_fillers(pre[:, d:].view(-1, k, N), fx[:, t], self.c_b, self.c_x, self.norm)  # f_t
+            f = normalise_fillers(pre[:, d:].view(-1, k, N), fx[:, t], c_b, self.c_x, self.norm)  # f_t
             cand = torch.einsum("bkn,ksn->bks", f, R_slices).reshape(-1, d)             # b̃_t = R f_t
             if self.tanh_candidate:
                 cand = torch.tanh(cand)
@@ -176,7 +240,8 @@ class TPRUBase(RecurrentUnit):
         return self.forward(x, mask, return_fillers=True)[2]
 
     def extra_repr(self) -> str:
-        return f"{self.input_size}, {self.hidden_size}, roles={self.roles}, slices={self.slices}, impl={self.impl}"
+        return (f"{self.input_size}, {self.hidden_size}, roles={self.roles}, slices={self.slices}, "
+                f"biases={self.biases}, impl={self.impl}")
 
 
 @register_unit("tpru")

@@ -13,15 +13,17 @@ Two ways to get the recurrent unbinding scores f_b = Uᵀ V_b b_{t-1} (per slice
 - unfolded: W_rec = [W_b; V_b] (or just W_b when V_b = I), then z = V_b b_{t-1} is dotted with U
   slice by slice (a batched matmul) — k× fewer FLOPs with many slices.
 
-Layout: time-major. gx [T,B,d] (gate input incl. bias), fx [T,B,k,N] (input scores), R_slices
-and U_slices [k, s, N], b0 [B,d]. Checked against the autograd loop and `gradcheck` in tests.
+Layout: time-major. gx [T,B,d] (gate input incl. every gate bias), fx [T,B,k,N] (input scores),
+R_slices and U_slices [k, s, N], c_b [k, N] (the scalar c_b plus, with the authors' code biases,
+the per-role constant Uᵀ b_Vb: everything in f_b + c_b that does not depend on b_{t-1}), c_x a
+scalar, b0 [B,d]. Checked against the autograd loop and `gradcheck` in tests.
 """
 
 from __future__ import annotations
 
 import torch
 
-NORM_EPS = 1e-12  # F.normalize's default: a filler row of all zeros stays zero instead of NaN
+NORM_EPS = 1e-7  # the authors' code: f̃ / Σf̃.clamp_min(1e-7) (models/TPRU.py); an all-zero row stays 0, not NaN
 
 
 def fold_is_cheaper(hidden: int, roles: int, slices: int) -> bool:
@@ -46,7 +48,7 @@ class TPRURecurrence(torch.autograd.Function):
         bias = gx.new_zeros(T, B, rows)
         bias[:, :, :d] = gx
         if folded:
-            bias[:, :, d:] = c_b if relu2 else (fx + (c_b + c_x)).reshape(T, B, k * N)
+            bias[:, :, d:] = c_b.reshape(k * N) if relu2 else (fx + (c_b + c_x)).reshape(T, B, k * N)
         relu_x = torch.relu(fx + c_x) if relu2 else None
         score_x = None if (relu2 or folded) else fx + (c_b + c_x)
         outs = gx.new_empty(T, B, d)
@@ -99,6 +101,8 @@ class TPRURecurrence(torch.autograd.Function):
         if relu2:
             relu_coef = 2 * (relu_b + relu_x) / sums           # ∂f̃/∂a = 2a, divided by Σf̃
             mask_b = relu_b > 0
+            # Where Σf̃ < NORM_EPS the divisor is the constant NORM_EPS: f = f̃/eps, no coupling term.
+            coupled = (sums > NORM_EPS).to(sums.dtype)
         d_pre = outs.new_zeros(T, B, rows)
         d_scores = fills.new_empty(T, B, k, N)                 # ∂ of the role scores (ReLU² input a, or softmax input)
         d_fb_all = d_pre[:, :, d:].view(T, B, k, N) if folded else fills.new_empty(T, B, k, N)
@@ -113,7 +117,10 @@ class TPRURecurrence(torch.autograd.Function):
             # ∂f = Rᵀ ∂b̃ per slice: [k, B, s] × [k, s, N] → [B, k, N]; then through the normalisation.
             d_f = torch.bmm(d_cand.view(B, k, s).transpose(0, 1), R_slices).transpose(0, 1)
             f = fills[t]
-            centred = d_f - (d_f * f).sum(-1, keepdim=True)
+            if relu2:
+                centred = d_f - (d_f * f).sum(-1, keepdim=True) * coupled[t]
+            else:
+                centred = d_f - (d_f * f).sum(-1, keepdim=True)
             if relu2:
                 d_a = torch.mul(relu_coef[t], centred, out=d_scores[t])
                 d_fb = torch.mul(d_a, mask_b[t], out=d_fb_all[t])
@@ -134,8 +141,9 @@ class TPRURecurrence(torch.autograd.Function):
         d_R = torch.einsum("tbks,tbkn->ksn", d_cand_all.view(T, B, k, s), fills)
         d_U = None if folded else torch.einsum("tbks,tbkn->ksn", zs.view(T, B, k, s), d_fb_all)
         d_fx = d_scores * (relu_x > 0) if relu2 else d_scores
-        d_c_b, d_c_x = d_fb_all.sum().reshape(()), d_fx.sum().reshape(())
+        # c_b is [k, N] (per-role), c_x a scalar; for softmax both enter the one score f_b + f_x.
+        d_c_b, d_c_x = d_fb_all.sum((0, 1)), d_fx.sum().reshape(())
         if not relu2:
-            d_c_b = d_c_x = d_fx.sum().reshape(())
+            d_c_b = d_fx.sum((0, 1))
         d_gx = d_pre[:, :, :d]
         return d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, carry, None, None
