@@ -30,8 +30,9 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 SLEEP_TASK = "bench-sleep"
 EPOCHS = 2
@@ -171,7 +172,6 @@ def bench(nodes: int, trial_seconds: float, trials_per_node: int, cpus_per_node:
 
     from harness.runner import StudyRunner, slots
     from harness.study import expand, parse_study
-
     from tasks.registry import TASKS
 
     registered_here = SLEEP_TASK not in TASKS.entries

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Any
 from dataclasses import asdict, dataclass
+from typing import Any
 
 DEFAULT_UNITS = ["gru", "lstm", "tpru", "tpru-v1", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru[slices=8]"]
 

@@ -153,7 +153,7 @@ def fig_speed(cells: Any, runs: Any, history: Any, bench: Any | None) -> Any | N
     bars = []
     if len(es):
         dims = es["dim"].nunique()
-        for (order, unit, dim), g in es.groupby(["order", "unit", "dim"], sort=True):
+        for (_order, unit, dim), g in es.groupby(["order", "unit", "dim"], sort=True):
             bars.append((f"{unit}" + (f" d={dim}" if dims > 1 else ""), float(g["value"].median())))
         # one bar per unit spec and dim (cells of several archs/tasks share it): first occurrence wins
         merged: dict[str, list[float]] = {}

@@ -25,8 +25,23 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import TrialRef, WorkerJob
-from .record import (ERRORED, FINAL_PARAMS, FINAL_PARAMS_HASH, GIT_COMMIT, HOST, NOTES, PARAMS_FORMULA, PARAMS_HASH,
-                     PARAMS_TOTAL, PHASE, PRUNED, REPRODUCIBLE, SEED, TRIAL, is_failure)
+from .record import (
+    ERRORED,
+    FINAL_PARAMS,
+    FINAL_PARAMS_HASH,
+    GIT_COMMIT,
+    HOST,
+    NOTES,
+    PARAMS_FORMULA,
+    PARAMS_HASH,
+    PARAMS_TOTAL,
+    PHASE,
+    PRUNED,
+    REPRODUCIBLE,
+    SEED,
+    TRIAL,
+    is_failure,
+)
 from .storage import default_storage_url, open_storage
 from .tracking import Tracker, cell_tags, default_tracking_uri, git_commit, with_retry
 
@@ -115,7 +130,7 @@ class StudyLock:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def __enter__(self) -> "StudyLock":
+    def __enter__(self) -> StudyLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.handle = open(self.path, "w")
         try:
@@ -243,7 +258,7 @@ class StudyRunner:
         st = CellState(cell, self._optuna_study(cell), self.study.study.trials, self.study.study.seeds)
         if self.force:
             for rec in records.values():
-                self.tracker.retry(lambda: self.tracker.client.delete_run(rec.run_id), "delete run")
+                self.tracker.retry(lambda run_id=rec.run_id: self.tracker.client.delete_run(run_id), "delete run")
             records = {}
             # The cell's checkpoints and result.json files go too: a finished run directory is
             # returned as is by `train`, so without this --force recomputed nothing.

@@ -232,7 +232,8 @@ def _bound(x: Any) -> str:
     return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
 
 
-def _plain(err: dict[str, Any], root: type[BaseModel] | None) -> str:
+# A flat table from pydantic's error kinds to plain words: one branch per kind, nothing nested.
+def _plain(err: dict[str, Any], root: type[BaseModel] | None) -> str:  # noqa: C901
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     got = f", got {show(value)}"
     if kind == "missing":
@@ -330,7 +331,7 @@ class Study:
     deterministic: bool = True
 
     @property
-    def cells(self) -> list["Cell"]:
+    def cells(self) -> list[Cell]:
         return expand(self)
 
     @property

@@ -13,11 +13,28 @@ import json
 import os
 import subprocess
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
-from .record import (CELL, KIND, KIND_CELL, KIND_RUN, KIND_STUDY, PHASE, REASON, RUN_KEY, STATUS, STUDY, TAG,
-                     CellRecord, RecordReader, RunRecord, mlflow_status, split_tags)
+from .record import (
+    CELL,
+    KIND,
+    KIND_CELL,
+    KIND_RUN,
+    KIND_STUDY,
+    PHASE,
+    REASON,
+    RUN_KEY,
+    STATUS,
+    STUDY,
+    TAG,
+    CellRecord,
+    RecordReader,
+    RunRecord,
+    mlflow_status,
+    split_tags,
+)
 
 __all__ = ["PHASE", "TAG", "RunRecord", "StoreUnavailable", "Tracker", "cell_params", "cell_tags", "default_tracking_uri",
            "final_metrics", "git_commit", "with_retry"]

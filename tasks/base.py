@@ -132,7 +132,7 @@ class TaskAdapter(ABC):
         """True when the study asks for the task's built-in data (`data = "generated"` or none)."""
         return self.data in (None, "", GENERATED)
 
-    def check_data(self) -> None:
+    def check_data(self) -> None:  # noqa: B027 (optional hook: the default checks nothing)
         """Cheap check that the data location exists (no loading); raises DataError naming it.
 
         The harness calls it before it opens a study's record, so a wrong path writes nothing.

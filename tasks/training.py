@@ -30,8 +30,7 @@ from typing import Any
 import torch
 
 from .base import TaskAdapter
-from .checkpoint import (CheckpointCorrupt, CheckpointMismatch, CheckpointRefused, atomic_save, load_checkpoint,
-                         set_aside)
+from .checkpoint import CheckpointCorrupt, CheckpointMismatch, CheckpointRefused, atomic_save, load_checkpoint, set_aside
 from .determinism import Determinism, is_nondeterminism_error, rng_state, set_rng_state
 from .errors import DataError
 from .hparams import HParams, as_params

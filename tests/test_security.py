@@ -266,9 +266,9 @@ def _variants(marker: Path) -> list[tuple[str, str]]:
     out = []
     for payload in _payloads(marker):
         literal = '"' + payload.replace("\\", "\\\\") + '"'
-        for i, match in enumerate(STRING.finditer(TEMPLATE)):
+        for match in STRING.finditer(TEMPLATE):
             out.append((f"{match.group(0)}→payload", TEMPLATE[:match.start()] + literal + TEMPLATE[match.end():]))
-        out.append(("all strings→payload", STRING.sub(lambda _m: literal, TEMPLATE)))
+        out.append(("all strings→payload", STRING.sub(lambda _m, lit=literal: lit, TEMPLATE)))
         out.append(("payload as a key", TEMPLATE.replace("[search]\n", f"[search]\n{literal} = 1\n")))
     return out
 

@@ -10,10 +10,9 @@ import optuna
 import pydantic
 import pytest
 
-from tasks.base import TaskAdapter
-
 from harness import search_space
 from harness.study import Cell, StudyError, expand, filter_cells, load_study, parse_study
+from tasks.base import TaskAdapter
 from tasks.registry import TASKS, TaskError, get_task, register_task
 
 ROOT = Path(__file__).resolve().parents[1]

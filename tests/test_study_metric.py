@@ -55,7 +55,7 @@ def test_optuna_is_told_each_trials_best_validation_loss_and_minimises(done):
 def test_every_run_logs_its_resolved_hyperparameters(done):
     path, root, _ = done
     cell = cells_of(path)[0]
-    for key, rec in records(root, "byloss").items():
+    for rec in records(root, "byloss").values():
         params = rec.params
         # study values, the task's defaults and the trainer's own, as the run used them
         assert {"lr", "batch_size", "optimizer", "schedule", "lr_step", "lr_gamma", "clip", "dropout", "seed"} <= set(params)

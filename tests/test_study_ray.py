@@ -18,9 +18,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.ray_helpers import (NAN, SLOW, attempts, cells_of, check_complete, count_recorded, kill_driver_when,
-                               kill_session, local_ray, optuna_trials, records, results, run_rows, run_study,
-                               seed_root, short_tmp, simulated_cluster, start_driver, status_rows, write_study)
+from tests.ray_helpers import (
+    NAN,
+    SLOW,
+    attempts,
+    cells_of,
+    check_complete,
+    count_recorded,
+    kill_driver_when,
+    kill_session,
+    local_ray,
+    optuna_trials,
+    records,
+    results,
+    run_rows,
+    run_study,
+    seed_root,
+    short_tmp,
+    simulated_cluster,
+    start_driver,
+    status_rows,
+    write_study,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 ELMAN = "tests.plugin_units:ElmanUnit"

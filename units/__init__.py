@@ -14,7 +14,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .spec import UnitSpec as UnitSpec, UnitSpecError as UnitSpecError, parse_spec as parse_spec  # torch-free
+from .spec import UnitSpec as UnitSpec  # torch-free
+from .spec import UnitSpecError as UnitSpecError
+from .spec import parse_spec as parse_spec
 
 # name → submodule that defines it (imported on first access)
 _LAZY = {

@@ -30,12 +30,34 @@ and with a fixed `svg.hashsalt`.
 from __future__ import annotations
 
 from ..record import CELL_COLUMNS, RUN_COLUMNS, ReportError
-from .aggregate import (BASELINES, LOGIC_SPLITS, LOWER_IS_BETTER, aggregate, counted_runs, infer_seeds, metric_direction,
-                        parse_unit, search_frame, unit_columns)
+from .aggregate import (
+                        BASELINES,
+                        LOGIC_SPLITS,
+                        LOWER_IS_BETTER,
+                        aggregate,
+                        counted_runs,
+                        infer_seeds,
+                        metric_direction,
+                        parse_unit,
+                        search_frame,
+                        unit_columns,
+)
 from .compare import Comparison, Side, compare_studies, comparison_rows, format_diff, print_comparison
 from .load import load_cells, load_history, load_record, load_runs, resolve_study
-from .render import (DASH, PERCENT_METRICS, Section, format_cell, layout_of, make_table, metric_scale, print_sections,
-                     rich_tables, sections, tex_escape, wide_frame)
+from .render import (
+                        DASH,
+                        PERCENT_METRICS,
+                        Section,
+                        format_cell,
+                        layout_of,
+                        make_table,
+                        metric_scale,
+                        print_sections,
+                        rich_tables,
+                        sections,
+                        tex_escape,
+                        wide_frame,
+)
 from .write import Report, cells_frame, print_summary, provenance, write_report
 
 __all__ = [

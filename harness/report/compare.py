@@ -6,10 +6,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .aggregate import _is_missing, aggregate, infer_seeds
 from ..record import ReportError
+from .aggregate import _is_missing, aggregate, infer_seeds
 from .load import load_record, resolve_study
 from .render import DASH, PERCENT_METRICS, _print_wide, format_cell, metric_scale
+
 
 @dataclass
 class Side:

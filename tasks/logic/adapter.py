@@ -11,8 +11,9 @@ a–z. Paper defaults: Adam lr 1e-3 ÷10 every 30 epochs, 90 epochs, gradient cl
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import pydantic
 import torch

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from tasks.errors import DataError, where
 
@@ -151,14 +152,14 @@ def decode(ids: Sequence[int]) -> str:
 
 # ----------------------------------------------------------------------------- SVP
 
-def random_permutation(rng: "random.Random | np.random.Generator") -> str:
+def random_permutation(rng: random.Random | np.random.Generator) -> str:
     """A permutation of a-z as a 26-letter string: letter i goes to result[i]."""
     if hasattr(rng, "permutation"):  # numpy Generator / RandomState
         return "".join(F.ALPHABET[int(i)] for i in rng.permutation(26))
     return "".join(rng.sample(F.ALPHABET, 26))
 
 
-def svp(example: LogicExample, rng: "random.Random | np.random.Generator") -> LogicExample:
+def svp(example: LogicExample, rng: random.Random | np.random.Generator) -> LogicExample:
     """Rename the variables of both formulas by ONE random permutation of a-z (label unchanged)."""
     table = str.maketrans(F.ALPHABET, random_permutation(rng))
     return replace(example, a=example.a.translate(table), b=example.b.translate(table))
@@ -166,7 +167,7 @@ def svp(example: LogicExample, rng: "random.Random | np.random.Generator") -> Lo
 
 # ----------------------------------------------------------------------------- batches
 
-def _pad(seqs: list[list[int]]) -> tuple["torch.Tensor", "torch.Tensor"]:
+def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     width = max((len(s) for s in seqs), default=0)
@@ -177,7 +178,7 @@ def _pad(seqs: list[list[int]]) -> tuple["torch.Tensor", "torch.Tensor"]:
     return ids, ids != PAD
 
 
-def collate(examples: Sequence[LogicExample]) -> dict[str, "torch.Tensor"]:
+def collate(examples: Sequence[LogicExample]) -> dict[str, torch.Tensor]:
     """Right-padded id tensors: a, a_mask, b, b_mask [B, T] (long / bool), label [B] long,
     and the lengths a_len, b_len [B] long."""
     import torch
@@ -194,7 +195,7 @@ def collate(examples: Sequence[LogicExample]) -> dict[str, "torch.Tensor"]:
 
 
 def iterate_batches(examples: Sequence[LogicExample], batch_size: int, shuffle: bool = True, seed: int = 0,
-                    svp: bool = False, drop_last: bool = False) -> Iterator[dict[str, "torch.Tensor"]]:
+                    svp: bool = False, drop_last: bool = False) -> Iterator[dict[str, torch.Tensor]]:
     """Collated batches; with `svp`, every pair of every batch gets a fresh permutation.
 
     Deterministic given `seed` (one `random.Random(seed)` drives the order and the renamings);

@@ -40,14 +40,16 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from tasks.errors import DataError
 
 from . import formulas as F
 from .data import EVAL_SPLITS, SPLITS, find_splits, read_split
+
 GENERATOR_VERSION = 1
 
 
@@ -75,7 +77,7 @@ class Preset:
         if self.candidates < 2 or self.tuples_per_group < 1:
             raise ValueError(f"preset {self.name}: candidates >= 2 and tuples_per_group >= 1 required")
 
-    def replace(self, **changes: object) -> "Preset":
+    def replace(self, **changes: object) -> Preset:
         d = asdict(self)
         d.update(changes)
         for key in ("vars", "ops_a", "ops_b"):
@@ -226,13 +228,13 @@ def _four_tuples(rng: random.Random, preset: Preset) -> list[tuple[str, str, str
         if i in used_a or j in used_b:
             continue
         ta_i, nb_j = premises[i][1], not_b[j]
-        for k, l in positive[x + 1:]:
-            if k == i or l == j or k in used_a or l in used_b:
+        for k, m in positive[x + 1:]:
+            if k == i or m == j or k in used_a or m in used_b:
                 continue
-            if not holds(ta_i, not_b[l]) and not holds(premises[k][1], nb_j):  # A1⊭B2 and A2⊭B1
+            if not holds(ta_i, not_b[m]) and not holds(premises[k][1], nb_j):  # A1⊭B2 and A2⊭B1
                 used_a.update((i, k))
-                used_b.update((j, l))
-                out.append((premises[i][0], hypotheses[j][0], premises[k][0], hypotheses[l][0]))
+                used_b.update((j, m))
+                out.append((premises[i][0], hypotheses[j][0], premises[k][0], hypotheses[m][0]))
                 break
         if len(out) >= preset.tuples_per_group:
             break

@@ -10,8 +10,9 @@ label is `-` are dropped and counted (`describe()`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import numpy as np
 import pydantic
