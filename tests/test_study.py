@@ -539,3 +539,13 @@ def test_a_search_value_the_trainer_cannot_take_is_rejected() -> None:
         parse_study(text, "studies/t.toml")
     message = str(info.value)
     assert "search.optimizer: 'adamw'" in message and "search.clip: -1.0" in message
+
+
+def test_cli_exits_2_naming_a_misspelled_search_name(tmp_path, capsys) -> None:
+    from harness.cli import main
+
+    path = tmp_path / "t.toml"
+    path.write_text(BASE.replace("[search]", "[search]\nlrr = 0.1"))
+    assert main(["study", "show", str(path), "--root", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "search.lrr: unknown hyperparameter 'lrr' (did you mean 'lr'?)" in err and "Traceback" not in err

@@ -62,6 +62,7 @@ class Registry:
         return decorate
 
     def add(self, name: str, cls: type) -> None:
+        self._check(cls, f"{self.kind} {name!r}")
         found = self.entries.get(name)
         if found is not None and found is not cls and not isinstance(found, _LazyEntryPoint):
             raise ValueError(f"{self.kind} name {name!r} is already registered by {found.__qualname__}")
