@@ -46,6 +46,7 @@ def importable(plugin_dir, monkeypatch):
     from tasks.registry import TASKS
 
     monkeypatch.syspath_prepend(str(plugin_dir))
+    TASKS.load_builtins()  # before the snapshot: the teardown must not forget the built-ins
     monkeypatch.setattr(TASKS, "entry_points_loaded", False)
     before = dict(TASKS.entries)
     yield plugin_dir

@@ -306,6 +306,7 @@ def _fake_distribution(root: Path, dist: str, entries: str) -> None:
 @pytest.fixture
 def clean_registry(monkeypatch):
     """Entry points are read once per process: make this test read them again, then forget them."""
+    registry.UNITS.load_builtins()  # before the snapshot: the teardown must not forget the built-ins
     monkeypatch.setattr(registry.UNITS, "entry_points_loaded", False)
     before = dict(registry.UNITS.entries)
     yield
