@@ -441,15 +441,15 @@ def _batch_step(ctx: _Context, s: _Session, batch: Any, carry: Any) -> tuple[tor
             loss, stats, new_carry = ctx.adapter.loss_with_carry(s.model, batch, carry)
             if not torch.isfinite(loss):
                 return loss, 0.0, stats, new_carry
-            aux = [m.aux_loss for m in s.aux_modules if m.aux_loss is not None]
-            total = loss + torch.stack([a.reshape(()) for a in aux]).sum() if aux else loss
+            aux = [m.aux_loss.reshape(()) for m in s.aux_modules if m.aux_loss is not None]
+            aux_total = torch.stack(aux).sum() if aux else None
             s.optimizer.zero_grad(set_to_none=True)
-            total.backward()
+            (loss if aux_total is None else loss + aux_total).backward()
             if ctx.hp.clip:
                 torch.nn.utils.clip_grad_norm_(s.model.parameters(), ctx.hp.clip)
             optimizer_step(s.optimizer, ctx.hp, s.step)
             s.step += 1
-            return loss, float((total - loss).detach()) if aux else 0.0, stats, new_carry
+            return loss, 0.0 if aux_total is None else float(aux_total.detach()), stats, new_carry
         except RuntimeError as exc:
             if attempt or not (ctx.determinism.deterministic and is_nondeterminism_error(exc)):
                 raise
