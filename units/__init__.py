@@ -18,7 +18,9 @@ from .spec import UnitSpec as UnitSpec  # torch-free
 from .spec import UnitSpecError as UnitSpecError
 from .spec import parse_spec as parse_spec
 
-# name → submodule that defines it (imported on first access)
+# name → submodule that defines it (imported on first access). The built-in units (torch_rnn,
+# tpru, tpr_rnn, tpgn, ...) register themselves when the registry first looks a name up: every
+# module of this package is imported then (units/plugins.py), so a new unit file needs no edit here.
 _LAZY = {
     "build": "factory", "ParamCounts": "factory", "model_param_counts": "factory", "param_counts": "factory",
     "RecurrentUnit": "base", "Bidirectional": "wrappers", "Stacked": "wrappers",
