@@ -247,3 +247,35 @@ def test_masks_are_checked_once_per_batch_on_the_host(adapter, monkeypatch):
     monkeypatch.setattr(type(adapter), "train_batches", bad)
     with pytest.raises(TaskError, match="a_mask.*right-padded"):
         train(adapter, config(epochs=1))
+
+
+# -- the same in a study worker ----------------------------------------------------------------
+
+def test_a_worker_sets_a_corrupt_checkpoint_aside_and_reports_it(tmp_path):
+    """harness.worker.run_job (what Ray runs) with a truncated checkpoint.pt in its run directory:
+    the run restarts, finishes, and the note comes back with the result for the driver to log."""
+    from harness.jobs import WorkerJob
+    from harness.worker import run_job
+
+    run_dir = tmp_path / "trial-0000"
+    run_dir.mkdir()
+    (run_dir / CHECKPOINT).write_bytes(b"PK\x03\x04 truncated")
+    job = WorkerJob(task="logic", task_options=OPTIONS, data="generated", unit="gru", arch="plain", dim=8, input_dim=8,
+                    epochs=1, metric="valid_acc", direction="maximize", seed=0, hparams={"batch_size": 32},
+                    run_dir=str(run_dir), cache_dir=str(tmp_path / "cache"))
+    out = run_job(job)
+    assert out["status"] == "finished", out.get("reason")
+    assert len(out["notes"]) == 1 and "restarting the run" in out["notes"][0]
+    assert list(run_dir.glob(CHECKPOINT + ".corrupt-*"))
+    assert out["splits"]["valid"] == "validate" and out["hparams"]["batch_size"] == 32
+
+
+def test_a_worker_reports_an_exception_as_errored_not_diverged(tmp_path):
+    from harness.jobs import WorkerJob
+    from harness.worker import run_job
+
+    job = WorkerJob(task="logic", task_options=OPTIONS, data="generated", unit="no_such_mod_xyz:Cell", arch="plain",
+                    dim=8, input_dim=8, epochs=1, metric="valid_acc", direction="maximize", seed=0, hparams={},
+                    run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"))
+    out = run_job(job)
+    assert out["status"] == "errored" and "no_such_mod_xyz" in out["reason"]
