@@ -15,10 +15,11 @@ from torch.func import functional_call
 
 import units
 
-BUILTINS = ["gru", "lstm", "tpgn", "tpr3", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
+BUILTINS = ["gru", "lstm", "tpgn", "tpr3", "tprn", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
 TPRU_FAMILY = [n for n in BUILTINS if n.startswith("tpru")]
-# Units whose options must fit D: tpr3's width is vec(F) = entity·relation·entity = 2·2·2 = D.
-BASE_SPECS = {"tpr3": "tpr3[entity=2,relation=2]"}
+# Units whose options must fit D: tpr3's width is vec(F) = entity·relation·entity = 2·2·2 = D;
+# tprn's is symbol dim × role_dim = 4 · 2 = D.
+BASE_SPECS = {"tpr3": "tpr3[entity=2,relation=2]", "tprn": "tprn[symbols=3,roles=2,role_dim=2]"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "tests.plugin_units:ElmanUnit"
 
@@ -39,6 +40,7 @@ def _specs() -> list[str]:
               "tpru[roles=4,slices=1]", "tpru-v1[roles=3,slices=4,bidirectional=true]", "tpru[roles=4,slices=2,biases=code]",
               "tpru-mod1[roles=4,slices=4,biases=code]", "tpru[roles=3,biases=gate,layers=2]", PLUGIN,
               "tpr3[entity=2,relation=2,ops=w]", "tpr3[entity=2,relation=2,ops=wb,mlp_hidden=3]",
+              "tprn[symbols=3,roles=2,role_dim=4,gated=true]", "tprn[symbols=3,roles=2,role_dim=2,gated=true,layers=2,bidirectional=true]",
               PLUGIN + "[nonlinearity=relu,bidirectional=true,layers=2]"]
     return specs
 

@@ -48,6 +48,7 @@ class Registry:
         self._name_import_paths = name_import_paths
         self.entries: dict[str, Any] = {}  # name → class, or _LazyEntryPoint until first used
         self.broken: set[str] = set()  # entry points that failed to import (not listed again)
+        self.skipped: dict[str, str] = {}  # built-in modules left out: module → why
         self.builtins_loaded = False
         self.entry_points_loaded = False
 
@@ -76,11 +77,19 @@ class Registry:
 
     # -- loading -------------------------------------------------------------------------------
     def load_builtins(self) -> None:
+        """Import the built-in modules once. One whose optional dependency is not installed (e.g.
+        Triton kernels on a CPU machine) is skipped and named if a lookup then fails; any other
+        import error is a bug in the repository and raises."""
         if self.builtins_loaded:
             return
         self.builtins_loaded = True
         for module in self._builtins():
-            importlib.import_module(module)
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                if exc.name is None or exc.name == module or exc.name.startswith(module.split(".")[0] + "."):
+                    raise
+                self.skipped[module] = f"needs {exc.name!r}, which is not installed"
 
     def load_entry_points(self) -> None:
         """List the entry points installed packages advertise, once (imported only when used)."""
@@ -112,7 +121,9 @@ class Registry:
             return found
         close = difflib.get_close_matches(name, list(self.entries), n=3, cutoff=0.5)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        raise self.error(f"unknown {self.kind} {name!r}{hint} (available: {', '.join(sorted(self.entries)) or 'none'})")
+        skipped = "".join(f"; {m} was not loaded: {why}" for m, why in sorted(self.skipped.items()))
+        raise self.error(f"unknown {self.kind} {name!r}{hint} (available: {', '.join(sorted(self.entries)) or 'none'})"
+                         f"{skipped}")
 
     def _load_entry_point(self, name: str, ep: metadata.EntryPoint) -> type:
         where = f"{self.kind} {name!r} from entry point {ep.value!r} (group {self.group})"
