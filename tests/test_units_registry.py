@@ -360,3 +360,16 @@ def test_broken_entry_point_names_itself(tmp_path, monkeypatch, clean_registry):
     assert "tprbench.units" in str(info.value)
     # the built-ins stay reachable by name
     assert units.lookup("gru") is registry.UNITS.entries["gru"]
+
+
+def test_a_builtin_module_missing_an_optional_dependency_is_skipped_and_named(tmp_path, monkeypatch):
+    """E.g. the Triton kernels on a machine without triton: the other built-ins stay usable."""
+    from units.plugins import Registry
+
+    (tmp_path / "tprb_optional_xyz.py").write_text("import no_such_dependency_xyz\n")
+    (tmp_path / "tprb_fine_xyz.py").write_text("from units.plugins import Registry\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("thing", "tprbench.things", builtins=lambda: ["tprb_optional_xyz", "tprb_fine_xyz"], error=ValueError)
+    with pytest.raises(ValueError, match="tprb_optional_xyz was not loaded: needs 'no_such_dependency_xyz'"):
+        reg.lookup("anything")
+    assert reg.skipped == {"tprb_optional_xyz": "needs 'no_such_dependency_xyz', which is not installed"}
