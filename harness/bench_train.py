@@ -4,8 +4,9 @@ What a user's study time depends on: not the recurrence alone but the whole trai
 data batches (with Symbolic Vocabulary Permutation), the embedding, both sides of each pair
 through the unit, pooling, the MLP, the loss, backward, gradient clipping and Adam — as the
 training loop (tasks/training.py) runs it. The epoch is driven here through the task adapter's
-public pieces (`train_batches`, `build_model`, `loss`), with the task's own defaults (Adam lr,
-clip, batch size), so no checkpoints or evaluation are timed. Data: generated pairs (the easy
+public pieces (`resolve_hparams`, `train_batches`, `build_model`, `loss`) and the trainer's
+optimiser helpers (`tasks.optim`), with the task's own defaults (optimiser, lr, clip), so no
+checkpoints or evaluation are timed. Data: generated pairs (the easy
 preset, matching the real training distribution), cached in a temporary directory unless
 `--cache` is given. Units are interleaved across repeats (one epoch each per round), and the
 ratio to GRU is the median over rounds of GRU's time / the unit's time in the same round.
@@ -39,20 +40,23 @@ class TrainRow:
     skipped: str | None = None
 
 
-def _epoch(adapter, model, optimizer, batch_size: int, clip: float, seed: int, clock=time.perf_counter) -> tuple[float, int]:
-    """One training epoch; (seconds, examples)."""
+def _epoch(adapter, model, optimizer, hp, batch_size: int, seed: int, clock=time.perf_counter) -> tuple[float, int]:
+    """One training epoch as the trainer's step does it (clip, then the optimiser step); (seconds, examples)."""
     import torch
+
+    from tasks.optim import optimizer_step
 
     generator = torch.Generator().manual_seed(seed)
     model.train()
     examples = 0
     started = clock()
-    for batch in adapter.train_batches(batch_size, generator, 0):
+    for step, batch in enumerate(adapter.train_batches(batch_size, generator, 0)):
         optimizer.zero_grad(set_to_none=True)
         loss, stats = adapter.loss(model, batch)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        optimizer.step()
+        if hp.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), hp.clip)
+        optimizer_step(optimizer, hp, step)
         examples += int(stats.get("count", 0))
     return clock() - started, examples
 
@@ -62,12 +66,13 @@ def bench_train(specs: list[str], dim: int, arch: str, train_size: int, batch_si
     import torch
 
     import units
+    from tasks.optim import make_optimizer
     from tasks.registry import get_task
 
     specs = check_specs(specs)
     adapter = get_task("logic")({"train_size": train_size, "eval_size": 0}, "generated", cache_dir)
     adapter.prepare()
-    lr, clip = float(adapter.defaults.get("lr", 1e-3)), float(adapter.defaults.get("clip", 5.0))
+    hp = adapter.resolve_hparams({"batch_size": batch_size})  # the task's defaults: optimiser, lr, clip
     threads = torch.get_num_threads()
     cases, skipped = [], []
     for raw in specs:
@@ -76,8 +81,8 @@ def bench_train(specs: list[str], dim: int, arch: str, train_size: int, batch_si
             spec, hidden = sized_spec(raw, dim)
             row.spec, row.hidden = spec, hidden
             torch.manual_seed(0)
-            model = adapter.build_model(spec, arch, hidden, dim, {})
-            optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+            model = adapter.build_model(spec, arch, hidden, dim, hp)
+            optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], hp)
             row.params_total = units.model_param_counts(model).total
         except Exception as exc:  # noqa: BLE001 — listed as skipped, with why
             row.skipped = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
@@ -92,7 +97,7 @@ def bench_train(specs: list[str], dim: int, arch: str, train_size: int, batch_si
             if row.skipped:
                 continue
             try:
-                seconds, examples = _epoch(adapter, model, optimizer, batch_size, clip, seed=r,
+                seconds, examples = _epoch(adapter, model, optimizer, hp, batch_size, seed=r,
                                            clock=time.process_time if clock == "cpu" else time.perf_counter)
             except Exception as exc:  # noqa: BLE001
                 row.skipped = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]

@@ -24,8 +24,8 @@ import math
 import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 EXTRA_SPECS = ["tpru[slices=8]"]  # benchmarked beside every registered unit by default
 BASELINE = "gru"
@@ -182,68 +182,84 @@ def _batch(batch: int, seq: int, dim: int, padded: bool, device: str, seed: int 
     return x, mask
 
 
+def _build_cases(specs: list[str], dim: int, template: BenchRow, device: str) -> tuple[list, list[BenchRow]]:
+    """(row, module) per spec buildable at nominal size `dim`; rows of the others, with why."""
+    import units
+
+    cases, skipped = [], []
+    for raw in specs:
+        row = BenchRow(**{**asdict(template), "unit": raw, "spec": raw})
+        try:
+            row.spec, row.hidden = sized_spec(raw, dim)
+            module = units.build(row.spec, dim, row.hidden).to(device)
+            counts = units.param_counts(row.spec, dim, row.hidden)
+        except Exception as exc:  # noqa: BLE001 — a unit that cannot be built here is listed, not fatal
+            row.skipped = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+            skipped.append(row)
+            continue
+        row.params_formula, row.params_total = counts.formula, counts.total
+        cases.append((row, module))
+    return cases, skipped
+
+
+def _interleaved(cases: list, x, mask, device: str, warmup: int, repeats: int, forward_only: bool, tick) -> list[list]:
+    """(forward ms, backward ms) per case and timed round; rounds interleave the cases (A, B, C, A, …)."""
+    times: list[list[tuple[float, float]]] = [[] for _ in cases]
+    for i in range(warmup + repeats):
+        for j, (row, module) in enumerate(cases):
+            if row.skipped:
+                continue
+            try:
+                sample = _step(module, x, mask, device, forward_only, tick)
+            except Exception as exc:  # noqa: BLE001 — a unit that fails at this size is listed, not fatal
+                row.skipped = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
+                continue
+            if i >= warmup:
+                times[j].append(sample)
+    return times
+
+
+def _summarise(row: BenchRow, samples: list[tuple[float, float]], gru: list[tuple[float, float]], gru_params: int) -> None:
+    """Medians, spread, and the ratios to GRU (per round, and of the minima) into `row`."""
+    totals = [f + b for f, b in samples]
+    gru_totals = [f + b for f, b in gru]
+    q1, q3 = _quartiles(totals)
+    row.forward_ms = round(statistics.median(s[0] for s in samples), 3)
+    row.backward_ms = None if row.mode == "forward" else round(statistics.median(s[1] for s in samples), 3)
+    row.total_ms = round(statistics.median(totals), 3)
+    row.min_ms, row.iqr_ms = round(min(totals), 3), round(q3 - q1, 3)
+    row.ratio_to_gru = round(statistics.median(t / g for t, g in zip(totals, gru_totals)), 3)
+    row.min_ratio_to_gru = round(min(totals) / min(gru_totals), 3)
+    row.params_to_gru = round(row.params_total / gru_params, 3)
+
+
 def bench(specs: list[str], dims: list[int], seq: int, batch: int, repeats: int, warmup: int, device: str = "cpu",
           threads: list[int | None] | None = None, padded: bool = False, forward_only: bool = False,
           clock: str = "wall", progress=None) -> list[BenchRow]:
     """Rows per (threads, dim, unit); GRU is always measured (first) as the reference."""
     import torch
 
-    import units
-
     specs = check_specs(specs)
     tick = _clock(clock)
-    mode = "forward" if forward_only else "train"
     rows: list[BenchRow] = []
     for n_threads in threads or [None]:
         if n_threads:
             torch.set_num_threads(n_threads)
-        used_threads = torch.get_num_threads()
         for dim in dims:
             torch.manual_seed(0)
-            cases, skipped = [], []
-            for raw in specs:
-                base = BenchRow(raw, raw, dim, dim, used_threads, seq, batch, padded, mode)
-                try:
-                    spec, hidden = sized_spec(raw, dim)
-                    base.spec, base.hidden = spec, hidden
-                    module = units.build(spec, dim, hidden).to(device)
-                    counts = units.param_counts(spec, dim, hidden)
-                except Exception as exc:  # noqa: BLE001 — a unit that cannot be built here is listed, not fatal
-                    base.skipped = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-                    skipped.append(base)
-                    continue
-                base.params_formula, base.params_total = counts.formula, counts.total
-                cases.append((base, module))
+            template = BenchRow("", "", dim, dim, torch.get_num_threads(), seq, batch, padded,
+                                "forward" if forward_only else "train")
+            cases, skipped = _build_cases(specs, dim, template, device)
             if not cases or cases[0][0].unit != BASELINE:
                 raise RuntimeError(f"the baseline {BASELINE!r} could not be built at d={dim}")
             x, mask = _batch(batch, seq, dim, padded, device)
-            times: list[list[tuple[float, float]]] = [[] for _ in cases]
-            for i in range(warmup + repeats):
-                for j, (row, module) in enumerate(cases):
-                    try:
-                        sample = _step(module, x, mask, device, forward_only, tick)
-                    except Exception as exc:  # noqa: BLE001
-                        row.skipped = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
-                        continue
-                    if i >= warmup and row.skipped is None:
-                        times[j].append(sample)
-            gru_totals = [f + b for f, b in times[0]]
+            times = _interleaved(cases, x, mask, device, warmup, repeats, forward_only, tick)
             for (row, _), samples in zip(cases, times):
-                if row.skipped or not samples:
-                    rows.append(row)
-                    continue
-                totals = [f + b for f, b in samples]
-                q1, q3 = _quartiles(totals)
-                row.forward_ms = round(statistics.median(s[0] for s in samples), 3)
-                row.backward_ms = None if forward_only else round(statistics.median(s[1] for s in samples), 3)
-                row.total_ms = round(statistics.median(totals), 3)
-                row.min_ms, row.iqr_ms = round(min(totals), 3), round(q3 - q1, 3)
-                row.ratio_to_gru = round(statistics.median(t / g for t, g in zip(totals, gru_totals)), 3)
-                row.min_ratio_to_gru = round(min(totals) / min(gru_totals), 3)
-                row.params_to_gru = round(row.params_total / cases[0][0].params_total, 3)
+                if not row.skipped and samples:
+                    _summarise(row, samples, times[0], cases[0][0].params_total)
+                    if progress:
+                        progress(row)
                 rows.append(row)
-                if progress:
-                    progress(row)
             rows.extend(skipped)
     return rows
 

@@ -93,7 +93,7 @@ def test_lm_trains_with_tied_embeddings_and_carried_state(lm_root, tmp_path, uni
     # Random sentences over 17 words: a model does a bit better than uniform over the vocabulary.
     assert result.history[-1]["train_ppl"] < min(result.history[0]["train_ppl"], vocab)
     assert result.test["test"]["ppl"] < vocab
-    model = task.build_model(unit, "lm", 16, 16, {})
+    model = task.build_model(unit, "lm", 16, 16, task.resolve_hparams({}))
     assert model.decoder.weight is model.embed.weight
     expected_layers = 1 if "layers=1" in unit else 2
     assert len(getattr(model.encoder, "layers", [model.encoder])) == expected_layers
@@ -103,7 +103,7 @@ def test_lm_refuses_bidirectional_units(lm_root, tmp_path):
     task = get_task("lm")({"corpus": "ptb"}, str(lm_root), tmp_path)
     task.prepare()
     with pytest.raises(TaskError, match="bidirectional"):
-        task.build_model("lstm[bidirectional=true]", "lm", 8, 8, {})
+        task.build_model("lstm[bidirectional=true]", "lm", 8, 8, task.resolve_hparams({}))
 
 
 @pytest.mark.realdata

@@ -10,10 +10,9 @@ import pytest
 import torch
 
 import units
-from units import tpru_ext
-
 from tests import test_units_equations as eq
 from tests import test_units_padding as pad
+from units import tpru_ext
 
 CPP = tpru_ext.ops()
 needs_cpp = pytest.mark.skipif(CPP is None, reason=f"the C++ TPRU recurrence did not build here: {tpru_ext._state.error}")

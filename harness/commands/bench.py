@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--repeats", type=_positive, default=10, help="timed rounds; median, min and IQR are reported (default 10)")
     u.add_argument("--warmup", type=int, default=3, help="untimed warm-up rounds (default 3)")
     u.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    u.add_argument("--threads", type=_ints, default=None, help="torch threads, comma-separated: each is a block of the table (default: torch's choice)")
+    u.add_argument("--threads", type=_ints, default=None,
+                   help="torch threads, comma-separated: each is a block of the table (default: torch's choice)")
     u.add_argument("--padded", action="store_true", help="a padded batch: lengths uniform in [T/2, T]")
     u.add_argument("--forward-only", action="store_true", help="time the forward only, under no_grad (inference, interpretation)")
     u.add_argument("--clock", choices=["wall", "cpu"], default="wall",

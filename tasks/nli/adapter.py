@@ -10,9 +10,11 @@ label is `-` are dropped and counted (`describe()`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
+import numpy as np
 import pydantic
 import torch
 from torch import nn
@@ -21,6 +23,7 @@ from torch.nn import functional as F
 from ..architectures import ARCHS, PairModel
 from ..base import TaskAdapter
 from ..errors import DataError
+from ..hparams import HParams
 from ..paths import data_root
 from ..registry import TaskError, register_task
 from . import data as nli_data
@@ -73,7 +76,7 @@ class NLITask(TaskAdapter):
     defaults = {"lr": 1e-4, "lr_step": 30, "lr_gamma": 0.1, "clip": 5.0, "batch_size": 64, "dropout": 0.0}
 
     def _root_and_sources(self) -> tuple[Path, set[str]]:
-        root = data_root(None if self.data in (None, "", "generated") else self.data)
+        root = data_root(None if self.generated else self.data)
         if root is None:
             raise DataError("nli: no data root; set data to the shared data folder (e.g. ${TPRBENCH_DATA}) or set TPRBENCH_DATA")
         opts = self.options
@@ -90,8 +93,6 @@ class NLITask(TaskAdapter):
             nli_data.default_dir(source, root)  # names the folders it looked for
 
     def prepare(self) -> None:
-        if getattr(self, "_encoded", None) is not None:
-            return
         self.check_data()
         opts = self.options
         root, sources = self._root_and_sources()
@@ -119,7 +120,6 @@ class NLITask(TaskAdapter):
             ds = train if ref == opts.train else loaded[ref]
             enc = nli_data.encode(ds, self.vocab, max_len=opts.max_len)
             self._encoded[_split_name(ref)] = (enc["premise_ids"], enc["hypothesis_ids"], enc["label"])
-        self._eval_cache: dict[tuple[str, int], list[dict[str, torch.Tensor]]] = {}
 
     @property
     def valid_split(self) -> str:
@@ -143,21 +143,18 @@ class NLITask(TaskAdapter):
         return self._batches(_split_name(self.options.train), batch_size, order)
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
-        key = (split, batch_size)
-        if key not in self._eval_cache:
-            n = len(self._encoded[split][2])
-            self._eval_cache[key] = list(self._batches(split, batch_size, list(range(n))))
-        return iter(self._eval_cache[key])
+        n = len(self._encoded[split][2])
+        return self.cached_eval_batches(split, batch_size, lambda: self._batches(split, batch_size, list(range(n))))
 
-    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: dict[str, Any]) -> nn.Module:
+    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
         self.check_arch(arch)
         vectors = None
         if self.options.vectors:
             path = Path(os.path.expandvars(self.options.vectors)).expanduser()
             vectors, _hits = nli_data.load_word_vectors(path, self.vocab, dim=input_dim)
         return PairModel(unit, arch, len(self.vocab), dim, input_dim, classes=len(self.label_names),
-                         pooling=self.options.pooling, mlp_hidden=hparams.get("mlp_hidden"),
-                         dropout=float(hparams.get("dropout", 0.0)), embeddings=vectors,
+                         pooling=self.options.pooling, mlp_hidden=hparams.mlp_hidden,
+                         dropout=hparams.dropout, embeddings=vectors,
                          freeze_embeddings=self.options.freeze_vectors)
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
@@ -166,13 +163,11 @@ class NLITask(TaskAdapter):
         return loss, {"correct": int((logits.argmax(-1) == batch["label"]).sum()), "count": int(batch["label"].shape[0])}
 
     @torch.no_grad()
-    def encode_sentences(self, model: nn.Module, sentences: list) -> "np.ndarray":
+    def encode_sentences(self, model: nn.Module, sentences: list) -> np.ndarray:
         """Frozen sentence vectors: the trained encoder (no attention, no classifier) + pooling.
 
         `sentences` are token lists (SentEval's convention) or strings; tokenised like the training data.
         """
-        import numpy as np
-
         model.eval()
         device = next(model.parameters()).device
         ids = []

@@ -55,7 +55,7 @@ class TransferTask(NLITask):
     def senteval_path(self) -> str | None:
         if self.options.senteval_path:
             return self.options.senteval_path
-        return None if self.data in (None, "", "generated") else f"{self.data}/senteval"
+        return None if self.generated else f"{self.data}/senteval"
 
     def evaluate(self, model: nn.Module, split: str, batch_size: int) -> dict[str, float]:
         if not split.startswith(PREFIX):
