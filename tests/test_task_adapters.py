@@ -99,6 +99,29 @@ def test_lm_trains_with_tied_embeddings_and_carried_state(lm_root, tmp_path, uni
     assert len(getattr(model.encoder, "layers", [model.encoder])) == expected_layers
 
 
+def test_lm_projection_before_tied_decoder_as_the_authors_lm(lm_root, tmp_path):
+    """models/lm.py: proj = Linear(d, d_embed), orthogonal weight, bias 0, always there (even at d = d_embed);
+    embedding orthogonal. `projection=false` drops it (d = d_embed only)."""
+    import torch
+
+    task = get_task("lm")({"corpus": "ptb"}, str(lm_root), tmp_path)
+    task.prepare()
+    for dim, input_dim in ((16, 16), (24, 16)):
+        model = task.build_model("gru", "lm", dim, input_dim, {})
+        assert isinstance(model.project, torch.nn.Linear)
+        W = model.project.weight.detach()
+        assert W.shape == (input_dim, dim)
+        torch.testing.assert_close(W @ W.T, torch.eye(input_dim), atol=1e-5, rtol=0)  # orthonormal rows
+        assert torch.all(model.project.bias == 0)
+        E = model.embed.weight.detach()  # [vocab, d_embed], vocab > d_embed: orthonormal columns
+        torch.testing.assert_close(E.T @ E, torch.eye(input_dim), atol=1e-5, rtol=0)
+    off = get_task("lm")({"corpus": "ptb", "projection": False}, str(lm_root), tmp_path)
+    off.prepare()
+    assert isinstance(off.build_model("gru", "lm", 16, 16, {}).project, torch.nn.Identity)
+    with pytest.raises(TaskError, match="projection=false"):
+        off.build_model("gru", "lm", 24, 16, {})
+
+
 def test_lm_refuses_bidirectional_units(lm_root, tmp_path):
     task = get_task("lm")({"corpus": "ptb"}, str(lm_root), tmp_path)
     task.prepare()
