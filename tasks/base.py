@@ -86,6 +86,10 @@ class TaskAdapter(ABC):
     @abstractmethod
     def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: dict[str, Any]) -> nn.Module: ...
 
+    def describe_arch(self, arch: str) -> str:
+        """The architecture's name as report headers should print it (e.g. which BiDAF); default: `arch`."""
+        return arch
+
     @abstractmethod
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean loss of a batch and additive counts for metrics, e.g. {"correct": 7, "count": 16}."""

@@ -65,12 +65,36 @@ def test_nli_trains_and_tests_on_other_corpora(nli_root, tmp_path, arch):
     task = get_task("nli")({"max_len": 12}, str(nli_root), tmp_path)
     task.prepare()
     facts = task.describe()
-    assert facts["snli_test_pairs"] == 600 and facts["mnli_dev_matched_pairs"] == 100
+    assert facts["train_pairs"] == 600 and facts["train_splits"] == ["snli:test"] and facts["mnli_dev_matched_pairs"] == 100
     assert facts["dropped_gold_dash"] == {"mnli:dev_matched": 1, "mnli:dev_mismatched": 1}
     result = train(task, TrainConfig("gru", arch, 16, 16, epochs=3, seed=0, hparams={"lr": 1e-2, "batch_size": 32}))
     assert result.status == "finished"
     assert set(result.test) == {"mnli_dev_matched", "mnli_dev_mismatched"}
     assert result.best_valid > 0.45  # 3 balanced-ish classes; the word rule is learnable
+
+
+def test_nli_trains_on_several_splits_and_selects_by_the_mean_of_several(nli_root, tmp_path):
+    """The papers: train on MNLI + SNLI (concatenated), best epoch by the mean of MNLI dev matched
+    and mismatched accuracy: `valid_acc` (what the loop's best-epoch rule reads) is that mean."""
+    opts = {"train": ["snli:test", "snli:dev"], "valid": ["mnli:dev_matched", "mnli:dev_mismatched"], "test": ["snli:dev"]}
+    task = get_task("nli")(opts, str(nli_root), tmp_path)
+    task.prepare()
+    facts = task.describe()
+    assert facts["train_pairs"] == 600 + 120 and facts["train_splits"] == ["snli:test", "snli:dev"]
+    assert task.valid_split == "mean(mnli_dev_matched,mnli_dev_mismatched)"
+    result = train(task, TrainConfig("gru", "plain", 16, 16, epochs=3, seed=0, hparams={"lr": 1e-2, "batch_size": 32}))
+    assert result.status == "finished" and result.metric == "valid_acc"
+    for row in result.history:
+        mean = (row["valid_acc_mnli_dev_matched"] + row["valid_acc_mnli_dev_mismatched"]) / 2
+        assert row["valid_acc"] == pytest.approx(mean, abs=1e-12)
+    best = max(range(len(result.history)), key=lambda i: result.history[i]["valid_acc"])
+    assert result.best_valid == result.history[best]["valid_acc"]
+    # one split may still be written as a string; the NLI schedule is the papers' constant lr
+    single = get_task("nli")({"train": "snli:test", "valid": "snli:dev"}, str(nli_root), tmp_path)
+    assert single.options.train == ["snli:test"] and single.valid_split == "snli_dev"
+    assert single.defaults["lr"] == 1e-4 and single.defaults["lr_gamma"] == 1.0
+    with pytest.raises(TaskError, match="named twice"):
+        get_task("nli")({"train": ["snli:test", "snli:test"]}, str(nli_root), tmp_path)
 
 
 def test_nli_rejects_mixed_label_sets(nli_root, tmp_path):

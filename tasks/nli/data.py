@@ -534,6 +534,19 @@ class Vocab:
             raise DataError(f"{p}: not a vocabulary file ({exc})") from exc
 
 
+def concatenate(datasets: Sequence[Any]):
+    """Several loaded splits as one (the papers train on MNLI + SNLI): the text and label columns,
+    in the order given. One split is returned as it is (its cache fingerprint unchanged)."""
+    if len(datasets) == 1:
+        return datasets[0]
+    from datasets import concatenate_datasets
+
+    columns = ["premise", "hypothesis", "label"]
+    parts = [ds.select_columns(columns) for ds in datasets]
+    parts = [parts[0]] + [p.cast(parts[0].features) if p.features != parts[0].features else p for p in parts[1:]]
+    return concatenate_datasets(parts)
+
+
 def encode(ds, vocab: Vocab, max_len: int | None = None, tokenizer: Callable[[str], list[str]] = tokenize,
            num_proc: int | None = None):
     """Add ``premise_ids`` / ``hypothesis_ids`` (lists of int) with a batched `Dataset.map`.
