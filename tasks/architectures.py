@@ -109,11 +109,17 @@ def pad_to(x: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 class PairClassifierHead(nn.Module):
-    """[u; v; |u−v|; u∘v] → Linear → ReLU → dropout → Linear to class logits."""
+    """[u; v; |u−v|; u∘v] → Linear → ReLU → dropout → Linear to class logits.
+
+    Init as the authors' classifier.py: weights kaiming-uniform (gain √2), biases 0."""
 
     def __init__(self, size: int, hidden: int, classes: int, dropout: float) -> None:
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(4 * size, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, classes))
+        for layer in self.mlp:
+            if isinstance(layer, nn.Linear):
+                nn.init.kaiming_uniform_(layer.weight)
+                nn.init.zeros_(layer.bias)
 
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return self.mlp(torch.cat([u, v, (u - v).abs(), u * v], -1))

@@ -86,9 +86,10 @@ class TaskAdapter(ABC):
     @abstractmethod
     def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: dict[str, Any]) -> nn.Module: ...
 
-    def describe_arch(self, arch: str) -> str:
-        """The architecture's name as report headers should print it (e.g. which BiDAF); default: `arch`."""
-        return arch
+    def report_notes(self, arch: str) -> list[str]:
+        """Lines a report header should print about this task and architecture: which BiDAF it is,
+        which SentEval solver... (what differs from, or names the variant of, the papers)."""
+        return []
 
     @abstractmethod
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:

@@ -44,6 +44,10 @@ def test_classifier_hidden_width_is_d(unit):
     dirs = 2 if "bidirectional" in unit else 1
     assert (first.in_features, first.out_features) == (4 * 32 * dirs, 32)
     assert last.in_features == 32
+    for layer in (first, last):  # classifier.py's init: kaiming-uniform (a = 0), zero bias
+        bound = (6 / layer.in_features) ** 0.5
+        assert torch.all(layer.bias == 0) and layer.weight.abs().max() <= bound
+        assert layer.weight.abs().max() > 0.8 * bound
 
 
 @pytest.mark.parametrize("attention, width_in", [("dot", lambda w, din: 2 * w + din), ("trilinear", lambda w, din: 4 * w)])
@@ -71,7 +75,10 @@ def test_describe_arch_names_the_bidaf():
     assert "Seo et al. 2017" in describe_arch("bidaf", PairArchOptions(attention="trilinear"))
     assert describe_arch("plain", PairArchOptions()).startswith("plain")
     task = get_task("nli")({"attention": "trilinear"}, None, "/nonexistent-cache")
-    assert "Seo" in task.describe_arch("bidaf")
+    assert "Seo" in task.report_notes("bidaf")[0]
+    transfer = get_task("transfer")({}, None, "/nonexistent-cache")
+    notes = transfer.report_notes("plain")
+    assert notes[0].startswith("plain") and "liblinear" in notes[1]
 
 
 # --------------------------------------------------------------------------------------------

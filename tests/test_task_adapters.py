@@ -183,6 +183,47 @@ def test_transfer_task_adds_senteval_splits(nli_root, tmp_path):
     assert result.test["senteval_MR"]["acc"] > 0.7  # the class words are in every sentence
 
 
+def test_senteval_words_outside_the_training_vocabulary_get_the_runs_vectors(nli_root, tmp_path, monkeypatch):
+    """InferSent's way: SentEval sentences' unknown words get their pretrained vectors, not <unk>."""
+    import numpy as np
+    import torch
+
+    from tasks.nli import data as nli_data
+
+    rng = np.random.RandomState(0)
+    vectors = {w: rng.randn(16).round(4) for w in WORDS + ["zebra", "quokka"]}
+    path = tmp_path / "vectors.txt"
+    path.write_text("".join(f"{w} {' '.join(map(str, v))}\n" for w, v in vectors.items()))
+    task = get_task("transfer")({"max_len": 12, "vectors": str(path), "senteval_tasks": ["MR"]}, str(nli_root), tmp_path)
+    task.prepare()
+    assert "zebra" not in task.vocab and "quokka" not in task.vocab
+    torch.manual_seed(0)
+    model = task.build_model("gru", "plain", 16, 16, {})
+    before = task.encode_sentences(model, [["zebra", "sits"], ["quokka", "sits"]])
+    np.testing.assert_array_equal(before[0], before[1])  # both <unk>
+    assert task.expand_vocab([["zebra", "sits"], ["quokka"], ["unicornz"]]) == 2  # unicornz: not in the file
+    after = task.encode_sentences(model, [["zebra", "sits"], ["quokka", "sits"], ["unicornz", "sits"]])
+    assert not np.allclose(after[0], after[1])
+    np.testing.assert_array_equal(after[2], before[0])  # still <unk>
+    with torch.no_grad():  # by hand: the file's vector for zebra, the trained row for sits
+        emb = torch.stack([torch.tensor(vectors["zebra"], dtype=torch.float32), model.embed.weight[task.vocab.stoi["sits"]]])
+        out, state = model.encoder(emb.unsqueeze(0), torch.ones(1, 2, dtype=torch.bool))
+        expected = out.max(1).values[0].double().numpy()
+    np.testing.assert_allclose(after[0], expected, rtol=1e-6, atol=1e-7)
+    assert task.expand_vocab([["zebra"], ["unicornz"]]) == 0  # nothing new: the file is not read again
+    # the transfer task reads the vector file once for all of its SentEval tasks
+    mr = tmp_path / "senteval" / "MR"
+    mr.mkdir(parents=True)
+    (mr / "rt-polarity.pos").write_text("a red zebra .\n")
+    (mr / "rt-polarity.neg").write_text("a blue quokka .\n")
+    calls = []
+    real = nli_data.vectors_for_words
+    monkeypatch.setattr(nli_data, "vectors_for_words", lambda *a, **k: calls.append(a) or real(*a, **k))
+    fresh = get_task("transfer")({"max_len": 12, "vectors": str(path), "senteval_tasks": ["MR"],
+                                  "senteval_path": str(tmp_path / "senteval")}, str(nli_root), tmp_path)
+    assert fresh.expand_for_senteval() == 2 and fresh.expand_for_senteval() == 2 and len(calls) == 1
+
+
 def test_transfer_options_name_unknown_senteval_tasks(tmp_path):
     with pytest.raises(TaskError, match="unknown SentEval task"):
         get_task("transfer")({"senteval_tasks": ["MRR"]}, None, tmp_path)

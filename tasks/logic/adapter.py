@@ -110,8 +110,8 @@ class LogicTask(TaskAdapter):
                          pooling=opts.pooling, mlp_hidden=hparams.get("mlp_hidden"), dropout=float(hparams.get("dropout", 0.0)),
                          attention=opts.attention, modelling_unit=opts.modelling_unit)
 
-    def describe_arch(self, arch: str) -> str:
-        return describe_arch(arch, self.options)
+    def report_notes(self, arch: str) -> list[str]:
+        return [describe_arch(arch, self.options)]
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         logits = model(batch["a"], batch["a_mask"], batch["b"], batch["b_mask"])

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Literal
 
+import numpy as np
 import pydantic
 import torch
 from torch import nn
@@ -185,32 +186,70 @@ class NLITask(TaskAdapter):
                          freeze_embeddings=opts.freeze_vectors, attention=opts.attention,
                          modelling_unit=opts.modelling_unit)
 
-    def describe_arch(self, arch: str) -> str:
-        return describe_arch(arch, self.options)
+    def report_notes(self, arch: str) -> list[str]:
+        return [describe_arch(arch, self.options)]
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         logits = model(batch["premise"], batch["premise_mask"], batch["hypothesis"], batch["hypothesis_mask"])
         loss = F.cross_entropy(logits, batch["label"])
         return loss, {"correct": int((logits.argmax(-1) == batch["label"]).sum()), "count": int(batch["label"].shape[0])}
 
+    def _sentence_tokens(self, sentence) -> list[str]:
+        text = sentence if isinstance(sentence, str) else " ".join(sentence)
+        return nli_data.tokenize(text)[: self.options.max_len or None]
+
+    def expand_vocab(self, sentences: list) -> int:
+        """SentEval's `prepare` hook, InferSent's way: the words of `sentences` that the training
+        vocabulary lacks get their vectors from the run's word-vector file (`vectors`), so the frozen
+        encoder sees real embeddings instead of <unk>; words the file lacks stay <unk>. Without
+        `vectors` (embeddings learnt from scratch) there is nothing to expand with. Returns the
+        number of words added. (InferSent's GloVe lookup is frozen; with `freeze_vectors=false`
+        the added words keep their pretrained vectors while trained words have moved.)"""
+        if not self.options.vectors:
+            return 0
+        self.prepare()
+        extra = getattr(self, "_extra", {})
+        known = self.vocab.stoi
+        words = sorted({t for s in sentences for t in self._sentence_tokens(s)} - known.keys() - extra.keys()
+                       - getattr(self, "_missing", set()))
+        if not words:
+            return 0
+        path = Path(os.path.expandvars(self.options.vectors)).expanduser()
+        found = nli_data.vectors_for_words(path, words)
+        self._missing = getattr(self, "_missing", set()) | (set(words) - found.keys())
+        if found:
+            new = torch.as_tensor(np.stack([found[w] for w in sorted(found)]), dtype=torch.float32)
+            self._extra = {**extra, **{w: len(extra) + i for i, w in enumerate(sorted(found))}}
+            old = getattr(self, "_extra_vectors", None)
+            self._extra_vectors = new if old is None else torch.cat([old, new])
+        return len(found)
+
     @torch.no_grad()
     def encode_sentences(self, model: nn.Module, sentences: list) -> "np.ndarray":
         """Frozen sentence vectors: the trained encoder (no attention, no classifier) + pooling.
 
-        `sentences` are token lists (SentEval's convention) or strings; tokenised like the training data.
+        `sentences` are token lists (SentEval's convention) or strings; tokenised like the training
+        data. Words added by `expand_vocab` are embedded with their pretrained vectors.
         """
-        import numpy as np
-
         model.eval()
         device = next(model.parameters()).device
+        extra = getattr(self, "_extra", {})
+        base = len(self.vocab)
+        stoi = self.vocab.stoi
         ids = []
         for sentence in sentences:
-            text = sentence if isinstance(sentence, str) else " ".join(sentence)
-            tokens = nli_data.tokenize(text)[: self.options.max_len or None]
-            ids.append(self.vocab.lookup(tokens) or [nli_data.UNK])
+            tokens = self._sentence_tokens(sentence)
+            row = [stoi[t] if t in stoi else base + extra[t] if t in extra else nli_data.UNK for t in tokens]
+            ids.append(row or [nli_data.UNK])
         batch = nli_data.collate({"premise_ids": ids, "hypothesis_ids": ids, "label": [0] * len(ids)})
         tokens, mask = batch["premise"].to(device), batch["premise_mask"].to(device)
-        outputs, state = model.encoder(model.embed(tokens), mask)
+        weight = model.embed.weight
+        if extra:
+            if self._extra_vectors.shape[1] != weight.shape[1]:
+                raise DataError(f"nli: word vectors {self.options.vectors} have dim {self._extra_vectors.shape[1]}, "
+                                f"the model's embeddings {weight.shape[1]}")
+            weight = torch.cat([weight, self._extra_vectors.to(weight)])
+        outputs, state = model.encoder(F.embedding(tokens, weight, padding_idx=0), mask)
         from ..architectures import pool
 
         return pool(outputs, state, mask, model.pooling).float().cpu().numpy().astype(np.float64)

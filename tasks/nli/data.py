@@ -636,10 +636,29 @@ def load_word_vectors(path: str | Path, vocab: Vocab, dim: int | None = None, se
 
     p = require_file(path, "word vectors", "download GloVe (https://nlp.stanford.edu/projects/glove/) or "
                      "fastText .vec (https://fasttext.cc/docs/en/english-vectors.html)")
+    rows, dim = _scan_vectors(p, vocab.stoi, dim, skip={PAD})
+    if dim is None:
+        raise DataError(f"{p}: no vectors in file")
+    found = np.stack(list(rows.values())) if rows else np.zeros((0, dim), np.float32)
+    std = float(found.std()) if found.size > 1 else 1.0
+    std = std if std > 0 and math.isfinite(std) else 1.0
+    gen = torch.Generator().manual_seed(seed)
+    matrix = torch.randn(len(vocab), dim, generator=gen) * std
+    if rows:
+        idx = torch.as_tensor(list(rows.keys()), dtype=torch.long)
+        matrix[idx] = torch.from_numpy(found)
+    matrix[PAD] = 0.0
+    return matrix, len(rows)
+
+
+def _scan_vectors(p: Path, stoi: dict[str, int], dim: int | None, skip: set[int] = frozenset()):
+    """One pass over a GloVe/fastText text file: {index in stoi: vector} for the words of `stoi`
+    (exact match first, else the lower-case form), and the dimension. See load_word_vectors."""
+    import numpy as np
+
     opener = gzip.open if p.name.endswith(".gz") else open
     rows: dict[int, np.ndarray] = {}
     exact: set[int] = set()
-    stoi = vocab.stoi
     with opener(p, "rt", encoding="utf-8", errors="strict", newline="\n") as f:
         lineno = 0
         try:
@@ -668,7 +687,7 @@ def load_word_vectors(path: str | Path, vocab: Vocab, dim: int | None = None, se
                 is_exact = idx is not None
                 if idx is None:
                     idx = stoi.get(word.lower())
-                if idx is None or idx == PAD or idx in exact or (not is_exact and idx in rows):
+                if idx is None or idx in skip or idx in exact or (not is_exact and idx in rows):
                     continue
                 try:
                     vec = np.asarray(parts[1:], dtype=np.float32)
@@ -681,18 +700,16 @@ def load_word_vectors(path: str | Path, vocab: Vocab, dim: int | None = None, se
                     exact.add(idx)
         except UnicodeDecodeError as exc:
             raise DataError(f"{where(p, lineno + 1)}: not UTF-8 ({exc.reason})") from None
-    if dim is None:
-        raise DataError(f"{p}: no vectors in file")
-    found = np.stack(list(rows.values())) if rows else np.zeros((0, dim), np.float32)
-    std = float(found.std()) if found.size > 1 else 1.0
-    std = std if std > 0 and math.isfinite(std) else 1.0
-    gen = torch.Generator().manual_seed(seed)
-    matrix = torch.randn(len(vocab), dim, generator=gen) * std
-    if rows:
-        idx = torch.as_tensor(list(rows.keys()), dtype=torch.long)
-        matrix[idx] = torch.from_numpy(found)
-    matrix[PAD] = 0.0
-    return matrix, len(rows)
+    return rows, dim
+
+
+def vectors_for_words(path: str | Path, words: Sequence[str], dim: int | None = None) -> dict:
+    """{word: vector} for the `words` the file has (same matching and checks as load_word_vectors);
+    words it lacks are left out. For growing a vocabulary after training (SentEval, InferSent's way)."""
+    p = require_file(path, "word vectors", "the run's `vectors` file")
+    words = list(dict.fromkeys(words))
+    rows, _ = _scan_vectors(p, {w: i for i, w in enumerate(words)}, dim)
+    return {words[i]: vec for i, vec in rows.items()}
 
 
 def default_dir(source: str, root: str | Path) -> Path:
