@@ -42,7 +42,8 @@ class PairArchOptions(pydantic.BaseModel):
 
     model_config = pydantic.ConfigDict(extra="forbid")
 
-    pooling: Literal["max", "last", "mean"] = "max"
+    pooling: Literal["max", "last", "mean"] = pydantic.Field(
+        "max", description="sequence → vector: max over time (the papers, the authors' rep_pooling), last state, mean")
     layers: int = pydantic.Field(ENCODER_LAYERS, ge=1, description="encoder layers when the unit spec does not say `layers` "
                                                                    "(2: ICLR appendix C.1, the authors' n_layers=2)")
     attention: Literal["dot", "trilinear"] = pydantic.Field(
