@@ -249,15 +249,19 @@ FAKE_SENTEVAL = Path(__file__).resolve().parent / "fake_senteval"
 
 @pytest.fixture
 def fake_senteval(monkeypatch):
-    """tests/fake_senteval as the `senteval` package (SentEval's entry point, paths and result layout)."""
-    for name in [m for m in sys.modules if m == "senteval" or m.startswith("senteval.")]:
-        monkeypatch.delitem(sys.modules, name)
+    """tests/fake_senteval as the `senteval` package (SentEval's entry point, paths and result layout),
+    for this test only: afterwards `import senteval` is what it was before (not the fake)."""
+    def ours():
+        return [m for m in sys.modules if m == "senteval" or m.startswith("senteval.")]
+
+    saved = {m: sys.modules.pop(m) for m in ours()}
     monkeypatch.syspath_prepend(str(FAKE_SENTEVAL))
     import senteval.engine
 
     yield senteval.engine
-    for name in [m for m in sys.modules if m == "senteval" or m.startswith("senteval.")]:
-        monkeypatch.delitem(sys.modules, name)
+    for m in ours():
+        del sys.modules[m]
+    sys.modules.update(saved)
 
 
 @pytest.mark.parametrize("folder_name", ["downstream", "senteval"])
@@ -289,6 +293,15 @@ def test_real_senteval_package_path_and_results(tmp_path, fake_senteval, folder_
     assert sts["datasets"]["FNWN"]["pearson"] == pytest.approx(raw["STS13"]["FNWN"]["pearson"][0])
     # the mapped numbers are what a table reads: floats, every one finite
     assert all(np.isfinite(v) for r in res.values() for k, v in r.items() if isinstance(v, float))
+
+
+def test_the_fake_package_does_not_outlive_its_test():
+    import importlib.util
+
+    assert FAKE_SENTEVAL.as_posix() not in [Path(p).as_posix() for p in sys.path]
+    spec = importlib.util.find_spec("senteval")
+    assert spec is None or "fake_senteval" not in str(spec.origin)
+    assert "senteval" not in sys.modules or "fake_senteval" not in str(getattr(sys.modules["senteval"], "__file__", ""))
 
 
 def test_transfer_task_metrics_from_the_real_package_layout(tmp_path, fake_senteval):
