@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv and install tprbench with the versions measured on these machines.
 # constraints.txt pins torch to the local CPU wheel (an unpinned torch pulls GBs of CUDA).
+# The `gpu` extra is Triton (no dependencies of its own; the wheel is ~290 MB, ~1 min here): CI runs
+# the TPRU kernel tests in Triton's CPU interpreter, and on a GPU machine the same install uses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-.venv/bin/pip install -q -c constraints.txt -e ".[test]"
+.venv/bin/pip install -q -c constraints.txt -e ".[test,gpu]"

@@ -15,12 +15,16 @@ from torch.func import functional_call
 
 import units
 
-BUILTINS = ["gru", "lstm", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
+BUILTINS = ["gru", "lstm", "tpgn", "tpr3", "tprn", "tpru", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru-v1"]
 TPRU_FAMILY = [n for n in BUILTINS if n.startswith("tpru")]
+# Units whose options must fit D: tpr3's width is vec(F) = entity·relation·entity = 2·2·2 = D;
+# tprn's is symbol dim × role_dim = 4 · 2 = D.
+BASE_SPECS = {"tpr3": "tpr3[entity=2,relation=2]", "tprn": "tprn[symbols=3,roles=2,role_dim=2]"}
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PLUGIN = "tests.plugin_units:ElmanUnit"
 
 D, DIN = 8, 5
+SQUARE_D = 9  # units whose hidden size must be a perfect square (tpgn: d² with d = 3)
 LENGTHS = [6, 3, 1, 0]  # includes an empty sequence
 
 
@@ -28,12 +32,15 @@ def _specs() -> list[str]:
     names = sorted(set(BUILTINS) | set(units.available()))
     specs = []
     for name in names:
-        base = f"{name}[roles=4,slices=2]" if name.startswith("tpru") else name
+        base = f"{name}[roles=4,slices=2]" if name.startswith("tpru") else BASE_SPECS.get(name, name)
         specs.append(base)
         for extra in ("bidirectional=true", "layers=2", "layers=2,bidirectional=true"):
             specs.append(base[:-1] + "," + extra + "]" if base.endswith("]") else f"{base}[{extra}]")
-    specs += ["tpru[roles=4,slices=1]", "tpru-v1[roles=3,slices=4,bidirectional=true]", "tpru[roles=4,slices=2,biases=code]",
+    specs += ["tpgn[impl=loop]", "tpgn[plan_size=3]",
+              "tpru[roles=4,slices=1]", "tpru-v1[roles=3,slices=4,bidirectional=true]", "tpru[roles=4,slices=2,biases=code]",
               "tpru-mod1[roles=4,slices=4,biases=code]", "tpru[roles=3,biases=gate,layers=2]", PLUGIN,
+              "tpr3[entity=2,relation=2,ops=w]", "tpr3[entity=2,relation=2,ops=wb,mlp_hidden=3]",
+              "tprn[symbols=3,roles=2,role_dim=4,gated=true]", "tprn[symbols=3,roles=2,role_dim=2,gated=true,layers=2,bidirectional=true]",
               PLUGIN + "[nonlinearity=relu,bidirectional=true,layers=2]"]
     return specs
 
@@ -51,9 +58,13 @@ def _mask(lengths, steps):
     return torch.arange(steps).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
 
 
+def _hidden(spec: str) -> int:
+    return SQUARE_D if spec.startswith("tpgn") else D
+
+
 def _build(spec: str, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
-    return units.build(spec, DIN, D).double().eval()
+    return units.build(spec, DIN, _hidden(spec)).double().eval()
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -87,7 +98,7 @@ def test_padding_is_invisible(spec):
             torch.testing.assert_close(alone[0], out[i, :n], rtol=1e-10, atol=1e-12)
             torch.testing.assert_close(alone_state[0], state[i], rtol=1e-10, atol=1e-12)
         # the state is the output at the last real token (forward direction)
-        d = D
+        d = _hidden(spec)
         for i, n in enumerate(LENGTHS):
             if n:
                 torch.testing.assert_close(state[i, :d], out[i, n - 1, :d], rtol=0, atol=0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from . import torch_rnn, tpru  # noqa: F401  (registers the built-in units)
+from . import torch_rnn, tpgn, tpr_rnn, tprn, tpru  # noqa: F401  (registers the built-in units)
 from .base import RecurrentUnit
 from .registry import ENTRY_POINT_GROUP, ResolvedUnit, available, lookup, register_unit, resolve, unit_options
 from .spec import UnitSpec, UnitSpecError, parse_spec
@@ -22,11 +22,6 @@ __all__ = [
     "UnitSpecError", "available", "build", "lookup", "model_param_counts", "param_counts", "parse_spec", "register_unit", "resolve",
     "unit_options",
 ]
-
-
-def _layer_input_sizes(resolved: ResolvedUnit, input_size: int, hidden_size: int) -> list[int]:
-    width = hidden_size * (2 if resolved.bidirectional else 1)
-    return [input_size] + [width] * (resolved.layers - 1)
 
 
 def build(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int) -> nn.Module:
@@ -44,14 +39,17 @@ def build(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int
             raise UnitSpecError(f"unit spec {str(resolved.spec)!r}: cannot build ({din}→{hidden_size}): {exc}") from exc
         if not hasattr(unit, "output_size"):
             unit.output_size = hidden_size
-        for attr, value in (("unit_name", resolved.spec.name), ("input_size", din), ("hidden_size", hidden_size)):
+        for attr, value in (("unit_name", resolved.spec.name), ("input_size", din), ("hidden_size", hidden_size),
+                            ("unit_options", dict(resolved.options))):
             if not hasattr(unit, attr):
                 setattr(unit, attr, value)  # what model_param_counts looks for, also on plug-in units
         return unit
 
     layers = []
-    for din in _layer_input_sizes(resolved, input_size, hidden_size):
+    din = input_size
+    for _ in range(resolved.layers):
         layers.append(Bidirectional(make(din), make(din)) if resolved.bidirectional else make(din))
+        din = layers[-1].output_size  # a unit may be wider than hidden_size (tprn[gated=true]: [h; v])
     module = layers[0] if len(layers) == 1 else Stacked(layers)
     module.spec = str(resolved.spec)
     return module
@@ -76,21 +74,12 @@ def model_param_counts(model: nn.Module) -> ParamCounts:
             continue
         total += sum(p.numel() for p in module.parameters() if p.requires_grad)
         fn = getattr(type(module), "formula_params", None)
-        one = fn(module.input_size, module.hidden_size) if fn else None
+        one = fn(module.input_size, module.hidden_size, **getattr(module, "unit_options", {})) if fn else None
         formula = None if (formula is None or one is None) else formula + one
     return ParamCounts(formula, total)
 
 
 def param_counts(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int) -> ParamCounts:
+    """Counts of the built unit (all layers and directions): the formula summed per inner unit."""
     resolved = spec if isinstance(spec, ResolvedUnit) else resolve(spec, hidden_size)
-    formula_fn = getattr(resolved.cls, "formula_params", None)
-    formula: int | None = 0
-    for din in _layer_input_sizes(resolved, input_size, hidden_size):
-        one = formula_fn(din, hidden_size, **resolved.options) if formula_fn else None
-        if one is None:
-            formula = None
-            break
-        formula += one * (2 if resolved.bidirectional else 1)
-    module = build(resolved, input_size, hidden_size)
-    total = sum(p.numel() for p in module.parameters() if p.requires_grad)
-    return ParamCounts(formula, total)
+    return model_param_counts(build(resolved, input_size, hidden_size))

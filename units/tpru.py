@@ -21,7 +21,10 @@ V_b b + b_Vb, V_x x + b_Vx, and W_b b + b_Wb, W_x x + b_Wx in the gate. Init is 
 Speed: everything that does not depend on b_{t-1} is hoisted out of the loop (gate and filler
 input projections for all steps in one matmul each), Uᵀ V_b is folded into the recurrent
 matrix once per forward, and the loop itself runs in `tpru_fused.TPRURecurrence`, whose
-backward computes all weight gradients after the loop as single large matmuls.
+backward computes all weight gradients after the loop as single large matmuls. On CUDA tensors
+`impl=fused` runs the same Function's Triton kernels instead (`tpru_triton`: one launch for the
+forward loop, one for the backward loop) when Triton is installed; `impl=triton` forces them
+(CPU tensors then run in Triton's interpreter: for tests only).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from torch.nn import functional as F
 
 from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
 from .registry import register_unit
-from .tpru_fused import NORM_EPS, TPRURecurrence, fold_is_cheaper
+from . import tpru_triton
+from .tpru_fused import NORM_EPS, fold_is_cheaper
 
 
 def normalise_fillers(fb: torch.Tensor, fx: torch.Tensor, c_b: torch.Tensor, c_x: torch.Tensor, norm: str) -> torch.Tensor:
@@ -62,11 +66,11 @@ class TPRUBase(RecurrentUnit):
         roles: int = 64,
         slices: int = 1,
         biases: Literal["none", "gate", "code"] = "none",
-        impl: Literal["fused", "loop"] = "fused",
+        impl: Literal["fused", "loop", "triton"] = "fused",
         basis_seed: int | None = None,
     ) -> None:
         super().__init__(input_size, hidden_size)
-        self.check_options(hidden_size, roles=roles, slices=slices)
+        self.check_options(hidden_size, roles=roles, slices=slices, impl=impl)
         self.roles, self.slices, self.biases, self.impl = roles, slices, biases, impl
         d, din = hidden_size, input_size
         generator = torch.Generator().manual_seed(basis_seed) if basis_seed is not None else None
@@ -112,11 +116,13 @@ class TPRUBase(RecurrentUnit):
                 self.gate_bias.zero_()
 
     @classmethod
-    def check_options(cls, hidden_size: int, roles: int = 64, slices: int = 1, **_: object) -> None:
+    def check_options(cls, hidden_size: int, roles: int = 64, slices: int = 1, impl: str = "fused", **_: object) -> None:
         if roles < 1:
             raise ValueError(f"roles must be >= 1, got {roles}")
         if slices < 1 or hidden_size % slices:
             raise ValueError(f"slices={slices} must divide the hidden size {hidden_size}")
+        if impl == "triton" and not tpru_triton.available():
+            raise ValueError("impl=triton needs Triton, which is not installed (pip install 'tprbench[gpu]')")
 
     @classmethod
     def formula_params(cls, input_size: int, hidden_size: int, **options: object) -> int:
@@ -204,16 +210,17 @@ class TPRUBase(RecurrentUnit):
         gx, fx = self.input_projections(x, U)
         R_slices = self._slice_T(R)
         c_b = self.filler_offset(U)
-        if self.impl == "fused" and not return_fillers:
+        if self.impl != "loop" and not return_fillers:
             if fold_is_cheaper(self.hidden_size, self.roles, self.slices):
                 W_fused, U_slices = self.recurrent_matrix(U), None
             else:  # many slices: keep z = V_b b and dot it with U slice by slice inside the loop
                 W_fused = self.W_b if self.V_b is None else torch.cat([self.W_b, self.V_b], 0)
                 U_slices = self._slice_T(U)
-            outputs = TPRURecurrence.apply(
-                gx.transpose(0, 1).contiguous(), fx.transpose(0, 1).contiguous(), W_fused, R_slices, U_slices,
-                c_b, self.c_x, b0, self.norm, self.tanh_candidate,
-            ).transpose(0, 1)
+            args = (gx.transpose(0, 1).contiguous(), fx.transpose(0, 1).contiguous(), W_fused, R_slices, U_slices,
+                    c_b, self.c_x, b0)
+            # fused: the Triton kernel on CUDA when it can run, else the autograd Function (CPU path)
+            recurrence = tpru_triton.select_recurrence(self.impl, *args)
+            outputs = recurrence.apply(*args, self.norm, self.tanh_candidate).transpose(0, 1)
             fillers = None
         else:
             outputs, fillers = self._loop(gx, fx, self.recurrent_matrix(U), R_slices, c_b, b0)

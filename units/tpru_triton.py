@@ -1,0 +1,360 @@
+"""The TPRU recurrence as persistent Triton kernels: the GPU path of `tpru_fused.TPRURecurrence`.
+
+Why: on a GPU the autograd Function launches ~30 small kernels per time step (issue 22: 29.8 per
+step forward+backward on an H100, 5-10x cuDNN's GRU). Here the whole forward is one launch and
+the whole backward recurrence another; the weight gradients stay single large matmuls after the
+loop, as on CPU. `TPRUTritonRecurrence` takes and returns exactly what `TPRURecurrence` does,
+so `units/tpru.py` picks one or the other per call (`select_recurrence`).
+
+Design, and what it takes from FlashRNN (Pöppel, Beck, Hochreiter, ICLR 2025; NX-AI/flashrnn,
+`flashrnn/triton_fused/lstm_fw.py`, `lstm_bw.py`, `fused/flashrnn_fused_forward.cu`):
+- Persistent programs over a batch tile. FlashRNN's Triton kernels launch a grid
+  (heads, batch tiles of 16) once; each program loads its head's recurrent matrix R once, then
+  loops over all T steps keeping the state h in registers and writing every state (and the gates
+  for backward) to global memory. We do the same with grid = (batch tiles,): each program owns
+  BLOCK_B (>= 16, tl.dot's minimum) sequences and loops over time.
+- Heads. FlashRNN splits the hidden state into heads: the recurrent matrix is block-diagonal,
+  so a program needs only its head's d_head x d_head block (Triton backend: d_head <= 64), and
+  heads run in parallel. TPRU's binding R is block-diagonal over slices (b̃ of slice j needs only
+  f of slice j), but the gate's W_b and the unbinding Uᵀ V_b read the whole b_{t-1}: the
+  recurrence is dense, so a program must see the whole state and we cannot split over heads.
+  Slices are therefore a loop inside the program (scores of slice j, its normaliser, then its
+  candidate and gate columns), not a grid axis.
+- Recurrent weights on chip. FlashRNN's Triton path loads R into registers before the time
+  loop; its fused CUDA path tiles R over several blocks (hidden and gate tiling counts) and keeps
+  the tiles in registers and shared memory, with a grid-wide barrier per step. Here:
+  * resident kernels (one slice, folded W_rec, (d_pad² + 2·d_pad·N_pad) <= `resident_max`
+    elements): W_b, Uᵀ V_b and R are loaded into registers once, b_{t-1} and the backward carry
+    never leave the chip, no barrier at all;
+  * tiled kernels (everything else: many slices, the unfolded scores, large d): b_{t-1} is read
+    back from the states just written (L1/L2), the weights stream through the cache in
+    BLOCK_K x BLOCK_S tiles each step, and a CTA barrier separates steps (FlashRNN's Triton
+    kernels have no tiled mode; its CUDA kernel's grid barrier would need every program resident
+    at once, which Triton cannot promise and its interpreter, running programs one by one,
+    would deadlock on).
+- Backward as in FlashRNN's `lstm_bw.py`: one persistent program per batch tile walks time
+  backwards with the recurrent gradient (our "carry", ∂L/∂b_t) on chip, reading the saved states
+  and gate activations; FlashRNN accumulates ∂R inside the kernel per batch tile and sums tiles
+  afterwards; we store the per-step pre-activation gradients instead and compute ∂W_rec, ∂R, ∂U
+  after the loop as single large matmuls (cuBLAS), exactly as `TPRURecurrence.backward` does,
+  which keeps the kernel's work per step minimal and the weight gradients deterministic.
+- Masks: the Function, like `TPRURecurrence`, runs every step of the padded batch; units are
+  causal and right-padded, so `TPRUBase.forward` masks the outputs afterwards and padding never
+  reaches a real token (tested with variable lengths).
+
+Precision: float32 (TF32 in tl.dot when torch allows TF32 for CUDA matmuls, else IEEE) and
+float64. On CPU tensors the kernels run in Triton's interpreter (a second copy of
+`tpru_triton_kernels.py` is loaded with the interpreter switched on; TRITON_INTERPRET need not be
+set), which is how CI tests them; it is slow and only for tests.
+
+Not measured here: nothing about GPU speed (no GPU was available when this was written); the
+tile sizes in `TritonConfig` are untuned starting points. docs/benchmarks.md says how to measure.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from .tpru_fused import NORM_EPS, TPRURecurrence
+
+log = logging.getLogger(__name__)
+
+try:
+    import triton
+except ImportError as error:  # optional dependency: pip install 'tprbench[gpu]'
+    triton = None
+    _IMPORT_ERROR: str | None = f"Triton is not installed ({error}; pip install 'tprbench[gpu]')"
+else:
+    _IMPORT_ERROR = None
+
+SUPPORTED_DTYPES = (torch.float32, torch.float64)
+
+
+@dataclass(frozen=True)
+class TritonConfig:
+    """Tile sizes and launch settings (untuned: no GPU measured them yet)."""
+
+    block_b: int = 16          # sequences per program (>= 16: tl.dot's minimum)
+    block_k: int = 32          # reduction tile over d (tiled kernels)
+    block_s: int = 64          # column tile of a slice (tiled kernels)
+    block_n: int = 64          # role tile (tiled kernels)
+    resident_max: int = 16384  # elements of W_b, Uᵀ V_b and R together that stay in registers
+    num_warps: int = 8         # with num_stages=1: no register spills at d <= 1024 when compiled for sm_90
+    num_stages: int = 1        # no software pipelining: the time loop is latency-bound, not bandwidth-bound
+    force_tiled: bool = False  # tests: exercise the tiled kernels on small shapes
+
+
+DEFAULT_CONFIG = TritonConfig()
+
+
+def available() -> bool:
+    return triton is not None
+
+
+def _pow2(n: int) -> int:
+    return max(16, 1 << (max(1, n) - 1).bit_length())
+
+
+_KERNELS: dict[bool, ModuleType] = {}
+
+
+def kernels(interpret: bool) -> ModuleType:
+    """The kernel module, compiled (CUDA tensors) or interpreted (CPU tensors)."""
+    if interpret not in _KERNELS:
+        if not interpret:
+            _KERNELS[False] = importlib.import_module(f"{__package__}.tpru_triton_kernels")
+        else:
+            path = Path(__file__).with_name("tpru_triton_kernels.py")
+            spec = importlib.util.spec_from_file_location(f"{__package__}._tpru_triton_kernels_interpreted", path)
+            module = importlib.util.module_from_spec(spec)
+            with triton.knobs.runtime.scope():  # restores TRITON_INTERPRET afterwards: nothing leaks
+                triton.knobs.runtime.interpret = True
+                spec.loader.exec_module(module)
+            _KERNELS[True] = module
+    return _KERNELS[interpret]
+
+
+def _dot_precision(dtype: torch.dtype) -> str:
+    """IEEE for float64; for float32 TF32 exactly when torch uses it for CUDA matmuls."""
+    if dtype != torch.float32:
+        return "ieee"
+    matmul = torch.backends.cuda.matmul
+    setting = getattr(matmul, "fp32_precision", None)
+    if setting in ("tf32", "ieee"):
+        return setting
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return "tf32" if matmul.allow_tf32 else "ieee"
+
+
+def unsupported_reason(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0) -> str | None:
+    """Why these inputs cannot take the Triton path, or None when they can."""
+    if _IMPORT_ERROR:
+        return _IMPORT_ERROR
+    tensors = [t for t in (gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0) if t is not None]
+    if gx.dtype not in SUPPORTED_DTYPES:
+        return f"dtype {gx.dtype} (the kernel runs float32 and float64)"
+    if any(t.dtype != gx.dtype for t in tensors):
+        return "inputs of mixed dtypes"
+    if any(t.device != gx.device for t in tensors):
+        return "inputs on different devices"
+    return None
+
+
+def _interpreting(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return bool(triton.knobs.runtime.interpret)
+    if device.type == "cpu":
+        return True
+    raise RuntimeError(f"the Triton TPRU kernel runs on CUDA tensors (or CPU tensors in Triton's interpreter), not {device}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes of one call and the kernel they select, with each kernel's compile-time constants."""
+
+    d: int
+    roles: int
+    slices: int
+    rows: int            # rows of W_rec: d + kN folded, 2d (V_b) or d (V_b = I) unfolded
+    folded: bool
+    relu2: bool
+    tanh: bool
+    precision: str       # tl.dot input precision
+    config: TritonConfig
+
+    @classmethod
+    def of(cls, W_rec, R_slices, U_slices, relu2: bool, tanh: bool, config: TritonConfig) -> Layout:
+        k, _, N = R_slices.shape
+        return cls(W_rec.shape[1], N, k, W_rec.shape[0], U_slices is None, relu2, tanh,
+                   _dot_precision(W_rec.dtype), config)
+
+    @property
+    def resident(self) -> bool:
+        dp, np_ = _pow2(self.d), _pow2(self.roles)
+        return (self.folded and self.slices == 1 and not self.config.force_tiled
+                and dp * dp + 2 * dp * np_ <= self.config.resident_max)
+
+    def grid(self, batch: int) -> tuple[int]:
+        return (triton.cdiv(batch, self.config.block_b),)
+
+    def constants(self) -> dict:
+        c = self.config
+        common = dict(D=self.d, N=self.roles, RELU2=self.relu2, TANH=self.tanh, BLOCK_B=c.block_b,
+                      PRECISION=self.precision, EPS=NORM_EPS)
+        if self.resident:
+            return dict(common, DP=_pow2(self.d), NP=_pow2(self.roles))
+        s = self.d // self.slices
+        return dict(common, K=self.slices, S=s, FOLDED=self.folded, HAS_VB=self.rows > self.d,
+                    BLOCK_K=min(c.block_k, _pow2(max(self.d, self.rows))), BLOCK_S=min(c.block_s, _pow2(s)),
+                    BLOCK_N=min(c.block_n, _pow2(self.roles)))
+
+    def kernel_constants(self, direction: str) -> tuple[str, dict]:
+        """(kernel name, constexpr arguments) for direction "forward" or "backward"."""
+        name = f"{direction}_{'resident' if self.resident else 'tiled'}"
+        constants = self.constants()
+        if direction == "backward" and not self.resident:
+            constants["ROWS"] = self.rows
+        return name, constants
+
+
+def forward_recurrence(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2: bool, tanh_candidate: bool,
+                       config: TritonConfig = DEFAULT_CONFIG):
+    """One launch for all T steps. Returns states [T+1,B,d] (states[0] = b0) and what backward needs."""
+    L = Layout.of(W_rec, R_slices, U_slices, relu2, tanh_candidate, config)
+    T, B, d = gx.shape
+    k, N = L.slices, L.roles
+    states = gx.new_empty(T + 1, B, d)
+    states[0] = b0
+    gates, cands = torch.empty_like(gx), torch.empty_like(gx)
+    fills = fx.new_empty(T, B, k, N)
+    zs = gx.new_empty(T, B, d) if not L.folded else None
+    relu_b = fx.new_empty(T, B, k, N) if relu2 else None
+    sums = fx.new_empty(T, B, k) if relu2 else None
+    dummy = gx.new_empty(1)  # pointer for buffers a variant does not use
+    opt = lambda t: t if t is not None else dummy  # noqa: E731
+    name, constants = L.kernel_constants("forward")
+    kernel = getattr(kernels(_interpreting(gx.device)), name)[L.grid(B)]
+    if L.resident:
+        kernel(gx, fx, W_rec, R_slices, c_b, c_x, states, gates, cands, fills, opt(relu_b), opt(sums), T, B,
+               **constants, num_warps=config.num_warps,
+               num_stages=config.num_stages)
+    else:
+        kernel(gx, fx, W_rec, R_slices, opt(U_slices), c_b, c_x, states, gates, cands, fills, opt(zs), opt(relu_b),
+               opt(sums), T, B, **constants, num_warps=config.num_warps,
+               num_stages=config.num_stages)
+    return states, gates, cands, fills, zs, relu_b, sums
+
+
+def backward_recurrence(grad_out, states, gates, cands, fills, zs, relu_b, sums, fx, W_rec, R_slices, U_slices, c_x,
+                        relu2: bool, tanh_candidate: bool, config: TritonConfig = DEFAULT_CONFIG):
+    """One launch walks time backwards; returns (d_pre [T,B,rows], d_scores, d_fb [T,B,k,N], d_cand, d_b0)."""
+    L = Layout.of(W_rec, R_slices, U_slices, relu2, tanh_candidate, config)
+    T, B, d = gates.shape
+    k, N = L.slices, L.roles
+    d_pre = gates.new_empty(T, B, L.rows)
+    d_scores = fills.new_empty(T, B, k, N)
+    d_fb = None if L.folded else fills.new_empty(T, B, k, N)
+    d_cand = torch.empty_like(gates)
+    dummy = gates.new_empty(1)
+    opt = lambda t: t if t is not None else dummy  # noqa: E731
+    name, constants = L.kernel_constants("backward")
+    kernel = getattr(kernels(_interpreting(gates.device)), name)[L.grid(B)]
+    if L.resident:
+        d_b0 = gates.new_empty(B, d)
+        kernel(grad_out, states, gates, cands, fills, opt(relu_b), opt(sums), fx, W_rec, R_slices, c_x,
+               d_pre, d_scores, d_cand, d_b0, T, B, **constants, num_warps=config.num_warps,
+               num_stages=config.num_stages)
+    else:
+        carry = gates.new_zeros(2, B, d)
+        dz = gates.new_empty(B, d) if not L.folded and L.rows == d else None
+        kernel(grad_out, states, gates, cands, fills, opt(relu_b), opt(sums), fx, W_rec, R_slices, opt(U_slices), c_x,
+               d_pre, d_scores, opt(d_fb), d_cand, carry, opt(dz), T, B, **constants, num_warps=config.num_warps,
+               num_stages=config.num_stages)
+        d_b0 = carry[T % 2]
+    return d_pre, d_scores, d_fb, d_cand, d_b0
+
+
+def compile_report(layout: Layout, direction: str, arch: int = 90, dtype: str = "fp32") -> dict:
+    """Compile one kernel for an NVIDIA target with no GPU present (Triton ships ptxas) and report
+    what ptxas says: registers per thread, spill stores, and the shared memory the launch needs.
+    This is how the kernels were checked to build for an H100 (sm_90) in a session without one;
+    it says nothing about speed."""
+    import re
+    import subprocess
+    import tempfile
+
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    name, constants = layout.kernel_constants(direction)
+    fn = getattr(kernels(False), name)
+    signature = {a: "constexpr" if a in constants else "i32" if a in ("T", "B") else f"*{dtype}" for a in fn.arg_names}
+    compiled = triton.compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", arch, 32),
+                              options=dict(num_warps=layout.config.num_warps, num_stages=layout.config.num_stages))
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+        ptx.write(compiled.asm["ptx"])
+        ptx.flush()
+        gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
+        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name={gpu}", ptx.name, "-o", "/dev/null"],
+                             capture_output=True, text=True, check=True).stderr
+    registers = re.search(r"Used (\d+) registers", log)
+    spills = re.search(r"(\d+) bytes spill stores", log)
+    return dict(kernel=name, registers=int(registers.group(1)) if registers else None,
+                spill_stores=int(spills.group(1)) if spills else None, shared_bytes=compiled.metadata.shared)
+
+
+class TPRUTritonRecurrence(torch.autograd.Function):
+    """`TPRURecurrence` with the time loops in Triton kernels: same inputs, same output b_1..b_T [T,B,d].
+    The trailing `config` (tile sizes) is optional and not differentiable."""
+
+    @staticmethod
+    def forward(ctx, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, norm: str, tanh_candidate: bool,
+                config: TritonConfig | None = None):
+        config = config or DEFAULT_CONFIG
+        relu2 = norm == "relu2"
+        contiguous = [t.contiguous() if t is not None else None for t in (gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0)]
+        gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0 = contiguous
+        states, gates, cands, fills, zs, relu_b, sums = forward_recurrence(
+            gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2, tanh_candidate, config)
+        ctx.relu2, ctx.use_tanh, ctx.config = relu2, tanh_candidate, config
+        ctx.save_for_backward(W_rec, R_slices, U_slices, c_x, fx, states, gates, cands, fills, zs, relu_b, sums)
+        return states[1:]
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        W_rec, R_slices, U_slices, c_x, fx, states, gates, cands, fills, zs, relu_b, sums = ctx.saved_tensors
+        relu2 = ctx.relu2
+        T, B, d = gates.shape
+        k, s, N = R_slices.shape
+        rows = W_rec.shape[0]
+        d_pre, d_scores, d_fb, d_cand, d_b0 = backward_recurrence(
+            grad_out.contiguous(), states, gates, cands, fills, zs, relu_b, sums, fx, W_rec, R_slices, U_slices, c_x,
+            relu2, ctx.use_tanh, ctx.config)
+        # Weight gradients after the loop, one large matmul each (as TPRURecurrence.backward).
+        prev = states[:-1]
+        d_W_rec = d_pre.reshape(T * B, rows).t() @ prev.reshape(T * B, d)
+        d_fb_all = d_pre[:, :, d:].reshape(T, B, k, N) if U_slices is None else d_fb
+        d_R = torch.einsum("tbks,tbkn->ksn", d_cand.view(T, B, k, s), fills)
+        d_U = None if U_slices is None else torch.einsum("tbks,tbkn->ksn", zs.view(T, B, k, s), d_fb_all)
+        d_fx = d_scores * (fx + c_x > 0) if relu2 else d_scores
+        d_c_b = d_fb_all.sum((0, 1)) if relu2 else d_fx.sum((0, 1))
+        d_c_x = d_fx.sum().reshape(())
+        return d_pre[:, :, :d], d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0, None, None, None
+
+
+_NOTICES: set[str] = set()
+
+
+def _notice_once(reason: str) -> None:
+    if reason not in _NOTICES:
+        _NOTICES.add(reason)
+        log.warning("TPRU on CUDA uses the autograd-Function path, not the Triton kernel: %s", reason)
+
+
+def select_recurrence(impl: str, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0):
+    """The autograd Function for one call. `fused`: the Triton kernel for CUDA tensors it supports
+    (else the CPU Function, with a one-time notice on CUDA saying why; TPRBENCH_TRITON=0 in the
+    environment keeps the CPU Function, to compare or to rule the kernel out); `triton`: always the
+    kernel (CPU tensors run in Triton's interpreter), an error when it cannot run."""
+    if impl == "triton":
+        reason = unsupported_reason(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0)
+        if reason:
+            raise RuntimeError(f"impl=triton cannot run this call: {reason}")
+        return TPRUTritonRecurrence
+    if gx.is_cuda and gx.shape[0] > 0 and gx.shape[1] > 0 and os.environ.get("TPRBENCH_TRITON", "1") != "0":
+        reason = unsupported_reason(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0)
+        if reason is None:
+            return TPRUTritonRecurrence
+        _notice_once(reason)
+    return TPRURecurrence
