@@ -30,8 +30,9 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 SLEEP_TASK = "bench-sleep"
 EPOCHS = 2
@@ -46,10 +47,10 @@ def register_bench_task() -> type:
     from torch.nn import functional as F
 
     from tasks.base import TaskAdapter
-    from tasks.registry import _TASKS, register_task
+    from tasks.registry import TASKS, register_task
 
-    if SLEEP_TASK in _TASKS:
-        return _TASKS[SLEEP_TASK]
+    if SLEEP_TASK in TASKS.entries:
+        return TASKS.entries[SLEEP_TASK]
 
     class SleepOptions(pydantic.BaseModel):
         model_config = pydantic.ConfigDict(extra="forbid")
@@ -84,7 +85,7 @@ def register_bench_task() -> type:
         def eval_batches(self, split: str, batch_size: int) -> Iterator[Any]:
             yield self._batch
 
-        def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: dict[str, Any]) -> nn.Module:
+        def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: Any) -> nn.Module:
             return nn.Linear(1, 2, bias=False)
 
         def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
@@ -171,10 +172,9 @@ def bench(nodes: int, trial_seconds: float, trials_per_node: int, cpus_per_node:
 
     from harness.runner import StudyRunner, slots
     from harness.study import expand, parse_study
+    from tasks.registry import TASKS
 
-    from tasks.registry import _TASKS
-
-    registered_here = SLEEP_TASK not in _TASKS
+    registered_here = SLEEP_TASK not in TASKS.entries
     register_bench_task()
     root.mkdir(parents=True, exist_ok=True)
     path = root / "bench.toml"
@@ -208,7 +208,7 @@ def bench(nodes: int, trial_seconds: float, trials_per_node: int, cpus_per_node:
             cluster.shutdown()
         shutil.rmtree(ray_tmp, ignore_errors=True)
         if registered_here:  # the benchmark task stays out of this process's task list
-            _TASKS.pop(SLEEP_TASK, None)
+            TASKS.remove(SLEEP_TASK)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

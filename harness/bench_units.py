@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 DEFAULT_UNITS = ["gru", "lstm", "tpru", "tpru-v1", "tpru-mod1", "tpru-mod2", "tpru-mod3", "tpru[slices=8]"]
 
@@ -61,6 +62,17 @@ def _step(module, x, mask, device: str) -> tuple[float, float]:
     return (t1 - t0) * 1e3, (t2 - t1) * 1e3
 
 
+def _interleaved(modules: list, x: Any, mask: Any, device: str, warmup: int, repeats: int) -> list[list[tuple[float, float]]]:
+    """(forward ms, backward ms) of each module per timed repeat, units interleaved within a repeat."""
+    times: list[list[tuple[float, float]]] = [[] for _ in modules]
+    for i in range(warmup + repeats):
+        samples = [_step(module, x, mask, device) for module in modules]
+        if i >= warmup:
+            for j, sample in enumerate(samples):
+                times[j].append(sample)
+    return times
+
+
 def bench(specs: list[str], dims: list[int], seq: int, batch: int, repeats: int, warmup: int, device: str,
           progress=None) -> list[BenchRow]:
     """Median forward/backward ms per unit. Repeats are interleaved across units (unit A, B, C,
@@ -76,12 +88,7 @@ def bench(specs: list[str], dims: list[int], seq: int, batch: int, repeats: int,
         modules = [units.build(spec, dim, dim).to(device) for spec in names]
         x = torch.randn(batch, seq, dim, device=device, requires_grad=True)
         mask = torch.ones(batch, seq, dtype=torch.bool, device=device)
-        times: list[list[tuple[float, float]]] = [[] for _ in names]
-        for i in range(warmup + repeats):
-            for j, module in enumerate(modules):
-                f, b = _step(module, x, mask, device)
-                if i >= warmup:
-                    times[j].append((f, b))
+        times = _interleaved(modules, x, mask, device, warmup, repeats)
         gru_total = None
         for spec, samples in zip(names, times):
             f = statistics.median(t[0] for t in samples)

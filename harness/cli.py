@@ -29,12 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tprbench", description="Benchmark harness for recurrent units (TPRU, LSTM, GRU).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
-        try:
-            module = importlib.import_module(f"harness.commands.{module_name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"harness.commands.{module_name}":
-                raise
-            continue  # a subcommand not built yet
+        module = importlib.import_module(f"harness.commands.{module_name}")
         p = sub.add_parser(name, help=module.HELP, description=module.HELP)
         module.add_arguments(p)
         p.set_defaults(_run=module.run)

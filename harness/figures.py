@@ -98,18 +98,32 @@ def fig_slices(cells: Any, used: Any, history: Any) -> Any | None:
         if fam is None:
             continue
         f = g[(g["unit_name"] == fam) & g["roles"].notna() & g["slices"].notna()]
-        lines = []
-        for roles, rc in f.groupby("roles", sort=True):
-            if rc["slices"].nunique() < 2:
-                continue
-            for i, (slices, sc) in enumerate(rc.groupby("slices", sort=True)):
-                ids = list(used[used["cell_id"].isin(sc["cell_id"])]["run_id"])
-                if ids:
-                    lines.append((f"{int(roles)} roles, {int(slices)} slice{'s' if slices != 1 else ''}", ids,
-                                  STYLES[i % len(STYLES)], int(roles)))
+        lines = [line for roles, rc in f.groupby("roles", sort=True) if rc["slices"].nunique() >= 2
+                 for line in _slice_lines(int(roles), rc, used)]
         if len({ln[3] for ln in lines}) >= 1 and len(lines) >= 2:
             panels.append((f"{task} / {arch} / d={dim}: {fam}, slices", str(g.iloc[0]["metric"]), lines))
     return _draw(panels, history, color_by_group=True) if panels else None
+
+
+def _slice_lines(roles: int, rc: Any, used: Any) -> list[tuple]:
+    """One curve per slice count at this number of roles (label, run ids, style, colour group)."""
+    lines = []
+    for i, (slices, sc) in enumerate(rc.groupby("slices", sort=True)):
+        ids = list(used[used["cell_id"].isin(sc["cell_id"])]["run_id"])
+        if ids:
+            lines.append((f"{roles} roles, {int(slices)} slice{'s' if slices != 1 else ''}", ids,
+                          STYLES[i % len(STYLES)], roles))
+    return lines
+
+
+def _plot_lines(ax: Any, lines: list, history: Any, key: str, scale: float, groups: list | None) -> None:
+    for i, ln in enumerate(lines):
+        label, ids, style = ln[0], ln[1], ln[2]
+        curve = _mean_curves(history, ids, key)
+        if not len(curve):
+            continue
+        color = f"C{groups.index(ln[3]) % 10}" if groups is not None else f"C{i % 10}"
+        ax.plot(curve.index.to_numpy(), curve.to_numpy() * scale, style, color=color, label=label, linewidth=1.4)
 
 
 def _draw(panels: list, history: Any, color_by_group: bool = False) -> Any:
@@ -120,13 +134,7 @@ def _draw(panels: list, history: Any, color_by_group: bool = False) -> Any:
         groups = list(dict.fromkeys(ln[3] for ln in lines)) if color_by_group else None
         for col, (key, ylabel, scale) in enumerate(_panel_keys(metric)):
             ax = axes[row][col]
-            for i, ln in enumerate(lines):
-                label, ids, style = ln[0], ln[1], ln[2]
-                curve = _mean_curves(history, ids, key)
-                if not len(curve):
-                    continue
-                color = f"C{groups.index(ln[3]) % 10}" if color_by_group else f"C{i % 10}"
-                ax.plot(curve.index.to_numpy(), curve.to_numpy() * scale, style, color=color, label=label, linewidth=1.4)
+            _plot_lines(ax, lines, history, key, scale, groups)
             ax.set_xlabel("epoch")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(ylabel)
@@ -145,7 +153,7 @@ def fig_speed(cells: Any, runs: Any, history: Any, bench: Any | None) -> Any | N
     bars = []
     if len(es):
         dims = es["dim"].nunique()
-        for (order, unit, dim), g in es.groupby(["order", "unit", "dim"], sort=True):
+        for (_order, unit, dim), g in es.groupby(["order", "unit", "dim"], sort=True):
             bars.append((f"{unit}" + (f" d={dim}" if dims > 1 else ""), float(g["value"].median())))
         # one bar per unit spec and dim (cells of several archs/tasks share it): first occurrence wins
         merged: dict[str, list[float]] = {}

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 
 def _eta(runner: Any, states: list[Any], in_flight: int) -> str:

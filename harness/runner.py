@@ -24,8 +24,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tracking import PHASE, TAG, Tracker, cell_tags, default_tracking_uri, git_commit, with_retry
+from .jobs import TrialRef, WorkerJob
+from .record import (
+    ERRORED,
+    FINAL_PARAMS,
+    FINAL_PARAMS_HASH,
+    GIT_COMMIT,
+    HOST,
+    NOTES,
+    PARAMS_FORMULA,
+    PARAMS_HASH,
+    PARAMS_TOTAL,
+    PHASE,
+    PRUNED,
+    REPRODUCIBLE,
+    SEED,
+    TRIAL,
+    is_failure,
+)
 from .storage import default_storage_url, open_storage
+from .tracking import Tracker, cell_tags, default_tracking_uri, git_commit, with_retry
 
 
 class RunnerError(RuntimeError):
@@ -41,16 +59,43 @@ SEARCH_SEED_OFFSET = 10_000  # search trial n trains with seed 10000+n; final se
 
 @dataclass
 class Job:
+    """The driver's side of one dispatched run: the `WorkerJob` sent to a worker plus bookkeeping."""
+
     cell: Any
     phase: str  # search | final
     run_key: str
-    run_dir: Path
-    seed: int
-    hparams: dict[str, Any]
+    work: WorkerJob
     trial_number: int | None = None
-    trial_id: int | None = None
     started: float = 0.0
     prepare_seconds: float = 0.0  # driver: Optuna ask + suggest (search trials)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.work.run_dir)
+
+    @property
+    def seed(self) -> int:
+        return self.work.seed
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        return self.work.hparams
+
+
+def cell_status(trials_done: int, trials_wanted: int, trials_running: int, trials_without_value: int,
+                seeds_done: int, seeds_wanted: int, note: str = "") -> str:
+    """A cell's state, for the driver's live view, its summary and `study show` alike:
+    pending | searching | failed (every trial failed or was pruned) | final | done, or the
+    driver's note (e.g. "failed: no search trial completed")."""
+    if note:
+        return note
+    if trials_done < trials_wanted or trials_running:
+        return "pending" if not trials_done and not trials_running else "searching"
+    if trials_wanted and trials_done == trials_without_value:
+        return "failed"
+    if seeds_done < seeds_wanted:
+        return "final"
+    return "done"
 
 
 @dataclass
@@ -75,13 +120,8 @@ class CellState:
 
     @property
     def status(self) -> str:
-        if self.note:
-            return self.note
-        if self.trials_done < self.trials_wanted or self.running_search:
-            return "searching"
-        if self.seeds_done < self.seeds_wanted:
-            return "final"
-        return "done"
+        return cell_status(self.trials_done, self.trials_wanted, self.running_search,
+                           self.trials_failed + self.trials_pruned, self.seeds_done, self.seeds_wanted, self.note)
 
 
 class StudyLock:
@@ -90,7 +130,7 @@ class StudyLock:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def __enter__(self) -> "StudyLock":
+    def __enter__(self) -> StudyLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.handle = open(self.path, "w")
         try:
@@ -152,6 +192,7 @@ class StudyRunner:
         # One row per recorded job: where its wall time went (see `_time`; `tprbench bench harness`).
         self.timings: list[dict[str, Any]] = []
         self.dispatch_started = self.dispatch_ended = 0.0
+        self._splits_tagged: set[str] = set()  # cells whose run names its splits (this driver's session)
 
     # -- setup -----------------------------------------------------------------------------
     def _optuna_study(self, cell: Any):
@@ -212,12 +253,12 @@ class StudyRunner:
             except DataError as exc:
                 raise DataError(f"{self.study.path}: task {cell.task_label!r}: {exc}") from None
 
-    def _cell_state(self, cell: Any) -> CellState:
+    def _cell_state(self, cell: Any, records: dict[str, Any]) -> CellState:
+        """A cell's Optuna study and its records (`records`: this cell's, by run key)."""
         st = CellState(cell, self._optuna_study(cell), self.study.study.trials, self.study.study.seeds)
-        records = self.tracker.retry(lambda: self.tracker.records(cell.id), "read records")
         if self.force:
             for rec in records.values():
-                self.tracker.retry(lambda: self.tracker.client.delete_run(rec.run_id), "delete run")
+                self.tracker.retry(lambda run_id=rec.run_id: self.tracker.client.delete_run(run_id), "delete run")
             records = {}
             # The cell's checkpoints and result.json files go too: a finished run directory is
             # returned as is by `train`, so without this --force recomputed nothing.
@@ -251,11 +292,11 @@ class StudyRunner:
         st.final_params = params
         h = params_hash(params)
         # The report reads which seed runs are current from the cell's record.
-        self.tracker.set_tag(self.cell_runs[st.cell.id], TAG + "final_params_hash", h)
-        self.tracker.set_tag(self.cell_runs[st.cell.id], TAG + "final_params", json.dumps(params, sort_keys=True))
+        self.tracker.set_tag(self.cell_runs[st.cell.id], FINAL_PARAMS_HASH, h)
+        self.tracker.set_tag(self.cell_runs[st.cell.id], FINAL_PARAMS, json.dumps(params, sort_keys=True))
         done = [s for s in range(st.seeds_wanted) if f"{st.cell.id}/seed/{s}/{h}" in st.records]
         st.seeds_done = len(done)
-        st.seeds_failed = sum(st.records[f"{st.cell.id}/seed/{s}/{h}"].status == "failed" for s in done)
+        st.seeds_failed = sum(is_failure(st.records[f"{st.cell.id}/seed/{s}/{h}"].status) for s in done)
         st.final_todo = [s for s in range(st.seeds_wanted) if s not in done]
 
     def _has_work(self, st: CellState) -> bool:
@@ -284,9 +325,16 @@ class StudyRunner:
         if st.final_todo:
             seed = st.final_todo.pop(0)
             h = params_hash(st.final_params)
-            return Job(cell, "final", f"{cell.id}/seed/{seed}/{h}", self.work_dir / cell.id / f"seed-{seed}-{h}",
-                       seed, dict(st.final_params))
+            work = self._work(cell, seed, dict(st.final_params), self.work_dir / cell.id / f"seed-{seed}-{h}")
+            return Job(cell, "final", f"{cell.id}/seed/{seed}/{h}", work)
         return None
+
+    def _work(self, cell: Any, seed: int, hparams: dict[str, Any], run_dir: Path,
+              trial: TrialRef | None = None) -> WorkerJob:
+        res = self.study.resources
+        return WorkerJob.for_cell(cell, seed=seed, hparams=hparams, run_dir=str(run_dir), cache_dir=str(self.cache_dir),
+                                  threads=int(res.cpus) if res.cpus >= 1 else 1, trial=trial,
+                                  deterministic=getattr(self.study, "deterministic", True))
 
     def _trial_job(self, st: CellState, number: int, trial_id: int, t0: float | None = None) -> Job:
         import optuna
@@ -302,8 +350,10 @@ class StudyRunner:
 
         params = with_retry(propose, f"Optuna storage {self.storage_url}", self._say)
         st.running_search += 1
-        job = Job(st.cell, "search", f"{st.cell.id}/trial/{number}", self.work_dir / st.cell.id / f"trial-{number:04d}",
-                  SEARCH_SEED_OFFSET + number, params, number, trial_id)
+        ref = TrialRef(self.storage_url, st.study.study_name, trial_id, _dump(self.study.pruner))
+        work = self._work(st.cell, SEARCH_SEED_OFFSET + number, params,
+                          self.work_dir / st.cell.id / f"trial-{number:04d}", ref)
+        job = Job(st.cell, "search", f"{st.cell.id}/trial/{number}", work, number)
         job.prepare_seconds = time.perf_counter() - t0 if t0 is not None else 0.0
         return job
 
@@ -314,44 +364,67 @@ class StudyRunner:
 
     # -- results ---------------------------------------------------------------------------
     def _record(self, st: CellState, job: Job, result: dict[str, Any]) -> None:
-        from optuna.trial import TrialState
-
+        """Log one result to MLflow, then tell Optuna (in that order: a crash in between loses nothing)."""
         cell = st.cell
-        tags = {PHASE: job.phase, TAG + "seed": job.seed, TAG + "git_commit": self.commit,
-                TAG + "params_hash": params_hash(job.hparams), **cell_tags(cell)}
-        if job.trial_number is not None:
-            tags[TAG + "trial"] = job.trial_number
-        if result.get("params_formula") is not None:
-            tags[TAG + "params_formula"] = result["params_formula"]
-        if result.get("params_total"):
-            tags[TAG + "params_total"] = result["params_total"]
-        worker = result.get("worker", {})
-        tags[TAG + "host"] = worker.get("host", "")
-        best = job.run_dir / "best.pt"
         t0 = time.perf_counter()
-        self.tracker.log_run(self.cell_runs[cell.id], job.run_key, tags, {**job.hparams, "seed": job.seed},
-                             result, best if result.get("status") == "finished" else None)
+        self._tag_splits(cell, result)
+        params = {**(result.get("hparams") or job.hparams), "seed": job.seed}
+        best = job.run_dir / "best.pt"
+        self.tracker.log_run(self.cell_runs[cell.id], job.run_key, self._run_tags(job, result), params, result,
+                             best if result.get("status") == "finished" else None)
         t1 = time.perf_counter()
         status = result.get("status")
         if job.phase == "search":
-            st.running_search -= 1
-            st.trials_done += 1
-            if status == "finished" and result.get("best_valid") is not None:
-                self._tell(st, job, result["best_valid"])
-            elif status == "pruned":
-                st.trials_pruned += 1
-                self._tell(st, job, state=TrialState.PRUNED)
-            else:
-                st.trials_failed += 1
-                self._tell(st, job, state=TrialState.FAIL)
+            self._tell_result(st, job, result)
         else:
             st.seeds_done += 1
-            st.seeds_failed += status == "failed"
+            st.seeds_failed += is_failure(status)
         self._time(job, result, log=t1 - t0, tell=time.perf_counter() - t1)
-        if status == "failed":
-            self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} failed:[/] {result.get('reason', '')[:200]}")
+        if is_failure(status):
+            self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} {status}:[/] {result.get('reason', '')[:200]}")
+        for note in result.get("notes") or []:
+            self._say(f"{cell.label} {job.run_key.split('/', 1)[1]}: {note}")
         if result.get("seconds"):
             self.run_seconds.append(float(result["seconds"]))
+
+    def _run_tags(self, job: Job, result: dict[str, Any]) -> dict[str, Any]:
+        tags = {PHASE: job.phase, SEED: job.seed, GIT_COMMIT: self.commit, PARAMS_HASH: params_hash(job.hparams),
+                **cell_tags(job.cell), HOST: result.get("worker", {}).get("host", "")}
+        if job.trial_number is not None:
+            tags[TRIAL] = job.trial_number
+        if result.get("params_formula") is not None:
+            tags[PARAMS_FORMULA] = result["params_formula"]
+        if result.get("params_total"):
+            tags[PARAMS_TOTAL] = result["params_total"]
+        if result.get("reproducible") is not None:
+            tags[REPRODUCIBLE] = str(bool(result["reproducible"])).lower()
+        if result.get("notes"):
+            tags[NOTES] = json.dumps(result["notes"])
+        return tags
+
+    def _tag_splits(self, cell: Any, result: dict[str, Any]) -> None:
+        """The cell run names its validation and test splits once a worker has seen the data."""
+        splits = result.get("splits")
+        if splits and cell.id not in self._splits_tagged:
+            self.tracker.set_splits(self.cell_runs[cell.id], splits["valid"], splits["test"])
+            self._splits_tagged.add(cell.id)
+
+    def _tell_result(self, st: CellState, job: Job, result: dict[str, Any]) -> None:
+        """Optuna hears the run's best value of the cell's metric — the value the trainer chose
+        the best epoch by and the pruner saw each epoch — or PRUNED / FAIL."""
+        from optuna.trial import TrialState
+
+        st.running_search -= 1
+        st.trials_done += 1
+        status = result.get("status")
+        if status == "finished" and result.get("best_valid") is not None:
+            self._tell(st, job, result["best_valid"])
+        elif status == PRUNED:
+            st.trials_pruned += 1
+            self._tell(st, job, state=TrialState.PRUNED)
+        else:
+            st.trials_failed += 1
+            self._tell(st, job, state=TrialState.FAIL)
 
     def _time(self, job: Job, result: dict[str, Any], log: float, tell: float) -> None:
         """Where one job's time went: driver (Optuna ask/suggest/tell, MLflow record), Ray
@@ -369,91 +442,112 @@ class StudyRunner:
 
     # -- the loop --------------------------------------------------------------------------
     def run(self, address: str | None = None, num_cpus: int | None = None, ray_temp_dir: str | None = None) -> dict[str, Any]:
+        """Open the record, plan every cell, dispatch until nothing is left; returns a summary."""
+        self._check_data()
+        self.root.mkdir(parents=True, exist_ok=True)
+        with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
+            states = self._open_record()
+            if any(self._has_work(st) for st in states):
+                self._prepare_data()
+                init_ray(address, num_cpus, ray_temp_dir)
+                self._dispatch(states)
+            else:
+                self._say("nothing to do: every cell is done (use --force to rerun)")
+            return {"cells": len(states), "seconds": time.time() - self.started,
+                    "states": {st.cell.id: st.status for st in states}}
+
+    def _open_record(self) -> list[CellState]:
+        """Optuna storage, the MLflow study and cell runs, and each cell's state as recorded."""
+        import optuna
+
+        self.storage = with_retry(lambda: open_storage(self.storage_url), f"Optuna storage {self.storage_url}", self._say)
+        self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts")
+        self.tracker.on_retry = self._say
+        study_run = self.tracker.study_run(self.commit)
+        self.cell_runs = {c.id: self.tracker.cell_run(c, study_run) for c in self.cells}
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        ids = [c.id for c in self.cells]
+        found = self.tracker.retry(lambda: self.tracker.reader.run_records(ids), "read records")  # one query, all cells
+        by_cell: dict[str, dict[str, Any]] = {c.id: {} for c in self.cells}
+        for key, rec in found.items():
+            by_cell.setdefault(rec.cell_id, {})[key] = rec
+        return [self._cell_state(c, by_cell[c.id]) for c in self.cells]
+
+    def _dispatch(self, states: list[CellState]) -> None:
+        """Keep every slot busy (fill slots, submit), collect results as they come, until no work is left."""
         import ray
 
         from .worker import run_job
 
-        self._check_data()
-        self.root.mkdir(parents=True, exist_ok=True)
-        with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
-            self.storage = with_retry(lambda: open_storage(self.storage_url), f"Optuna storage {self.storage_url}", self._say)
-            self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts")
-            self.tracker.on_retry = self._say
-            study_run = self.tracker.study_run(self.commit)
-            self.cell_runs = {c.id: self.tracker.cell_run(c, study_run) for c in self.cells}
-            import optuna
+        res = self.study.resources
+        self._remote = ray.remote(max_calls=0)(run_job).options(
+            num_cpus=res.cpus, num_gpus=res.gpus or 0, max_retries=res.retries, retry_exceptions=False)
+        self._capacity, self._capacity_checked = slots(res), time.monotonic()
+        self._say(f"{len(states)} cells, {self._capacity} trial slot(s); tracking {self.tracking_uri}")
+        in_flight: dict[Any, tuple[CellState, Job]] = {}
+        order = deque(states)
+        self.dispatch_started = time.time()
+        try:
+            with self._live(states) as live:
+                self._loop(states, order, in_flight, live)
+        finally:
+            self.dispatch_ended = time.time()
+            # Stopped by an error (store unavailable, Ctrl-C in a notebook): tasks still running
+            # would go on writing into run directories that the next `run` dispatches again.
+            for ref in in_flight:
+                try:
+                    ray.cancel(ref, force=True)
+                except Exception:  # already gone: nothing to cancel
+                    pass
 
-            optuna.logging.set_verbosity(optuna.logging.WARNING)
-            states = [self._cell_state(c) for c in self.cells]
-            if not any(self._has_work(st) for st in states):
-                self._say("nothing to do: every cell is done (use --force to rerun)")
-                return {"cells": len(states), "seconds": time.time() - self.started,
-                        "states": {st.cell.id: st.status for st in states}}
-            self._prepare_data()
-            init_ray(address, num_cpus, ray_temp_dir)
-            res = self.study.resources
-            remote = ray.remote(max_calls=0)(run_job).options(
-                num_cpus=res.cpus, num_gpus=res.gpus or 0, max_retries=res.retries, retry_exceptions=False)
-            capacity, capacity_checked = slots(res), time.monotonic()
-            self._say(f"{len(states)} cells, {capacity} trial slot(s); tracking {self.tracking_uri}")
-            in_flight: dict[Any, tuple[CellState, Job]] = {}
-            order = deque(states)
-            self.dispatch_started = time.time()
+    def _loop(self, states: list[CellState], order: deque, in_flight: dict[Any, tuple[CellState, Job]], live: Any) -> None:
+        while True:
+            self._fill_slots(order, in_flight)
+            live(states, len(in_flight))
+            if not in_flight:
+                return
+            self._collect(in_flight)
+            live(states, len(in_flight))
+
+    def _fill_slots(self, order: deque, in_flight: dict[Any, tuple[CellState, Job]]) -> None:
+        """Take work from the cells round-robin until every slot is busy or no cell has work now."""
+        if time.monotonic() - self._capacity_checked > 10:  # nodes come and go
+            self._capacity, self._capacity_checked = slots(self.study.resources), time.monotonic()
+        idle_rounds = 0
+        while len(in_flight) < self._capacity and order and idle_rounds < len(order):
+            st = order[0]
+            order.rotate(-1)
+            job = self._next_job(st)
+            if job is None:
+                idle_rounds += 1
+                continue
+            idle_rounds = 0
+            in_flight[self._submit(job)] = (st, job)
+            st.running += 1
+
+    def _submit(self, job: Job) -> Any:
+        job.run_dir.mkdir(parents=True, exist_ok=True)
+        job.started = time.time()
+        return self._remote.remote(job.work)
+
+    def _collect(self, in_flight: dict[Any, tuple[CellState, Job]]) -> None:
+        """Record whatever finished within a second (a lost worker is an errored run)."""
+        import ray
+
+        ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
+        for ref in ready:
+            st, job = in_flight[ref]
+            ready_at = time.time()
             try:
-                with self._live(states) as live:
-                    while True:
-                        if time.monotonic() - capacity_checked > 10:  # nodes come and go
-                            capacity, capacity_checked = slots(res), time.monotonic()
-                        # Fill every free slot, taking from cells round-robin.
-                        idle_rounds = 0
-                        while len(in_flight) < capacity and order and idle_rounds < len(order):
-                            st = order[0]
-                            order.rotate(-1)
-                            job = self._next_job(st)
-                            if job is None:
-                                idle_rounds += 1
-                                continue
-                            idle_rounds = 0
-                            job.run_dir.mkdir(parents=True, exist_ok=True)
-                            job.started = time.time()
-                            payload = {"cell": st.cell.as_dict(), "hparams": job.hparams, "seed": job.seed,
-                                       "run_dir": str(job.run_dir), "cache_dir": str(self.cache_dir),
-                                       "threads": int(res.cpus) if res.cpus >= 1 else 1,
-                                       "optuna": None if job.phase != "search" else {
-                                           "storage": self.storage_url, "study_name": st.study.study_name,
-                                           "trial_id": job.trial_id, "pruner": _dump(self.study.pruner)}}
-                            st.running += 1
-                            in_flight[remote.remote(payload)] = (st, job)
-                        live(states, len(in_flight))
-                        if not in_flight:
-                            break
-                        ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=1.0)
-                        for ref in ready:
-                            st, job = in_flight[ref]
-                            ready_at = time.time()
-                            try:
-                                result = ray.get(ref)
-                            except Exception as exc:  # worker/node lost after all retries
-                                result = {"status": "failed", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
-                                          "history": [], "test": {}}
-                            result.setdefault("worker", {})["ready_at"] = ready_at
-                            result["worker"]["get_seconds"] = time.time() - ready_at
-                            self._record(st, job, result)
-                            del in_flight[ref]  # only once recorded: an error above leaves it to be cancelled
-                            st.running -= 1
-                        live(states, len(in_flight))
-            finally:
-                self.dispatch_ended = time.time()
-                # Stopped by an error (store unavailable, Ctrl-C in a notebook): tasks still running
-                # would go on writing into run directories that the next `run` dispatches again.
-                for ref in in_flight:
-                    try:
-                        ray.cancel(ref, force=True)
-                    except Exception:
-                        pass
-            summary = {"cells": len(states), "seconds": time.time() - self.started,
-                       "states": {st.cell.id: st.status for st in states}}
-            return summary
+                result = ray.get(ref)
+            except Exception as exc:  # worker/node lost after all retries
+                result = {"status": ERRORED, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                          "history": [], "test": {}}
+            result.setdefault("worker", {})["ready_at"] = ready_at
+            result["worker"]["get_seconds"] = time.time() - ready_at
+            self._record(st, job, result)
+            del in_flight[ref]  # only once recorded: an error above leaves it to be cancelled
+            st.running -= 1
 
     # -- progress --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -477,45 +571,46 @@ def count_trials(trials: list[Any]) -> tuple[int, int, int, list[Any]]:
             [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)])
 
 
-def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
-                 storage_url: str | None = None) -> list[dict[str, Any]]:
-    """What is done per cell, read from Optuna and MLflow without changing either."""
+def _trial_counts(storage: Any, study_name: str) -> dict[str, int]:
     import optuna
 
+    if storage is None:
+        return {"done": 0, "failed": 0, "pruned": 0, "running": 0}
+    try:
+        trials = optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False)
+    except KeyError:
+        trials = []
+    done, failed, pruned, unfinished = count_trials(trials)
+    return {"done": done, "failed": failed, "pruned": pruned, "running": len(unfinished)}
+
+
+def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
+                 storage_url: str | None = None) -> list[dict[str, Any]]:
+    """What is done per cell, read from Optuna and MLflow without changing (or creating) either."""
+    import optuna
+
+    from .record import RecordReader
+
     root = Path(root).resolve()
-    tracker = Tracker(tracking_uri or default_tracking_uri(root), study.name, create=False)
-    records = tracker.records()
-    tags_by_cell = tracker.cell_tags_by_id()
+    reader = RecordReader(tracking_uri or default_tracking_uri(root), study.name, must_exist=False)
+    records = reader.run_records([c.id for c in cells])
+    tags_by_cell = reader.cell_tags()
     journal = storage_url or default_storage_url(root)
     storage = open_storage(journal) if not journal.startswith("journal://") or Path(journal[10:]).exists() else None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     rows = []
     for cell in cells:
-        counts = {"done": 0, "failed": 0, "pruned": 0, "running": 0}
-        if storage is not None:
-            try:
-                trials = optuna.load_study(study_name=f"{study.name}/{cell.id}", storage=storage).get_trials(deepcopy=False)
-            except KeyError:
-                trials = []
-            done, failed, pruned, unfinished = count_trials(trials)
-            counts = {"done": done, "failed": failed, "pruned": pruned, "running": len(unfinished)}
-        final_hash = tags_by_cell.get(cell.id, {}).get(TAG + "final_params_hash")
+        counts = _trial_counts(storage, f"{study.name}/{cell.id}")
+        final_hash = tags_by_cell.get(cell.id, {}).get(FINAL_PARAMS_HASH)
         seeds = [r for k, r in records.items() if final_hash and k.startswith(f"{cell.id}/seed/") and k.endswith("/" + final_hash)]
         seeds_done = len(seeds)  # records are keyed by run key: one per seed
-        trials_wanted = study.trials
-        if counts["done"] < trials_wanted or counts["running"]:
-            status = "pending" if not counts["done"] and not counts["running"] else "searching"
-        elif trials_wanted and counts["done"] == counts["failed"] + counts["pruned"]:
-            status = "failed"
-        elif seeds_done < study.seeds:
-            status = "final"
-        else:
-            status = "done"
+        status = cell_status(counts["done"], study.trials, counts["running"], counts["failed"] + counts["pruned"],
+                             seeds_done, study.seeds)
         rows.append({"id": cell.id, "label": cell.label, "task": cell.task, "arch": cell.arch, "unit": cell.unit,
                      "dims": {"dim": cell.dim, "input_dim": cell.input_dim},
-                     "trials_done": counts["done"], "trials_wanted": trials_wanted, "trials_failed": counts["failed"],
+                     "trials_done": counts["done"], "trials_wanted": study.trials, "trials_failed": counts["failed"],
                      "trials_pruned": counts["pruned"], "trials_running": counts["running"],
-                     "seeds_done": seeds_done, "seeds_failed": sum(r.status == "failed" for r in seeds),
+                     "seeds_done": seeds_done, "seeds_failed": sum(is_failure(r.status) for r in seeds),
                      "seeds_wanted": study.seeds, "status": status})
     return rows
 

@@ -133,7 +133,9 @@ def _parse_choice(path: str, arg: Any, problems: list[Problem]) -> dict[str, Any
     return {"kind": "choice", "choices": list(arg), "default": arg[0]}
 
 
-def _parse_range(path: str, kind: str, arg: Any, step: Any, problems: list[Problem]) -> dict[str, Any] | None:
+# One check after the other, each with its own message for the way a range can be miswritten;
+# splitting them would scatter the messages without making any branch simpler.
+def _parse_range(path: str, kind: str, arg: Any, step: Any, problems: list[Problem]) -> dict[str, Any] | None:  # noqa: C901
     where = f"{path}.{kind}"
     if not isinstance(arg, list) or len(arg) != 2:
         problems.append((where, f"expected [low, high], got {show(arg)}"))
@@ -223,20 +225,25 @@ def parse_space(raw: Any, where: str = "search") -> tuple[dict[str, dict[str, An
             space[name] = param
     given = raw.get(_DEFAULTS_KEY)
     if given is not None:
-        if not isinstance(given, Mapping):
-            problems.append((f"{where}.{_DEFAULTS_KEY}", f"expected a table, got {show(given)}"))
-        else:
-            names = [k for k in raw if k != _DEFAULTS_KEY]
-            for name, value in given.items():
-                path = f"{where}.{_DEFAULTS_KEY}.{name}"
-                if name not in names:
-                    problems.append((path, f"unknown hyperparameter {name!r}{did_you_mean(name, names)}; "
-                                           "a default must name a key of [search]"))
-                elif name in space:
-                    checked = _check_default(path, space[name], value, problems)
-                    if checked is not None:
-                        space[name]["default"] = checked
+        _apply_defaults(where, given, [k for k in raw if k != _DEFAULTS_KEY], space, problems)
     return space, problems
+
+
+def _apply_defaults(where: str, given: Any, names: list[str], space: dict[str, dict[str, Any]],
+                    problems: list[Problem]) -> None:
+    """`[search.defaults]`: each must name a key of [search] and fit its range or choices."""
+    if not isinstance(given, Mapping):
+        problems.append((f"{where}.{_DEFAULTS_KEY}", f"expected a table, got {show(given)}"))
+        return
+    for name, value in given.items():
+        path = f"{where}.{_DEFAULTS_KEY}.{name}"
+        if name not in names:
+            problems.append((path, f"unknown hyperparameter {name!r}{did_you_mean(name, names)}; "
+                                   "a default must name a key of [search]"))
+        elif name in space:
+            checked = _check_default(path, space[name], value, problems)
+            if checked is not None:
+                space[name]["default"] = checked
 
 
 def is_searchable(space: Mapping[str, Mapping[str, Any]]) -> bool:

@@ -12,8 +12,9 @@ Schema (every table rejects unknown keys, with a did-you-mean; see docs/study-fi
     trials = 2               # Optuna trials per cell (search phase), >= 0; 0 = no search, use the defaults
     seeds = 3                # final-phase runs per cell with the best parameters, >= 0 (seeds 0..n-1)
     epochs = 3               # required, >= 1
-    metric = "valid_acc"     # optional; default: valid_<the adapter's `metric`> (the key the trainer logs)
-    direction = "maximize"   # optional; default: the task's, else inferred from the metric name
+    metric = "valid_acc"     # optional; default: valid_<the adapter's `metric`>; must be a valid_<name> the task logs
+    direction = "maximize"   # optional; default: the direction the task declares for that metric
+    deterministic = true     # bitwise-reproducible kernels (not hashed: it does not change what is measured)
 
     [[tasks]]                # one or more
     name = "logic"           # a registered task (tasks.registry.get_task)
@@ -31,8 +32,8 @@ Schema (every table rejects unknown keys, with a did-you-mean; see docs/study-fi
     roles = [8, 32]
     slices = [1, 8]
 
-    [search]                 # see harness/search_space.py: fixed values or distributions
-    lr = { log_uniform = [1e-4, 1e-2] }
+    [search]                 # see harness/search_space.py: fixed values or distributions; names are
+    lr = { log_uniform = [1e-4, 1e-2] }   # tasks.hparams.HParams fields (plus the task's own), checked here
     [search.defaults]        # optional: values for study.trials = 0
 
     [pruner]
@@ -86,7 +87,6 @@ from .search_space import PRUNER_KINDS, did_you_mean, is_searchable, parse_space
 ID_VERSION = 2  # bump when the hashed identity changes shape (all ids change)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 DIRECTIONS = ("maximize", "minimize")
-DEFAULT_METRIC = "valid_acc"
 FILTER_KEYS = ("arch", "dim", "id", "input_dim", "task", "unit")
 
 
@@ -130,6 +130,7 @@ class StudySection(_Model):
     epochs: int = Field(ge=1)
     metric: NonEmptyStr | None = None
     direction: Literal["maximize", "minimize"] | None = None
+    deterministic: bool = True
 
 
 class TaskEntry(_Model):
@@ -231,7 +232,8 @@ def _bound(x: Any) -> str:
     return str(int(x)) if isinstance(x, float) and x.is_integer() else str(x)
 
 
-def _plain(err: dict[str, Any], root: type[BaseModel] | None) -> str:
+# A flat table from pydantic's error kinds to plain words: one branch per kind, nothing nested.
+def _plain(err: dict[str, Any], root: type[BaseModel] | None) -> str:  # noqa: C901
     kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
     got = f", got {show(value)}"
     if kind == "missing":
@@ -326,16 +328,18 @@ class Study:
     search: dict[str, dict[str, Any]]  # normalised (harness.search_space)
     pruner: Pruner
     resources: Resources
+    deterministic: bool = True
 
     @property
-    def cells(self) -> list["Cell"]:
+    def cells(self) -> list[Cell]:
         return expand(self)
 
     @property
     def study(self) -> StudySection:
         """The `[study]` table as validated, with the name resolved (`study.study.trials` == `study.trials`)."""
         return StudySection(name=self.name, description=self.description, trials=self.trials, seeds=self.seeds,
-                            epochs=self.epochs, metric=self.metric, direction=self.direction)
+                            epochs=self.epochs, metric=self.metric, direction=self.direction,
+                            deterministic=self.deterministic)
 
 
 def non_default_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -440,28 +444,29 @@ def expand_data(text: str, where: str, problems: list[tuple[str, str]]) -> str:
     return os.path.expanduser(_ENV_RE.sub(sub, text))
 
 
-def _default_direction(metric: str) -> str:
-    lowered = metric.lower()
-    return "minimize" if any(w in lowered for w in ("loss", "ppl", "perplexity", "error")) else "maximize"
+def _search_problems(where: str, cls: type, task: str, space: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """The study's [search] checked against what the task's trainer reads: unknown names (with a
+    did-you-mean) and values that do not validate (each default, choice and range end)."""
+    from tasks.hparams import check_search_names, check_values
+
+    problems = [(f"search.{name}", f"{message} ({where})")
+                for name, message in check_search_names(list(space), cls.HParams, task)]
+    if problems:
+        return problems
+    for name, p in space.items():
+        values = [p.get("value", p.get("default"))] + list(p.get("choices", [])) + [p[k] for k in ("low", "high") if k in p]
+        seen: list[Any] = []
+        for value in values:
+            if value is None or any(type(value) is type(u) and value == u for u in seen):
+                continue
+            seen.append(value)
+            problems += [(f"search.{name}", f"{show(value)}: {message.split(', got ')[0]} ({where})")
+                         for _, message in check_values({name: value}, cls.defaults, cls.HParams)]
+    return problems
 
 
-def _task_default(cls: type, *names: str) -> Any:
-    for name in names:
-        value = getattr(cls, name, None)
-        if isinstance(value, str) and value:
-            return value
-    return None
-
-
-def _task_metric(cls: type) -> str | None:
-    """The adapter's validation metric as the trainer logs it: `metric = "acc"` → `valid_acc`."""
-    metric = _task_default(cls, "metric", "default_metric")
-    if metric and not metric.startswith("valid_"):
-        metric = f"valid_{metric}"
-    return metric
-
-
-def _resolve_task(i: int, entry: TaskEntry, section: StudySection, problems: list[tuple[str, str]]) -> TaskConfig | None:
+def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[str, dict[str, Any]],
+                  problems: list[tuple[str, str]]) -> TaskConfig | None:
     from tasks.registry import get_task
 
     where = f"tasks[{i}]"
@@ -491,15 +496,40 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, problems: lis
                 problems.extend(validation_problems(exc, f"{where}.options", model))
     data = expand_data(entry.data, f"{where}.data", problems)
     archs = tuple(getattr(cls, "archs", ()) or ())
-    task_metric = _task_metric(cls)
-    metric = section.metric or task_metric or DEFAULT_METRIC
-    direction = section.direction
-    if direction is None:
-        task_direction = _task_default(cls, "direction", "default_direction")
-        direction = task_direction if task_direction in DIRECTIONS and metric == task_metric else _default_direction(metric)
+    from tasks.registry import TaskError
+    from tasks.training import run_metric
+
+    metric = direction = ""
+    try:
+        metric, direction = run_metric(cls, section.metric, section.direction)
+    except TaskError as exc:
+        problems.append(("study.metric", f"{exc} ({where})"))
+    problems += _search_problems(where, cls, entry.name, space)
     if len(problems) > n:
         return None
     return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction)
+
+
+def _grid_values(path: str, key: str, raw: Any, unit: str, given: dict[str, str],
+                 problems: list[tuple[str, str]]) -> list[Any] | None:
+    """One grid option's values, checked (scalars, no repeats, not also in the spec); None if bad."""
+    values = raw if isinstance(raw, list) else [raw]
+    if key in given:
+        problems.append((path, f"option {key!r} is given both in unit {unit!r} and as a grid list"))
+        return None
+    if not values:
+        problems.append((path, "must not be empty"))
+        return None
+    ok = True
+    for j, v in enumerate(values):
+        if not (isinstance(v, (str, bool, int, float))):
+            problems.append((f"{path}[{j}]" if isinstance(raw, list) else path,
+                             f"expected a number, string or true/false, got {show(v)}"))
+            ok = False
+        elif any(type(v) is type(u) and v == u for u in values[:j]):
+            problems.append((path, f"{show(v)} is listed twice"))
+            ok = False
+    return values if ok else None
 
 
 def _grid_units(i: int, entry: GridEntry, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -511,28 +541,9 @@ def _grid_units(i: int, entry: GridEntry, problems: list[tuple[str, str]]) -> li
     except units.UnitSpecError as exc:
         problems.append((f"{where}.unit", str(exc)))
         return []
-    lists: dict[str, list[Any]] = {}
-    ok = True
-    for key, raw in (entry.model_extra or {}).items():
-        path = f"{where}.{key}"
-        values = raw if isinstance(raw, list) else [raw]
-        if key in base.option_dict:
-            problems.append((path, f"option {key!r} is given both in unit {entry.unit!r} and as a grid list"))
-            ok = False
-        elif not values:
-            problems.append((path, "must not be empty"))
-            ok = False
-        else:
-            for j, v in enumerate(values):
-                if not (isinstance(v, (str, bool, int, float))):
-                    problems.append((f"{path}[{j}]" if isinstance(raw, list) else path,
-                                     f"expected a number, string or true/false, got {show(v)}"))
-                    ok = False
-                elif any(type(v) is type(u) and v == u for u in values[:j]):
-                    problems.append((path, f"{show(v)} is listed twice"))
-                    ok = False
-        lists[key] = values
-    if not ok:
+    lists = {key: _grid_values(f"{where}.{key}", key, raw, entry.unit, base.option_dict, problems)
+             for key, raw in (entry.model_extra or {}).items()}
+    if any(values is None for values in lists.values()):
         return []
     keys = list(lists)
     return [(str(base.with_options(**dict(zip(keys, combo)))), where) for combo in itertools.product(*lists.values())]
@@ -588,11 +599,9 @@ def _duplicates(values: list[Any], where: str, problems: list[tuple[str, str]]) 
             problems.append((f"{where}[{j}]", f"duplicate cells: {show(v)} is listed twice"))
 
 
-def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
-    """Validate study-file text; `path` is only used in messages (and for the default name)."""
-    path = str(path)
+def _toml(text: str, path: str) -> dict[str, Any]:
     try:
-        raw = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
         match = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
@@ -601,26 +610,17 @@ def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
             raise StudyError(path, [(f"line {match.group(1)}", f"{message} (column {match.group(2)})")]) from None
         raise StudyError(path, [(None, f"not valid TOML: {message}")]) from None
 
-    problems: list[tuple[str, str]] = []
-    space, search_problems = parse_space(raw.get("search"))
-    try:
-        parsed = StudyFile.model_validate(raw)
-    except pydantic.ValidationError as exc:
-        problems = validation_problems(exc, root=StudyFile)
-        problems += [p for p in search_problems if not any(p[0] == q[0] for q in problems)]
-        raise StudyError(path, problems) from None
-    problems += search_problems
 
-    section = parsed.study
-    name = section.name or Path(path).stem
+def _check_sections(parsed: StudyFile, name: str, space: dict[str, Any], search_ok: bool,
+                    problems: list[tuple[str, str]]) -> None:
+    """[study], [pruner] and [resources] against each other."""
+    section, pruner = parsed.study, parsed.pruner
     if section.name is None and not re.fullmatch(NAME_PATTERN, name):
         problems.append(("study.name", f"missing, and the file name {name!r} is not a valid study name "
                                        "(letters, digits, '_', '.', '-'): set study.name"))
-    if section.trials > 0 and not is_searchable(space) and not search_problems:
+    if section.trials > 0 and not is_searchable(space) and search_ok:
         problems.append(("search", f"empty search space but study.trials = {section.trials}: add a distribution "
                                    "(e.g. lr = { log_uniform = [1e-4, 1e-2] }) or set study.trials = 0"))
-
-    pruner = parsed.pruner
     for key, kinds in _PRUNER_KEYS.items():
         if getattr(pruner, key) is not None and pruner.kind not in kinds:
             problems.append((f"pruner.{key}", f"only used by kind = {' or '.join(repr(k) for k in kinds)}, "
@@ -635,55 +635,76 @@ def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
         if value > 1 and value != int(value):
             problems.append((f"resources.{key}", f"Ray takes a fraction below 1 or a whole number, got {show(value)}"))
 
+
+def _clash(i: int, task: TaskConfig, tasks: list[TaskConfig], task_index: list[int]) -> tuple[str, str] | None:
+    """A resolved task that repeats an earlier one (same task/options/data, or the same label)."""
+    for j, other in zip(task_index, tasks):
+        if (other.name, other.options, other.data_source) == (task.name, task.options, task.data_source):
+            return f"tasks[{i}]", f"duplicate cells: the same task, options and data as tasks[{j}]"
+        if other.label == task.label:
+            return (f"tasks[{i}].label", f"task label {task.label!r} is also used by tasks[{j}]: "
+                                         "give each [[tasks]] entry a distinct label")
+    return None
+
+
+def _resolve_tasks(parsed: StudyFile, space: dict[str, Any], problems: list[tuple[str, str]]) -> list[TaskConfig]:
     tasks: list[TaskConfig] = []
     task_index: list[int] = []  # file index of each resolved task
     for i, entry in enumerate(parsed.tasks):
-        task = _resolve_task(i, entry, section, problems)
-        if task is None:
-            continue
-        for j, other in zip(task_index, tasks):
-            if (other.name, other.options, other.data_source) == (task.name, task.options, task.data_source):
-                problems.append((f"tasks[{i}]", f"duplicate cells: the same task, options and data as "
-                                                f"tasks[{j}]"))
-                break
-            if other.label == task.label:
-                problems.append((f"tasks[{i}].label", f"task label {task.label!r} is also used by tasks[{j}]: "
-                                                      "give each [[tasks]] entry a distinct label"))
-                break
-        else:
+        task = _resolve_task(i, entry, parsed.study, space, problems)
+        clash = None if task is None else _clash(i, task, tasks, task_index)
+        if clash is not None:
+            problems.append(clash)
+        elif task is not None:
             tasks.append(task)
             task_index.append(i)
+    return tasks
 
-    matrix = parsed.matrix
+
+def _check_archs(archs: tuple[str, ...] | None, tasks: list[TaskConfig], problems: list[tuple[str, str]]) -> None:
+    if archs is None:
+        problems += [(f"tasks[{i}]", f"task {task.name!r} declares no architectures")
+                     for i, task in enumerate(tasks) if not task.archs]
+        return
+    _duplicates(list(archs), "matrix.arch", problems)
+    problems += [(f"matrix.arch[{j}]", f"task {task.name!r} has no architecture {arch!r}{did_you_mean(arch, task.archs)}; "
+                                       f"it has {', '.join(task.archs) or 'none'}")
+                 for task in tasks for j, arch in enumerate(archs) if arch not in task.archs]
+
+
+def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
+    """Validate study-file text; `path` is only used in messages (and for the default name)."""
+    path = str(path)
+    raw = _toml(text, path)
+    space, search_problems = parse_space(raw.get("search"))
+    try:
+        parsed = StudyFile.model_validate(raw)
+    except pydantic.ValidationError as exc:
+        problems = validation_problems(exc, root=StudyFile)
+        problems += [p for p in search_problems if not any(p[0] == q[0] for q in problems)]
+        raise StudyError(path, problems) from None
+    problems: list[tuple[str, str]] = list(search_problems)
+    section, matrix = parsed.study, parsed.matrix
+    name = section.name or Path(path).stem
+    _check_sections(parsed, name, space, not search_problems, problems)
+    tasks = _resolve_tasks(parsed, space, problems)
     archs = tuple(matrix.arch) if matrix.arch is not None else None
-    if archs is not None:
-        _duplicates(list(archs), "matrix.arch", problems)
-        for task in tasks:
-            for j, arch in enumerate(archs):
-                if arch not in task.archs:
-                    problems.append((f"matrix.arch[{j}]", f"task {task.name!r} has no architecture {arch!r}"
-                                                          f"{did_you_mean(arch, task.archs)}; it has "
-                                                          f"{', '.join(task.archs) or 'none'}"))
-    else:
-        for i, task in enumerate(tasks):
-            if not task.archs:
-                problems.append((f"tasks[{i}]", f"task {task.name!r} declares no architectures"))
+    _check_archs(archs, tasks, problems)
     _duplicates(matrix.dim, "matrix.dim", problems)
     if matrix.input_dim is not None:
         _duplicates(matrix.input_dim, "matrix.input_dim", problems)
     unit_entries = _resolve_units(matrix, list(dict.fromkeys(matrix.dim)), problems)
-
     if problems:
         raise StudyError(path, problems)
     study = Study(
         path=path, name=name, description=section.description, trials=section.trials, seeds=section.seeds,
         epochs=section.epochs, metric=section.metric, direction=section.direction, tasks=tuple(tasks), archs=archs,
         dims=tuple(matrix.dim), input_dims=tuple(matrix.input_dim) if matrix.input_dim is not None else None,
-        units=tuple(unit_entries), search=space, pruner=pruner, resources=parsed.resources,
+        units=tuple(unit_entries), search=space, pruner=parsed.pruner, resources=parsed.resources,
+        deterministic=section.deterministic,
     )
-    cells = expand(study)
     seen: dict[str, Cell] = {}
-    for cell in cells:  # a last guard: every cell once
+    for cell in expand(study):  # a last guard: every cell once
         if cell.id in seen:
             problems.append(("matrix", f"duplicate cells: {cell.label} and {seen[cell.id].label} are the same cell ({cell.id})"))
         seen[cell.id] = cell
@@ -711,17 +732,15 @@ def expand(study: Study) -> list[Cell]:
     cells: list[Cell] = []
     for task in study.tasks:
         archs = study.archs if study.archs is not None else task.archs[:1]
-        for arch in archs:
-            for dim in study.dims:
-                for input_dim in (study.input_dims or (dim,)):
-                    for unit in study.units:
-                        cells.append(Cell(
-                            study=study.name, task=task.name, task_label=task.label,
-                            task_options=copy.deepcopy(task.options), data=task.data, data_source=task.data_source,
-                            arch=arch, unit=unit.spec, unit_canonical=unit.canonical, unit_identity=unit.identity, dim=dim, input_dim=input_dim,
-                            epochs=study.epochs, search=copy.deepcopy(study.search), metric=task.metric,
-                            direction=task.direction,
-                        ))
+        dims = [(d, e) for d in study.dims for e in (study.input_dims or (d,))]
+        for arch, (dim, input_dim), unit in itertools.product(archs, dims, study.units):
+            cells.append(Cell(
+                study=study.name, task=task.name, task_label=task.label,
+                task_options=copy.deepcopy(task.options), data=task.data, data_source=task.data_source,
+                arch=arch, unit=unit.spec, unit_canonical=unit.canonical, unit_identity=unit.identity, dim=dim,
+                input_dim=input_dim, epochs=study.epochs, search=copy.deepcopy(study.search), metric=task.metric,
+                direction=task.direction,
+            ))
     return cells
 
 

@@ -13,12 +13,31 @@ import json
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable, TypeVar
+from typing import Any, TypeVar
 
-TAG = "tprbench."
-KIND, STUDY, CELL, RUN_KEY, PHASE, STATUS = (TAG + k for k in ("kind", "study", "cell_id", "run_key", "phase", "status"))
+from .record import (
+    CELL,
+    KIND,
+    KIND_CELL,
+    KIND_RUN,
+    KIND_STUDY,
+    PHASE,
+    REASON,
+    RUN_KEY,
+    STATUS,
+    STUDY,
+    TAG,
+    CellRecord,
+    RecordReader,
+    RunRecord,
+    mlflow_status,
+    split_tags,
+)
+
+__all__ = ["PHASE", "TAG", "RunRecord", "StoreUnavailable", "Tracker", "cell_params", "cell_tags", "default_tracking_uri",
+           "final_metrics", "git_commit", "with_retry"]
 MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch limits
 RETRY_ENV = "TPRBENCH_STORE_RETRY_SECONDS"  # how long a write waits for an unavailable store
 DEFAULT_RETRY_SECONDS = 120.0
@@ -100,18 +119,6 @@ def default_tracking_uri(root: Path) -> str:
     return f"sqlite:///{(root / 'mlflow.db').resolve()}"
 
 
-@dataclass
-class RunRecord:
-    """One finished trial or seed run, as stored in MLflow."""
-
-    run_id: str
-    run_key: str
-    status: str
-    tags: dict[str, str]
-    params: dict[str, str]
-    metrics: dict[str, float]
-
-
 class Tracker:
     """The driver's handle on MLflow for one study."""
 
@@ -135,6 +142,7 @@ class Tracker:
         else:
             self.experiment_id = experiment.experiment_id
         self.study = study
+        self.reader = RecordReader.of_client(self.client, tracking_uri, study, self.experiment_id)
         self._parents: dict[str, str] = {}
         self.on_retry: Callable[[str], None] | None = None  # told about each retry (the driver logs it)
         self.retries = 0
@@ -163,18 +171,8 @@ class Tracker:
                 return runs
 
     def records(self, cell_id: str | None = None) -> dict[str, RunRecord]:
-        """Finished trial/seed runs by run key (one per key: duplicates are what this prevents)."""
-        if self.experiment_id is None:
-            return {}
-        flt = f"tags.`{KIND}` = 'run'" + (f" and tags.`{CELL}` = '{cell_id}'" if cell_id else "")
-        out: dict[str, RunRecord] = {}
-        for run in self.search(flt):
-            if run.info.status not in ("FINISHED", "FAILED", "KILLED"):
-                continue
-            key = run.data.tags.get(RUN_KEY, "")
-            out[key] = RunRecord(run.info.run_id, key, run.data.tags.get(STATUS, ""), dict(run.data.tags),
-                                 dict(run.data.params), dict(run.data.metrics))
-        return out
+        """Ended trial/seed runs by run key (harness.record.RecordReader.run_records)."""
+        return self.reader.run_records(None if cell_id is None else [cell_id])
 
     # -- parents ---------------------------------------------------------------------------
     def _find_or_create(self, key: str, tags: dict[str, str], parent: str | None, name: str) -> tuple[str, bool]:
@@ -193,21 +191,24 @@ class Tracker:
 
     def cell_tags_by_id(self) -> dict[str, dict[str, str]]:
         """Tags of every cell run of the study (e.g. the final-phase parameters hash)."""
-        if self.experiment_id is None:
-            return {}
-        return {r.data.tags.get(CELL, ""): dict(r.data.tags) for r in self.search(f"tags.`{KIND}` = 'cell'")}
+        return self.reader.cell_tags()
 
     def study_run(self, commit: str) -> str:
-        run_id, _ = self.retry(lambda: self._find_or_create("study", {KIND: "study", STUDY: self.study}, None, self.study))
+        run_id, _ = self.retry(lambda: self._find_or_create("study", {KIND: KIND_STUDY, STUDY: self.study}, None, self.study))
         self.set_tag(run_id, TAG + "git_commit", commit)
         return run_id
 
     def cell_run(self, cell: Any, study_run_id: str) -> str:
-        tags = {KIND: "cell", STUDY: self.study, CELL: cell.id}
+        tags = {KIND: KIND_CELL, STUDY: self.study, CELL: cell.id}
         run_id, created = self.retry(lambda: self._find_or_create(f"cell/{cell.id}", tags, study_run_id, cell.label))
         if created:
-            self.retry(lambda: self._log(run_id, params=cell_params(cell), tags=cell_tags(cell)))
+            record = CellRecord.of_cell(cell)
+            self.retry(lambda: self._log(run_id, params=record.params(), tags=record.tags()))
         return run_id
+
+    def set_splits(self, cell_run_id: str, valid_split: str, test_splits: list[str]) -> None:
+        """Name the cell's validation split and ordered test splits (known once a worker prepared the data)."""
+        self.retry(lambda: self._log(cell_run_id, tags=split_tags(valid_split, test_splits)), "set splits")
 
     # -- writing runs ----------------------------------------------------------------------
     def _log(self, run_id: str, metrics: Iterable[Any] = (), params: dict[str, Any] | None = None,
@@ -215,7 +216,7 @@ class Tracker:
         from mlflow.entities import Param, RunTag
 
         metrics = list(metrics)
-        params_l = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+        params_l = [Param(k, param_text(v)[:6000]) for k, v in (params or {}).items()]
         tags_l = [RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()]
         for i in range(0, max(len(params_l), len(tags_l)), MAX_BATCH["params"]):
             self.client.log_batch(run_id, params=params_l[i:i + MAX_BATCH["params"]], tags=tags_l[i:i + MAX_BATCH["tags"]])
@@ -239,10 +240,10 @@ class Tracker:
                 return run.info.run_id  # already recorded: never twice
             self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
         status = result["status"]
-        all_tags = {**tags, RUN_KEY: run_key, KIND: "run", STUDY: self.study, STATUS: status,
+        all_tags = {**tags, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study, STATUS: status,
                     "mlflow.parentRunId": cell_run_id}
         if result.get("reason"):
-            all_tags[TAG + "reason"] = result["reason"]
+            all_tags[REASON] = result["reason"]
         run_id = self.client.create_run(self.experiment_id, tags={RUN_KEY: run_key, KIND: "pending"},
                                         run_name=run_key.split("/", 1)[-1]).info.run_id
         now = int(time.time() * 1000)
@@ -255,8 +256,14 @@ class Tracker:
         self._log(run_id, metrics, params=params, tags=all_tags)
         if artifact is not None and artifact.exists():
             self.client.log_artifact(run_id, str(artifact))
-        self.client.set_terminated(run_id, "FINISHED" if status in ("finished", "pruned") else "FAILED")
+        self.client.set_terminated(run_id, mlflow_status(status))
         return run_id
+
+
+def param_text(value: Any) -> str:
+    """How a param is stored: strings as they are, anything else as JSON (so `null`, lists and
+    booleans read back as what they were; numbers print as before)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def final_metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -278,13 +285,9 @@ def final_metrics(result: dict[str, Any]) -> dict[str, float]:
 
 
 def cell_tags(cell: Any) -> dict[str, Any]:
-    return {
-        STUDY: cell.study, CELL: cell.id, TAG + "task": cell.task, TAG + "arch": cell.arch,
-        TAG + "unit": cell.unit, TAG + "dim": cell.dim, TAG + "input_dim": cell.input_dim, TAG + "label": cell.label,
-    }
+    """The cell's tags as every run of it carries them (harness.record.CellRecord.tags)."""
+    return CellRecord.of_cell(cell).tags()
 
 
 def cell_params(cell: Any) -> dict[str, Any]:
-    return {"unit": cell.unit, "unit_canonical": cell.unit_canonical, "task": cell.task, "arch": cell.arch,
-            "dim": cell.dim, "input_dim": cell.input_dim, "epochs": cell.epochs, "data": cell.data,
-            "task_options": json.dumps(cell.task_options, sort_keys=True)}
+    return CellRecord.of_cell(cell).params()

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .tracking import KIND, STUDY, TAG
+from .record import KIND, STUDY, TAG
 
 
 class TransferError(ValueError):
@@ -23,6 +23,9 @@ class TransferError(ValueError):
 
 
 def _value(text: str) -> Any:
+    """A param as logged: JSON (numbers, lists, null), else the string itself."""
+    if text == "None":  # str(None), as records before JSON-encoded params wrote it
+        return None
     try:
         return json.loads(text)
     except (json.JSONDecodeError, TypeError):
@@ -51,7 +54,8 @@ def load_tracked_model(client: Any, run_id: str, cache_dir: Path):
     adapter = get_task(task)(options, os.path.expandvars(cell["data"]), cache_dir)
     if not hasattr(adapter, "encode_sentences"):
         raise TransferError(f"run {run_id}: task {task!r} has no sentence encoder (SentEval needs an NLI-style task)")
-    hparams = {k: _value(v) for k, v in run.data.params.items() if k != "seed"}
+    # The run's params are its resolved hyperparameters (records before issue 11: the study's values).
+    hparams = adapter.resolve_hparams({k: _value(v) for k, v in run.data.params.items() if k != "seed"})
     config = TrainConfig(unit=tags[TAG + "unit"], arch=tags[TAG + "arch"], dim=int(tags[TAG + "dim"]),
                          input_dim=int(tags[TAG + "input_dim"]), epochs=int(cell.get("epochs", 1)),
                          seed=int(run.data.params.get("seed", 0)), hparams=hparams)

@@ -16,6 +16,9 @@ import traceback
 from dataclasses import asdict
 from typing import Any
 
+from .jobs import TrialRef, WorkerJob
+from .record import ERRORED
+
 # Per-process cache of prepared adapters (key: task, options, data, cache dir). Process-local
 # on purpose: each Ray worker keeps the data it has loaded for the next trial it gets.
 _ADAPTERS: dict[str, Any] = {}
@@ -35,7 +38,7 @@ def get_adapter(task: str, options: dict[str, Any], data: str | None, cache_dir:
 REPORT_RETRY_SECONDS = 30.0  # a worker waits this long for the Optuna storage, then trains on without pruning
 
 
-def _pruning_reporter(spec: dict[str, Any], metric_key: str, info: dict[str, Any]):
+def _pruning_reporter(ref: TrialRef, metric_key: str, info: dict[str, Any]):
     """Report each epoch's validation score to the trial in Optuna storage; True = prune.
 
     Pruning is advisory: if the storage stays unavailable (retried with backoff), the trial is
@@ -47,12 +50,12 @@ def _pruning_reporter(spec: dict[str, Any], metric_key: str, info: dict[str, Any
     from harness.tracking import StoreUnavailable, with_retry
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    where = f"Optuna storage {spec['storage']}"
+    where = f"Optuna storage {ref.storage}"
     window = min(REPORT_RETRY_SECONDS, float(os.environ.get("TPRBENCH_STORE_RETRY_SECONDS", REPORT_RETRY_SECONDS)))
     try:
         trial = with_retry(lambda: optuna.trial.Trial(
-            optuna.load_study(study_name=spec["study_name"], storage=open_storage(spec["storage"]),
-                              pruner=make_pruner(spec["pruner"])), spec["trial_id"]), where, window=window)
+            optuna.load_study(study_name=ref.study_name, storage=open_storage(ref.storage),
+                              pruner=make_pruner(ref.pruner)), ref.trial_id), where, window=window)
     except StoreUnavailable as exc:
         info["pruning"] = f"off: {exc}"
         return None
@@ -99,32 +102,34 @@ def _log_attempt(run_dir: str, info: dict[str, Any]) -> None:
         pass
 
 
-def run_job(job: dict[str, Any]) -> dict[str, Any]:
-    """Train one job; never raises for a failing run (the failure is the result)."""
+def run_job(job: WorkerJob) -> dict[str, Any]:
+    """Train one job; never raises for a failing run (the failure is the result).
+
+    A run whose loss became NaN/inf comes back `diverged` (from the trainer); any exception is
+    `errored` — the run could not be carried out (import error, out of memory, a bad file), which
+    says nothing about the unit (harness/record.py)."""
     started = time.perf_counter()
     info = worker_info()
-    _log_attempt(job["run_dir"], info)
+    _log_attempt(job.run_dir, info)
+    notes: list[str] = []
     try:
         import torch
 
-        from tasks.training import TrainConfig, train
+        from tasks.training import train
 
-        threads = int(job.get("threads") or 0)
-        if threads:
-            torch.set_num_threads(threads)
-        cell = job["cell"]
-        adapter = get_adapter(cell["task"], cell["task_options"], cell["data"], job["cache_dir"])
+        if job.threads:
+            torch.set_num_threads(job.threads)
+        adapter = get_adapter(job.task, job.task_options, job.data, job.cache_dir)
         ready = time.perf_counter()
-        config = TrainConfig(unit=cell["unit"], arch=cell["arch"], dim=cell["dim"], input_dim=cell["input_dim"],
-                             epochs=cell["epochs"], seed=job["seed"], hparams=job["hparams"])
-        report = _pruning_reporter(job["optuna"], f"valid_{adapter.metric}", info) if job.get("optuna") else None
+        report = _pruning_reporter(job.trial, job.metric, info) if job.trial is not None else None
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        result = train(adapter, config, job["run_dir"], report=report, device=device)
+        result = train(adapter, job.train_config(), job.run_dir, report=report, device=device, notice=notes.append)
         out = asdict(result)
+        out["splits"] = {"valid": adapter.valid_split, "test": list(adapter.test_splits)}
         info["setup_seconds"] = ready - started
-    except Exception as exc:  # a raising trial is a failed trial, not a dead study
-        out = {"status": "failed", "reason": f"{type(exc).__name__}: {exc}", "history": [], "test": {},
-               "traceback": traceback.format_exc(limit=8)}
+    except Exception as exc:  # a raising trial is an errored trial, not a dead study
+        out = {"status": ERRORED, "reason": f"{type(exc).__name__}: {exc}", "history": [], "test": {},
+               "notes": notes, "traceback": traceback.format_exc(limit=8)}
     info["worker_seconds"] = time.perf_counter() - started
     info["end"] = time.time()
     out["worker"] = info

@@ -2,20 +2,52 @@
 
 An adapter owns its data (where it comes from, tokenisation, caching, batches), the
 architecture around the unit, the loss and the metrics per split. The training loop
-(tasks/training.py) and the harness only call the methods below.
+(tasks/training.py) and the harness only call the methods below. docs/adding-a-task.md walks
+through a complete adapter.
+
+The contract, in the order the trainer uses it:
+
+- `prepare()` loads or generates the data (using `cache_dir`). The base class makes it run once
+  per adapter, however often it is called: implementations need no guard of their own.
+- `train_batches(batch_size, generator, epoch)` yields the batches of one epoch; every random
+  choice comes from `generator` (seeded by (seed, epoch)), so a resumed run sees the same order.
+  A batch is a tensor or a dict/list/tuple of tensors (moved to the device with `to_device`);
+  other values (flags, strings) pass through. Boolean tensors of shape [B, T] whose key ends
+  in `mask` are checked once per batch on the host: right-padded (True, then only False).
+- `eval_batches(split, batch_size)` yields a split's batches in a fixed order (use
+  `cached_eval_batches` to build them once).
+- `build_model(unit, arch, dim, input_dim, hparams)` returns the model; `hparams` is the run's
+  resolved `HParams` (dropout, mlp_hidden and the task's own fields).
+- `loss(model, batch)` returns `(mean loss tensor, counts)`: counts are additive numbers over
+  batches, e.g. {"correct": 7, "count": 16}; "count" weights the loss when it is averaged.
+  Tasks whose model carries state from one batch to the next (truncated BPTT) implement
+  `loss_with_carry(model, batch, carry) → (loss, counts, carry)` instead; the trainer starts each
+  epoch and each evaluation with carry None and passes it along explicitly.
+- `metrics_from_counts(loss_sum, counts)` turns summed counts into metrics ({"loss", "acc"} by
+  default). `evaluate(model, split, batch_size)` returns them for a split. The trainer logs
+  them per epoch as `train_<name>` and `valid_<name>`; the study's metric must be one of the
+  `valid_<name>` keys, where `<name>` is a key of `metrics` (name → direction).
+- Modules of the model may set a tensor `aux_loss` during forward (already weighted and masked;
+  set anew on every forward): the trainer adds their sum to the task loss and logs it per epoch
+  as `train_aux`.
 """
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 import pydantic
 import torch
 from torch import nn
 
+from .hparams import HParams, resolve_hparams
 from .registry import TaskError
+
+GENERATED = "generated"
 
 
 def _option_problem(task: str, model: type[pydantic.BaseModel], err: dict[str, Any]) -> str:
@@ -31,15 +63,44 @@ def _option_problem(task: str, model: type[pydantic.BaseModel], err: dict[str, A
     return f"{key}: {err['msg']}"
 
 
+def _prepare_once(prepare: Callable[[Any], None]) -> Callable[[Any], None]:
+    """Wrap an adapter's `prepare` so it runs once per instance (the copies of this guard that
+    every adapter carried live here)."""
+    if getattr(prepare, "_once", False):
+        return prepare
+
+    @functools.wraps(prepare)
+    def once(self: TaskAdapter) -> None:
+        if self.__dict__.get("_prepared"):
+            return
+        prepare(self)
+        self._prepared = True
+
+    once._once = True  # type: ignore[attr-defined]
+    return once
+
+
+class NoOptions(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+
 class TaskAdapter(ABC):
     name: ClassVar[str]
     archs: ClassVar[tuple[str, ...]]
-    Options: ClassVar[type[pydantic.BaseModel]]
+    Options: ClassVar[type[pydantic.BaseModel]] = NoOptions
+    HParams: ClassVar[type[HParams]] = HParams  # a task with hyperparameters of its own subclasses it
     layouts: ClassVar[str] = ""
-    metric: ClassVar[str] = "acc"  # the validation metric that selects the best epoch
-    direction: ClassVar[str] = "maximize"
-    # Training defaults of the papers for this task; a study's search space overrides them.
+    metric: ClassVar[str] = "acc"  # the default validation metric that selects the best epoch
+    direction: ClassVar[str] = "maximize"  # its direction
+    # Every metric `evaluate` returns, with its direction: what a study's `metric` may name.
+    metrics: ClassVar[dict[str, str]] = {"loss": "minimize", "acc": "maximize"}
+    # Training defaults of the papers for this task (HParams names); a study's search space overrides them.
     defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "prepare" in cls.__dict__:
+            cls.prepare = _prepare_once(cls.__dict__["prepare"])  # type: ignore[method-assign]
 
     def __init__(self, options: pydantic.BaseModel | dict | None, data: str | None, cache_dir: str | Path) -> None:
         if not isinstance(options, pydantic.BaseModel):
@@ -51,9 +112,27 @@ class TaskAdapter(ABC):
         self.options = options
         self.data = data
         self.cache_dir = Path(cache_dir)
+        self._eval_cache: dict[tuple[str, int], list[Any]] = {}
+
+    # -- hyperparameters and metrics -----------------------------------------------------------
+    @classmethod
+    def resolve_hparams(cls, values: dict[str, Any] | HParams | None) -> HParams:
+        """The run's hyperparameters: study values over this task's `defaults` over HParams' own."""
+        return resolve_hparams(values, cls.defaults, cls.HParams)
+
+    @classmethod
+    def metric_direction(cls, metric: str) -> str | None:
+        """Direction of a logged metric (`valid_acc` or `acc`); None when the task does not log it."""
+        name = metric.removeprefix("valid_")
+        return cls.metrics.get(name)
 
     # -- data ------------------------------------------------------------------------------
-    def check_data(self) -> None:
+    @property
+    def generated(self) -> bool:
+        """True when the study asks for the task's built-in data (`data = "generated"` or none)."""
+        return self.data in (None, "", GENERATED)
+
+    def check_data(self) -> None:  # noqa: B027 (optional hook: the default checks nothing)
         """Cheap check that the data location exists (no loading); raises DataError naming it.
 
         The harness calls it before it opens a study's record, so a wrong path writes nothing.
@@ -61,7 +140,7 @@ class TaskAdapter(ABC):
 
     @abstractmethod
     def prepare(self) -> None:
-        """Load (or generate) and tokenise the data, using the cache. Idempotent."""
+        """Load (or generate) and tokenise the data, using the cache. Runs once (the base guards it)."""
 
     @property
     @abstractmethod
@@ -78,13 +157,20 @@ class TaskAdapter(ABC):
     @abstractmethod
     def eval_batches(self, split: str, batch_size: int) -> Iterator[Any]: ...
 
+    def cached_eval_batches(self, split: str, batch_size: int, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
+        """`make()`'s batches, built once per (split, batch size) and replayed on every evaluation."""
+        key = (split, batch_size)
+        if key not in self._eval_cache:
+            self._eval_cache[key] = list(make())
+        return iter(self._eval_cache[key])
+
     # -- model -----------------------------------------------------------------------------
     def check_arch(self, arch: str) -> None:
         if arch not in self.archs:
             raise TaskError(f"task {self.name!r} has no architecture {arch!r} (choose one of {', '.join(self.archs)})")
 
     @abstractmethod
-    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: dict[str, Any]) -> nn.Module: ...
+    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module: ...
 
     def report_notes(self, arch: str) -> list[str]:
         """Lines a report header should print about this task and architecture: which BiDAF it is,
@@ -95,6 +181,11 @@ class TaskAdapter(ABC):
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean loss of a batch and additive counts for metrics, e.g. {"correct": 7, "count": 16}."""
 
+    def loss_with_carry(self, model: nn.Module, batch: Any, carry: Any) -> tuple[torch.Tensor, dict[str, float], Any]:
+        """`loss` for models that carry state across batches; stateless tasks keep this default."""
+        loss, stats = self.loss(model, batch)
+        return loss, stats, carry
+
     def metrics_from_counts(self, loss_sum: float, counts: dict[str, float]) -> dict[str, float]:
         """Turn summed counts into metrics. Classification default: loss and accuracy."""
         n = max(counts.get("count", 0), 1)
@@ -102,13 +193,13 @@ class TaskAdapter(ABC):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str, batch_size: int) -> dict[str, float]:
-        model.eval()
-        loss_sum, counts = 0.0, {}
         from .training import to_device
 
+        model.eval()
+        loss_sum, counts, carry = 0.0, {}, None
         device = next(model.parameters()).device
         for batch in self.eval_batches(split, batch_size):
-            loss, stats = self.loss(model, to_device(batch, device))
+            loss, stats, carry = self.loss_with_carry(model, to_device(batch, device), carry)
             loss_sum += float(loss) * stats.get("count", 1)
             for k, v in stats.items():
                 counts[k] = counts.get(k, 0) + v

@@ -1,14 +1,23 @@
 """The task registry: task names → adapter classes, with did-you-mean errors.
 
-An adapter class declares `name`, `archs` (architecture names it can build), `Options`
-(a pydantic model of its study-file options, with defaults) and `layouts` (the data layouts it
-reads, for `tprbench tasks`). See tasks/base.py for the methods the harness calls.
+An adapter class (a `tasks.base.TaskAdapter` subclass) declares `name`, `archs` (architecture
+names it can build), `Options` (a pydantic model of its study-file options, with defaults),
+`metrics` and `layouts`. See tasks/base.py for the methods the harness calls and
+docs/adding-a-task.md for a complete example.
+
+The lookup is the generic registry of units/plugins.py, as for units: built-ins (every
+`tasks/<name>/adapter.py`, imported on the first lookup), entry points of installed packages
+(group `tprbench.tasks`), import paths (`mypkg.tasks:MyTask` as a study's task name), a
+base-class check and "did you mean".
 """
 
 from __future__ import annotations
 
-import difflib
-from typing import Callable
+from collections.abc import Callable
+
+from units.plugins import Registry, package_modules
+
+ENTRY_POINT_GROUP = "tprbench.tasks"
 
 
 class TaskError(ValueError):
@@ -17,41 +26,29 @@ class TaskError(ValueError):
     user_error = True
 
 
-_TASKS: dict[str, type] = {}
+def _adapter_base() -> type:
+    from .base import TaskAdapter
+
+    return TaskAdapter
+
+
+def _stamp(cls: type, name: str) -> None:
+    cls.name = name
+
+
+TASKS = Registry("task", ENTRY_POINT_GROUP, builtins=lambda: package_modules("tasks", pattern="{name}.adapter"),
+                 error=TaskError, base=_adapter_base, on_add=_stamp, name_import_paths=True)
 
 
 def register_task(name: str) -> Callable[[type], type]:
-    def decorate(cls: type) -> type:
-        if name in _TASKS and _TASKS[name] is not cls:
-            raise ValueError(f"task name {name!r} is already registered by {_TASKS[name].__qualname__}")
-        _TASKS[name] = cls
-        cls.name = name
-        return cls
-
-    return decorate
-
-
-def _load_builtins() -> None:
-    # Imported here, not at package import, so `import tasks` stays cheap.
-    import importlib
-
-    for module in ("tasks.logic.adapter", "tasks.nli.adapter", "tasks.lm.adapter", "tasks.transfer.adapter"):
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise
+    """Class decorator: make a task adapter available under `name`."""
+    return TASKS.register(name)
 
 
 def available_tasks() -> list[str]:
-    _load_builtins()
-    return sorted(_TASKS)
+    return TASKS.available()
 
 
 def get_task(name: str) -> type:
-    _load_builtins()
-    if name in _TASKS:
-        return _TASKS[name]
-    close = difflib.get_close_matches(name, list(_TASKS), n=2, cutoff=0.5)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    raise TaskError(f"unknown task {name!r}{hint} (available: {', '.join(sorted(_TASKS)) or 'none'})")
+    """The adapter class of a task name, entry point or `package.module:Class` path."""
+    return TASKS.lookup(name)

@@ -1,10 +1,17 @@
 """The training loop every task shares.
 
-Adam, a step schedule (÷`lr_gamma` every `lr_step` epochs), gradient clipping, the best epoch
-chosen by the validation metric, the best model evaluated on every test split. Seeded; a
+The run's `HParams` pick the optimiser (Adam by default), the schedule (÷10 every 30 epochs by
+default), warm-up and gradient clipping; the best epoch is chosen by the run's validation metric
+(the study's, else the task's) and the best model is evaluated on every test split. Seeded; a
 checkpoint after every epoch so a killed run resumes where it stopped and ends exactly where an
 uninterrupted run would (data order and SVP are drawn from a generator seeded by (seed, epoch),
-and torch's RNG state is checkpointed). A NaN/inf loss ends the run as `failed` with the reason.
+and torch's RNG states are checkpointed). A NaN/inf loss ends the run as `diverged` with the
+reason (a result, not an error) — unless it happens during warm-up and `nan_restarts` allows a
+fresh initialisation. An unreadable checkpoint is moved aside and the run restarts; one that
+would run code is refused (tasks/checkpoint.py).
+
+`train` reads as its four jobs: restore (`_read_checkpoint`, `_apply_checkpoint`), one epoch
+(`_train_epoch`), checkpoint (`_save_checkpoint`) and evaluate (`_end_of_epoch`, `_test`).
 """
 
 from __future__ import annotations
@@ -13,24 +20,37 @@ import hashlib
 import json
 import math
 import os
+import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from .base import TaskAdapter
+from .checkpoint import CheckpointCorrupt, CheckpointMismatch, CheckpointRefused, atomic_save, load_checkpoint, set_aside
+from .determinism import Determinism, is_nondeterminism_error, rng_state, set_rng_state
 from .errors import DataError
+from .hparams import HParams, as_params
+from .optim import Schedule, make_optimizer, optimizer_step
+from .registry import TaskError
+
+__all__ = ["BEST_WEIGHTS", "CHECKPOINT", "CheckpointCorrupt", "CheckpointMismatch", "CheckpointRefused", "RESULT",
+           "RunResult", "TrainConfig", "default_device", "fingerprint_of", "load_best_model", "load_checkpoint", "run_metric",
+           "to_device", "train"]
 
 CHECKPOINT = "checkpoint.pt"
 BEST_WEIGHTS = "best.pt"
 RESULT = "result.json"
+RESTART_SEED_STRIDE = 1_000_003  # restart r after a NaN in warm-up initialises with seed + r × this
 
 
 @dataclass
 class TrainConfig:
-    """Everything that decides a training run besides the data. Logged as resolved."""
+    """Everything that decides a training run besides the data. `hparams`: the study's values
+    (a dict, resolved with the task's defaults by `train`) or an already resolved `HParams`."""
 
     unit: str
     arch: str
@@ -38,80 +58,71 @@ class TrainConfig:
     input_dim: int
     epochs: int
     seed: int = 0
-    hparams: dict[str, Any] = field(default_factory=dict)  # lr, batch_size, clip, dropout, lr_step, ...
+    hparams: dict[str, Any] | HParams = field(default_factory=dict)
+    metric: str | None = None  # e.g. "valid_loss"; None: valid_<the task's metric>
+    direction: str | None = None  # None: the task's direction for that metric
+    deterministic: bool = True  # bitwise-reproducible kernels (not part of the fingerprint)
 
-    def fingerprint(self, task: str, task_options: dict[str, Any]) -> str:
-        blob = json.dumps({"task": task, "options": task_options, **asdict(self)}, sort_keys=True, default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    def fingerprint(self, task: str, task_options: dict[str, Any], hp: HParams, metric: str, direction: str) -> str:
+        """What a checkpoint or result must match to be reused: everything that changes the run."""
+        blob = {"task": task, "options": task_options, "unit": self.unit, "arch": self.arch, "dim": self.dim,
+                "input_dim": self.input_dim, "epochs": self.epochs, "seed": self.seed, "hparams": as_params(hp),
+                "metric": metric, "direction": direction}
+        return _digest(blob)
+
+    def legacy_fingerprint(self, task: str, task_options: dict[str, Any]) -> str | None:
+        """The fingerprint before hyperparameters were resolved (study values only, task metric):
+        checkpoints and results written then still resume. None when `hparams` is already typed."""
+        if isinstance(self.hparams, HParams):
+            return None
+        blob = {"task": task, "options": task_options, "unit": self.unit, "arch": self.arch, "dim": self.dim,
+                "input_dim": self.input_dim, "epochs": self.epochs, "seed": self.seed, "hparams": self.hparams}
+        return _digest(blob)
+
+
+def fingerprint_of(adapter: TaskAdapter, config: TrainConfig) -> str:
+    """The run's fingerprint as `train` computes it (hyperparameters resolved with the task's defaults)."""
+    hp = adapter.resolve_hparams(config.hparams)
+    metric, direction = run_metric(adapter, config.metric, config.direction)
+    return config.fingerprint(adapter.name, adapter.options.model_dump(mode="json"), hp, metric, direction)
+
+
+def _digest(blob: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @dataclass
 class RunResult:
-    status: str  # finished | failed | pruned
+    status: str  # finished | pruned | diverged (harness/record.py: the run statuses)
     reason: str = ""
     best_epoch: int | None = None
     best_valid: float | None = None
-    metric: str = ""
+    metric: str = ""  # the validation key that chose the best epoch, e.g. valid_acc
+    direction: str = ""
     history: list[dict[str, float]] = field(default_factory=list)
     test: dict[str, dict[str, float]] = field(default_factory=dict)  # split → metrics of the best model
     params_formula: int | None = None
     params_total: int = 0
     seconds: float = 0.0
     resumed_from_epoch: int = 0
+    hparams: dict[str, Any] = field(default_factory=dict)  # the resolved hyperparameters
+    notes: list[str] = field(default_factory=list)  # things the run had to do (set a corrupt file aside, ...)
+    reproducible: bool | None = None  # bitwise reproducible on the same machine and software
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, indent=1)
 
     @classmethod
-    def from_json(cls, text: str) -> "RunResult":
-        return cls(**json.loads(text))
+    def from_json(cls, text: str) -> RunResult:
+        return cls.from_dict(json.loads(text))
 
-
-class CheckpointMismatch(DataError):
-    """A checkpoint in the run directory belongs to a different configuration (unit, dims, ...)."""
-
-
-class CheckpointRefused(DataError):
-    """A checkpoint file that is not plain tensors and containers (it would need code to load), or is corrupt."""
-
-
-def _load_reason(exc: BaseException) -> str:
-    """The informative line of torch's weights-only error (its first line only suggests weights_only=False)."""
-    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    boiler = ("Weights only load failed", "Please file an issue", "Check the documentation", "WeightsUnpickler error")
-    useful = [ln for ln in lines if not ln.startswith(boiler)]
-    return (useful or lines or [type(exc).__name__])[0].rstrip(".")
-
-
-def load_checkpoint(path: str | Path, map_location: Any = None) -> Any:
-    """`torch.load(path, weights_only=True)`: a file that would run code when loaded (a pickled object
-    with `__reduce__`), or a corrupt one, raises CheckpointRefused naming the file; nothing in it runs."""
-    import pickle
-
-    try:
-        return torch.load(path, weights_only=True, map_location=map_location)
-    except pickle.UnpicklingError as exc:
-        raise CheckpointRefused(
-            f"{path}: refused to load: not a plain weights checkpoint ({_load_reason(exc)}); tprbench loads "
-            "checkpoints with weights_only=True and never runs code from them: delete the file or use a fresh "
-            "run directory") from None
-    except (RuntimeError, EOFError) as exc:
-        raise CheckpointRefused(f"{path}: cannot read the checkpoint ({_load_reason(exc)}); delete the file or use "
-                                "a fresh run directory") from None
-
-
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def _hparam(hparams: dict[str, Any], defaults: dict[str, Any], key: str, fallback: Any) -> Any:
-    return hparams.get(key, defaults.get(key, fallback))
-
-
-def _better(a: float, b: float | None, direction: str) -> bool:
-    return b is None or (a > b if direction == "maximize" else a < b)
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunResult:
+        known = {f.name for f in fields(cls)}
+        out = cls(**{k: v for k, v in data.items() if k in known})
+        if out.status == "failed":  # result.json written before "diverged" existed
+            out.status = "diverged"
+        return out
 
 
 def to_device(batch: Any, device: torch.device | str) -> Any:
@@ -125,8 +136,86 @@ def to_device(batch: Any, device: torch.device | str) -> Any:
     return batch
 
 
+def check_masks(batch: Any) -> None:
+    """Every [B, T] bool tensor named `*mask` in a dict batch is right-padded; checked on the host,
+    once per batch, so units need not check (and sync) on the device."""
+    if not isinstance(batch, dict):
+        return
+    from units.base import check_right_padded
+
+    for key, value in batch.items():
+        if (isinstance(value, torch.Tensor) and key.endswith("mask") and value.dtype == torch.bool
+                and value.dim() == 2 and value.device.type == "cpu"):
+            try:
+                check_right_padded(value)
+            except ValueError as exc:
+                raise TaskError(f"batch key {key!r}: {exc}") from None
+
+
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def run_metric(adapter: TaskAdapter | type[TaskAdapter], metric: str | None = None,
+               direction: str | None = None) -> tuple[str, str]:
+    """(validation key, direction) of a run: the study's metric, else valid_<the task's metric>;
+    its direction as the task declares it. A metric the task does not log is a TaskError."""
+    key = metric or f"valid_{adapter.metric}"
+    if not key.startswith("valid_"):
+        raise TaskError(f"metric {key!r}: the best epoch is chosen on the validation split; use valid_<name> "
+                        f"with <name> one of {', '.join(adapter.metrics)}")
+    declared = adapter.metric_direction(key)
+    if declared is None:
+        import difflib
+
+        names = [f"valid_{m}" for m in adapter.metrics]
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TaskError(f"metric {key!r}{hint}: task {adapter.name!r} logs {', '.join(names)}")
+    return key, direction or declared
+
+
+def _print_notice(text: str) -> None:
+    print(f"tprbench train: {text}", file=sys.stderr)
+
+
+@dataclass
+class _Session:
+    """One attempt at the run: the model and what trains it (rebuilt on a NaN restart)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    schedule: Schedule
+    aux_modules: list[torch.nn.Module]
+    restarts: int = 0
+    step: int = 0  # optimiser steps so far (warm-up counts them)
+    best_state: dict[str, torch.Tensor] | None = None  # weights of the best epoch so far
+
+
+@dataclass
+class _Context:
+    """What stays fixed for the whole run."""
+
+    adapter: TaskAdapter
+    config: TrainConfig
+    hp: HParams
+    metric: str
+    direction: str
+    device: torch.device
+    run_path: Path | None
+    fingerprints: tuple[str, ...]  # the current one first, then the legacy one if any
+    notice: Callable[[str], None]
+    determinism: Determinism
+    notes: list[str] = field(default_factory=list)
+
+    def say(self, text: str) -> None:
+        """Tell the caller (one line) and keep the line in the run's result."""
+        self.notes.append(text)
+        self.notice(text)
+
+    @property
+    def eval_batch_size(self) -> int:
+        return max(self.hp.batch_size, 256)
 
 
 def train(
@@ -136,132 +225,283 @@ def train(
     report: Callable[[int, dict[str, float]], bool] | None = None,
     progress: Callable[[int, dict[str, float]], None] | None = None,
     device: torch.device | str | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> RunResult:
-    """Train one model; resumable from `run_dir`. `report(epoch, metrics)` returning True prunes.
+    """Train one model; resumable from `run_dir`. `report(epoch, metrics)` returning True prunes;
+    `notice(line)` hears what the run had to do (default: one line on stderr).
 
-    Metrics per epoch: train_loss, train_acc (if any), valid_<metric...>, lr, epoch_seconds.
+    Metrics per epoch: train_loss, train_<metric…>, train_aux (when a module sets aux_loss),
+    valid_<metric…>, lr, epoch_seconds.
     """
     started = time.perf_counter()
     adapter.prepare()
     adapter.check_arch(config.arch)
-    run_path = Path(run_dir) if run_dir is not None else None
-    task_options = adapter.options.model_dump(mode="json")
-    fingerprint = config.fingerprint(adapter.name, task_options)
-    if run_path is not None:
-        run_path.mkdir(parents=True, exist_ok=True)
-        done = run_path / RESULT
-        if done.exists():
-            previous = json.loads(done.read_text())
-            if previous.get("fingerprint") == fingerprint:
-                previous.pop("fingerprint")
-                return RunResult(**previous)
+    hp = adapter.resolve_hparams(config.hparams)
+    metric, direction = run_metric(adapter, config.metric, config.direction)
+    options = adapter.options.model_dump(mode="json")
+    fps = [config.fingerprint(adapter.name, options, hp, metric, direction)]
+    if config.metric in (None, f"valid_{adapter.metric}") and config.direction in (None, adapter.direction):
+        fps.append(config.legacy_fingerprint(adapter.name, options))
+    ctx = _Context(adapter, config, hp, metric, direction,
+                   torch.device(device) if device is not None else default_device(),
+                   Path(run_dir) if run_dir is not None else None, tuple(f for f in fps if f),
+                   notice or _print_notice, Determinism(config.deterministic))
+    if ctx.run_path is not None:
+        ctx.run_path.mkdir(parents=True, exist_ok=True)
+        previous = _finished_result(ctx)
+        if previous is not None:
+            return previous
+    with ctx.determinism:
+        result, model, best_state = _fit(ctx, report, progress)
+    if result.status == "finished" and best_state is not None:
+        model.load_state_dict(best_state)
+        result.test = _test(ctx, model)
+    result.reproducible = ctx.determinism.reproducible
+    result.notes = list(dict.fromkeys(result.notes + ctx.notes))
+    result.seconds = time.perf_counter() - started
+    if ctx.run_path is not None:
+        record = asdict(result) | {"fingerprint": ctx.fingerprints[0]}
+        tmp = ctx.run_path / (RESULT + ".tmp")
+        tmp.write_text(json.dumps(record, sort_keys=True, indent=1))
+        os.replace(tmp, ctx.run_path / RESULT)
+    return result
 
-    hp, defaults = config.hparams, adapter.defaults
-    torch.manual_seed(config.seed)
-    device = torch.device(device) if device is not None else default_device()
-    model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim, hp).to(device)
+
+def _finished_result(ctx: _Context) -> RunResult | None:
+    """The run's result.json when it belongs to this configuration (a finished run is never redone)."""
+    done = ctx.run_path / RESULT
+    if not done.exists():
+        return None
+    try:
+        previous = json.loads(done.read_text())
+    except (ValueError, OSError) as exc:
+        moved = set_aside(done)
+        ctx.say(f"{done}: unreadable ({type(exc).__name__}); moved to {moved.name}, training again")
+        return None
+    if previous.get("fingerprint") not in ctx.fingerprints:
+        return None
+    previous.pop("fingerprint")
+    return RunResult.from_dict(previous)
+
+
+def _build(ctx: _Context, restarts: int) -> _Session:
+    """Model, optimiser and schedule, initialised from the run's seed (a restart gets its own)."""
+    torch.manual_seed(ctx.config.seed + RESTART_SEED_STRIDE * restarts)
+    c = ctx.config
+    model = ctx.adapter.build_model(c.unit, c.arch, c.dim, c.input_dim, ctx.hp).to(ctx.device)
+    optimizer = make_optimizer([p for p in model.parameters() if p.requires_grad], ctx.hp)
+    schedule = Schedule(optimizer, ctx.hp, ctx.metric, ctx.direction)
+    aux = [m for m in model.modules() if hasattr(m, "aux_loss")]
+    return _Session(model, optimizer, schedule, aux, restarts)
+
+
+def _new_result(ctx: _Context, model: torch.nn.Module) -> RunResult:
     from units import model_param_counts  # every unit in the model, as the papers report them
 
     counts = model_param_counts(model)
-    optimizer = torch.optim.Adam(
-        [p for p in model.parameters() if p.requires_grad],
-        lr=_hparam(hp, defaults, "lr", 1e-3),
-        weight_decay=_hparam(hp, defaults, "weight_decay", 0.0),
-    )
-    scheduler = torch.optim.lr_scheduler.StepLR(
-        optimizer, step_size=int(_hparam(hp, defaults, "lr_step", 30)), gamma=_hparam(hp, defaults, "lr_gamma", 0.1)
-    )
-    batch_size = int(_hparam(hp, defaults, "batch_size", 64))
-    eval_batch_size = max(batch_size, 256)
-    clip = _hparam(hp, defaults, "clip", 5.0)
-    metric, direction = adapter.metric, adapter.direction
-    valid_key = f"valid_{metric}"
+    return RunResult(status="finished", metric=ctx.metric, direction=ctx.direction, params_formula=counts.formula,
+                     params_total=counts.total, hparams=as_params(ctx.hp))
 
-    result = RunResult(status="finished", metric=valid_key, params_formula=counts.formula, params_total=counts.total)
-    start_epoch = 0
-    ckpt_path = run_path / CHECKPOINT if run_path else None
-    if ckpt_path is not None and ckpt_path.exists():
-        state = load_checkpoint(ckpt_path, map_location=device)
-        if state.get("fingerprint") != fingerprint:
-            raise CheckpointMismatch(
-                f"{ckpt_path}: checkpoint belongs to a different run configuration (fingerprint "
-                f"{state.get('fingerprint')} != {fingerprint}); move it away or use a fresh run directory"
-            )
-        model.load_state_dict(state["model"])  # weights_only above: a checkpoint cannot run code
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"].cpu())
-        start_epoch = int(state["epoch"])
-        result.history = json.loads(state["history"])
-        result.best_epoch, result.best_valid = state["best_epoch"], state["best_valid"]
-        result.resumed_from_epoch = start_epoch
 
-    best_state: dict[str, torch.Tensor] | None = None
-    if run_path is not None and (run_path / BEST_WEIGHTS).exists() and start_epoch:
-        best_state = load_checkpoint(run_path / BEST_WEIGHTS, map_location=device)
+# -- restore ---------------------------------------------------------------------------------
 
-    for epoch in range(start_epoch + 1, config.epochs + 1):
+def _read_checkpoint(ctx: _Context) -> dict[str, Any] | None:
+    """The run directory's checkpoint, if it belongs to this run. An unreadable one is moved
+    aside (the run starts again); one of another configuration or one that would run code stops the run."""
+    path = ctx.run_path / CHECKPOINT if ctx.run_path is not None else None
+    if path is None or not path.exists():
+        return None
+    try:
+        state = load_checkpoint(path, map_location=ctx.device)
+    except CheckpointCorrupt as exc:
+        _restart_note(ctx, path, exc)
+        return None
+    if not isinstance(state, dict) or state.get("fingerprint") not in ctx.fingerprints:
+        got = state.get("fingerprint") if isinstance(state, dict) else type(state).__name__
+        raise CheckpointMismatch(
+            f"{path}: checkpoint belongs to a different run configuration (fingerprint {got} != "
+            f"{ctx.fingerprints[0]}); move it away or use a fresh run directory")
+    return state
+
+
+def _restart_note(ctx: _Context, path: Path, exc: Exception) -> None:
+    moved = set_aside(path)
+    best = ctx.run_path / BEST_WEIGHTS
+    if best.exists() and path != best:
+        set_aside(best)  # its epoch's history went with the checkpoint
+    ctx.say(f"{exc}; moved it to {moved.name} and restarting the run from epoch 1")
+
+
+def _apply_checkpoint(ctx: _Context, s: _Session, result: RunResult, state: dict[str, Any]) -> int:
+    """Load a checkpoint into the session and result; returns the epoch it ended."""
+    s.model.load_state_dict(state["model"])  # weights_only above: a checkpoint cannot run code
+    s.optimizer.load_state_dict(state["optimizer"])
+    s.schedule.load_state_dict(state["scheduler"])
+    set_rng_state(state)
+    s.step = int(state.get("step", 0))
+    epoch = int(state["epoch"])
+    result.history = json.loads(state["history"])
+    result.best_epoch, result.best_valid = state["best_epoch"], state["best_valid"]
+    result.resumed_from_epoch = epoch
+    result.notes = list(state.get("notes", []))
+    best = ctx.run_path / BEST_WEIGHTS
+    if not (best.exists() and epoch):
+        return epoch
+    try:
+        s.best_state = load_checkpoint(best, map_location=ctx.device)
+        return epoch
+    except CheckpointCorrupt as exc:
+        _restart_note(ctx, ctx.run_path / CHECKPOINT if (ctx.run_path / CHECKPOINT).exists() else best, exc)
+        raise _Restart(same_seed=True) from None
+
+
+class _Restart(Exception):
+    """Start the run again: a NaN in warm-up (new initialisation) or a corrupt best.pt (same one)."""
+
+    def __init__(self, same_seed: bool = False) -> None:
+        self.same_seed = same_seed
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+def _fit(ctx: _Context, report: Any, progress: Any) -> tuple[RunResult, torch.nn.Module, dict | None]:
+    """Build, restore and train; rebuilt from scratch on a restart. (result, model, best weights)."""
+    state = _read_checkpoint(ctx)
+    restarts = int(state.get("restarts", 0)) if state else 0
+    while True:
+        s = _build(ctx, restarts)
+        result = _new_result(ctx, s.model)
+        try:
+            start = _apply_checkpoint(ctx, s, result, state) if state else 0
+            state = None
+            _epochs(ctx, s, result, start, report, progress)
+            return result, s.model, s.best_state
+        except _Restart as again:
+            state = None
+            if not again.same_seed:
+                restarts += 1
+                ctx.say(f"loss was not finite during warm-up: re-initialised (restart {restarts} of "
+                        f"{ctx.hp.nan_restarts})")
+                _clear_run_files(ctx)
+
+
+def _clear_run_files(ctx: _Context) -> None:
+    for name in (CHECKPOINT, BEST_WEIGHTS):
+        if ctx.run_path is not None and (ctx.run_path / name).exists():
+            (ctx.run_path / name).unlink()
+
+
+def _epochs(ctx: _Context, s: _Session, result: RunResult, start: int, report: Any, progress: Any) -> None:
+    for epoch in range(start + 1, ctx.config.epochs + 1):
         t0 = time.perf_counter()
-        model.train()
-        generator = torch.Generator().manual_seed(config.seed * 100_003 + epoch)
-        loss_sum, counts_sum, n_batches = 0.0, {}, 0
-        for step, batch in enumerate(adapter.train_batches(batch_size, generator, epoch)):
-            loss, stats = adapter.loss(model, to_device(batch, device))
-            if not torch.isfinite(loss):
-                result.status = "failed"
-                result.reason = f"loss became {float(loss.detach())} at epoch {epoch}, step {step}"
-                break
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-            optimizer.step()
-            loss_sum += float(loss.detach()) * stats.get("count", 1)
-            n_batches += 1
-            for k, v in stats.items():
-                counts_sum[k] = counts_sum.get(k, 0) + v
-        if result.status == "failed":
-            break
-        train_metrics = adapter.metrics_from_counts(loss_sum, counts_sum)
-        valid = adapter.evaluate(model, adapter.valid_split, eval_batch_size)
-        row = {f"train_{k}": v for k, v in train_metrics.items()}
-        row.update({f"valid_{k}": v for k, v in valid.items()})
-        row.update({"epoch": epoch, "lr": optimizer.param_groups[0]["lr"], "epoch_seconds": time.perf_counter() - t0})
-        scheduler.step()
-        score = row[valid_key]
-        if not math.isfinite(score):
-            result.status, result.reason = "failed", f"validation {valid_key} became {score} at epoch {epoch}"
-            break
-        result.history.append(row)
-        if _better(score, result.best_valid, direction):
-            result.best_valid, result.best_epoch = score, epoch
-            best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            if run_path is not None:
-                _atomic_save(best_state, run_path / BEST_WEIGHTS)
-        if ckpt_path is not None:
-            _atomic_save({
-                "fingerprint": fingerprint, "epoch": epoch, "model": model.state_dict(),
-                "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-                "rng": torch.get_rng_state(), "history": json.dumps(result.history),
-                "best_epoch": result.best_epoch, "best_valid": result.best_valid,
-            }, ckpt_path)
+        train_metrics = _train_epoch(ctx, s, result, epoch)
+        if train_metrics is None:
+            return  # diverged: result says why
+        if not _end_of_epoch(ctx, s, result, epoch, train_metrics, t0):
+            return
         if progress:
-            progress(epoch, row)
-        if report is not None and report(epoch, row):
+            progress(epoch, result.history[-1])
+        if report is not None and report(epoch, result.history[-1]):
             result.status, result.reason = "pruned", f"pruned after epoch {epoch}"
-            break
+            return
 
-    if result.status == "finished" and best_state is not None:
-        model.load_state_dict(best_state)
-        for split in adapter.test_splits:
-            result.test[split] = adapter.evaluate(model, split, eval_batch_size)
-    result.seconds = time.perf_counter() - started
-    if run_path is not None:
-        record = asdict(result) | {"fingerprint": fingerprint}
-        tmp = run_path / (RESULT + ".tmp")
-        tmp.write_text(json.dumps(record, sort_keys=True, indent=1))
-        os.replace(tmp, run_path / RESULT)
-    return result
+
+def _train_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> dict[str, float] | None:
+    """One pass over the training batches; the train_* metrics, or None when the loss diverged."""
+    s.model.train()
+    generator = torch.Generator().manual_seed(ctx.config.seed * 100_003 + epoch)
+    loss_sum, aux_sum, counts, carry, n = 0.0, 0.0, {}, None, 0
+    for step, batch in enumerate(ctx.adapter.train_batches(ctx.hp.batch_size, generator, epoch)):
+        check_masks(batch)
+        loss, aux, stats, carry = _batch_step(ctx, s, to_device(batch, ctx.device), carry)
+        if not torch.isfinite(loss):
+            if s.step < ctx.hp.warmup_steps and s.restarts < ctx.hp.nan_restarts:
+                raise _Restart()
+            result.status = "diverged"
+            result.reason = f"loss became {float(loss.detach())} at epoch {epoch}, step {step}"
+            return None
+        loss_sum += float(loss.detach()) * stats.get("count", 1)
+        aux_sum += aux
+        n += 1
+        for k, v in stats.items():
+            counts[k] = counts.get(k, 0) + v
+    metrics = {f"train_{k}": v for k, v in ctx.adapter.metrics_from_counts(loss_sum, counts).items()}
+    if s.aux_modules:
+        metrics["train_aux"] = aux_sum / max(n, 1)
+    return metrics
+
+
+def _batch_step(ctx: _Context, s: _Session, batch: Any, carry: Any) -> tuple[torch.Tensor, float, dict, Any]:
+    """Forward, auxiliary losses, backward, clip, optimiser step: (task loss, aux, counts, carry).
+    An op without a deterministic implementation relaxes determinism once and redoes the batch."""
+    for attempt in (0, 1):
+        try:
+            for m in s.aux_modules:
+                m.aux_loss = None  # set anew by each forward
+            loss, stats, new_carry = ctx.adapter.loss_with_carry(s.model, batch, carry)
+            if not torch.isfinite(loss):
+                return loss, 0.0, stats, new_carry
+            aux = [m.aux_loss.reshape(()) for m in s.aux_modules if m.aux_loss is not None]
+            aux_total = torch.stack(aux).sum() if aux else None
+            s.optimizer.zero_grad(set_to_none=True)
+            (loss if aux_total is None else loss + aux_total).backward()
+            if ctx.hp.clip:
+                torch.nn.utils.clip_grad_norm_(s.model.parameters(), ctx.hp.clip)
+            optimizer_step(s.optimizer, ctx.hp, s.step)
+            s.step += 1
+            return loss, 0.0 if aux_total is None else float(aux_total.detach()), stats, new_carry
+        except RuntimeError as exc:
+            if attempt or not (ctx.determinism.deterministic and is_nondeterminism_error(exc)):
+                raise
+            ctx.determinism.relax(exc)
+            ctx.say(f"not bitwise reproducible: {ctx.determinism.reason}")
+    raise AssertionError("unreachable")
+
+
+# -- evaluate and checkpoint -------------------------------------------------------------------
+
+def _end_of_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int, row: dict[str, float],
+                  t0: float) -> bool:
+    """Validate, step the schedule, keep the best weights, write the checkpoint. False: stop (diverged)."""
+    valid = ctx.adapter.evaluate(s.model, ctx.adapter.valid_split, ctx.eval_batch_size)
+    row = {**row, **{f"valid_{k}": v for k, v in valid.items()}}
+    row.update({"epoch": epoch, "lr": s.optimizer.param_groups[0]["lr"], "epoch_seconds": time.perf_counter() - t0})
+    if ctx.metric not in row:
+        raise TaskError(f"metric {ctx.metric!r} is not among the logged metrics ({', '.join(sorted(row))})")
+    score = row[ctx.metric]
+    if math.isfinite(score):
+        s.schedule.step(row)
+    else:
+        result.status, result.reason = "diverged", f"validation {ctx.metric} became {score} at epoch {epoch}"
+        return False
+    result.history.append(row)
+    if _better(score, result.best_valid, ctx.direction):
+        result.best_valid, result.best_epoch = score, epoch
+        s.best_state = {k: v.detach().clone() for k, v in s.model.state_dict().items()}
+        if ctx.run_path is not None:
+            atomic_save(s.best_state, ctx.run_path / BEST_WEIGHTS)
+    _save_checkpoint(ctx, s, result, epoch)
+    return True
+
+
+def _better(a: float, b: float | None, direction: str) -> bool:
+    return b is None or (a > b if direction == "maximize" else a < b)
+
+
+def _save_checkpoint(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> None:
+    if ctx.run_path is None:
+        return
+    atomic_save({
+        "fingerprint": ctx.fingerprints[0], "epoch": epoch, "model": s.model.state_dict(),
+        "optimizer": s.optimizer.state_dict(), "scheduler": s.schedule.state_dict(), **rng_state(),
+        "history": json.dumps(result.history), "best_epoch": result.best_epoch, "best_valid": result.best_valid,
+        "step": s.step, "restarts": s.restarts, "notes": list(dict.fromkeys(result.notes + ctx.notes)),
+    }, ctx.run_path / CHECKPOINT)
+
+
+def _test(ctx: _Context, model: torch.nn.Module) -> dict[str, dict[str, float]]:
+    """The best model's metrics on every test split, in the task's order."""
+    return {split: ctx.adapter.evaluate(model, split, ctx.eval_batch_size) for split in ctx.adapter.test_splits}
 
 
 def load_best_model(adapter: TaskAdapter, config: TrainConfig, run_dir: str | Path) -> torch.nn.Module:
@@ -270,7 +510,8 @@ def load_best_model(adapter: TaskAdapter, config: TrainConfig, run_dir: str | Pa
     if not path.exists():
         raise DataError(f"{path}: no best-model weights in this run directory")
     adapter.prepare()
-    model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim, config.hparams)
+    hp = adapter.resolve_hparams(config.hparams)
+    model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim, hp)
     try:
         model.load_state_dict(load_checkpoint(path))
     except RuntimeError as exc:

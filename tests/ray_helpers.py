@@ -22,8 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `tests.plugin_units` for the driver, however pytest was started
@@ -166,9 +167,9 @@ def seed_root(root: Path) -> Path:
     """A run directory holding an empty MLflow store copied from a template made once per test
     session (MLflow's schema migrations take ~7 s per fresh SQLite file here)."""
     if not _TEMPLATE:
-        from mlflow import MlflowClient
-
         import atexit
+
+        from mlflow import MlflowClient
 
         path = Path(short_tmp("tprm")) / "mlflow.db"
         atexit.register(shutil.rmtree, str(path.parent), True)

@@ -14,7 +14,7 @@ from tasks.registry import TaskError, get_task
 
 def logic_model(unit: str, arch: str = "plain", dim: int = 64, **options):
     task = get_task("logic")(options, "generated", "/nonexistent-cache")
-    return task.build_model(unit, arch, dim, dim, {})
+    return task.build_model(unit, arch, dim, dim, task.resolve_hparams({}))
 
 
 # --------------------------------------------------------------------------------------------

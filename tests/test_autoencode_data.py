@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tasks.autoencode.data import (BOS_ID, EOS_ID, PAD_ID, UNK_ID, SentenceCorpus, collate, load_sentences)
+from tasks.autoencode.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SentenceCorpus, collate, load_sentences
 from tasks.errors import DataError
 
 PTB_TRAIN = (" the cat sat \n"

@@ -13,7 +13,6 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(300)]
 def test_bench_harness_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from harness.cli import main
     from tasks.registry import available_tasks
-
     from tests.ray_helpers import environ, ray_environ
 
     with environ(ray_environ()):

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from units.binding import ccorr, cconv, involution, outer_bind, tpr_unbind
+from units.binding import cconv, ccorr, involution, outer_bind, tpr_unbind
 
 
 def direct_conv(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

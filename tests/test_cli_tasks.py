@@ -45,3 +45,12 @@ def test_tasks_one_name_and_an_unknown_one(capsys) -> None:
     err = capsys.readouterr().err
     assert err.startswith("tprbench tasks: error: unknown task 'logik'; did you mean 'logic'")
     assert err.endswith(f"(available: {', '.join(available_tasks())})\n") and err.count("\n") == 1
+
+
+def test_train_defaults_arch_to_the_tasks_first(tmp_path, capsys):
+    """`tprbench train --task lm` used to fail with "task 'lm' has no architecture 'plain'"."""
+    from harness.cli import main
+
+    code = main(["train", "--task", "lm", "--unit", "gru", "--data", str(tmp_path / "no-corpus"), "--root", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "architecture" not in err and "corpus folder" in err

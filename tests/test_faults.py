@@ -19,14 +19,28 @@ import signal
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
-from tests.ray_helpers import (NAN, RAISE, aggregated, attempts, check_complete, count_recorded, kill_driver_when,
-                               kill_session, numbers, records, run_study, seed_root, simulated_cluster, start_driver,
-                               write_study)
+from tests.ray_helpers import (
+    NAN,
+    RAISE,
+    aggregated,
+    attempts,
+    check_complete,
+    count_recorded,
+    kill_driver_when,
+    kill_session,
+    numbers,
+    run_study,
+    seed_root,
+    simulated_cluster,
+    start_driver,
+    write_study,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 SLOW = "tests.plugin_units:SlowUnit[delay=0.1]"
@@ -116,12 +130,13 @@ def assert_resumed(run_dir: Path) -> None:
     assert result["status"] == "finished" and result["resumed_from_epoch"] == 1, result
 
 
-def test_diverging_and_raising_trials_are_recorded_failed(reference) -> None:
+def test_diverging_and_raising_trials_are_recorded_diverged_and_errored(reference) -> None:
     ref_numbers, agg = reference
-    failed = {k: v for k, v in ref_numbers.items() if v[0] == "failed"}
-    assert len(failed) == 4  # 2 trials × (NaNUnit, RaiseUnit); neither cell has seed runs
+    diverged = {k: v for k, v in ref_numbers.items() if v[0] == "diverged"}
+    errored = {k: v for k, v in ref_numbers.items() if v[0] == "errored"}
+    assert len(diverged) == len(errored) == 2  # 2 trials each of NaNUnit, RaiseUnit; neither cell has seed runs
     assert len(ref_numbers) == TOTAL
-    for cell_id, group in agg.groupby("cell_id"):
+    for _cell_id, group in agg.groupby("cell_id"):
         assert group["trials"].iloc[0] == 2
 
 
@@ -177,7 +192,7 @@ def test_driver_killed_and_restarted_twice(cluster, reference, tmp_path: Path) -
             if kill_at is None:
                 assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
             else:
-                kill_driver_when(proc, lambda: count_recorded(root) >= kill_at)
+                kill_driver_when(proc, lambda n=kill_at: count_recorded(root) >= n)
         finally:
             if proc.poll() is None:
                 proc.kill()

@@ -252,12 +252,12 @@ def test_compare_studies_and_commits(store, capsys, monkeypatch):
     from harness.report import compare_studies
 
     res = compare_studies({"study": "synth", "uri": store.uri}, {"study": "synth2", "uri": store.uri}, seeds_wanted=3)
-    valid = res["frame"][res["frame"]["split"] == "valid"].iloc[0]
+    valid = res.frame[res.frame["split"] == "valid"].iloc[0]
     assert valid["match"] == "id" and valid["diff"] == pytest.approx(0.92 - 0.82)
-    assert len(res["only_a"]) == 4 and not res["only_b"]
+    assert len(res.only_a) == 4 and not res.only_b
     res = compare_studies({"study": "synth2", "uri": store.uri, "commit": "aaaa"},
                           {"study": "synth2", "uri": store.uri, "commit": "bbbb"})
-    valid = res["frame"][res["frame"]["split"] == "valid"].iloc[0]
+    valid = res.frame[res.frame["split"] == "valid"].iloc[0]
     assert valid["mean_a"] == pytest.approx(0.72) and valid["diff"] == pytest.approx(0.20)
     assert main(["compare", "synth", "synth2", "--root", str(store.root)]) == 0
     out = capsys.readouterr().out

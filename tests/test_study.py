@@ -12,7 +12,8 @@ import pytest
 
 from harness import search_space
 from harness.study import Cell, StudyError, expand, filter_cells, load_study, parse_study
-from tasks.registry import TaskError, _TASKS, get_task, register_task
+from tasks.base import TaskAdapter
+from tasks.registry import TASKS, TaskError, get_task, register_task
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "studies"
@@ -25,20 +26,22 @@ class _FakeOptions(pydantic.BaseModel):
     max_len: int = 40
 
 
-class FakeTask:
-    """A stand-in adapter: the harness only needs `archs`, `Options` and the default metric."""
+class FakeTask(TaskAdapter):
+    """A stand-in adapter: the harness only needs `archs`, `Options` and the default metric (never instantiated)."""
 
     archs = ("plain", "bidaf")
     Options = _FakeOptions
     metric = "acc"  # as tasks.base.TaskAdapter spells it; cells carry "valid_acc"
     direction = "maximize"
+    metrics = {"loss": "minimize", "acc": "maximize", "f1": "maximize"}
 
 
-class FakeLMTask:
+class FakeLMTask(TaskAdapter):
     archs = ("lm",)
     Options = _FakeOptions
     metric = "ppl"
     direction = "minimize"
+    metrics = {"loss": "minimize", "ppl": "minimize"}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -47,8 +50,8 @@ def fake_tasks():
     register_task("studytest")(FakeTask)
     register_task("studytest-lm")(FakeLMTask)
     yield
-    _TASKS.pop("studytest", None)
-    _TASKS.pop("studytest-lm", None)
+    TASKS.remove("studytest")
+    TASKS.remove("studytest-lm")
 
 
 BASE = """\
@@ -479,7 +482,7 @@ def stand_in_logic(monkeypatch: pytest.MonkeyPatch) -> None:
     try:
         get_task("logic")
     except TaskError:
-        monkeypatch.setitem(_TASKS, "logic", type("Logic", (FakeTask,), {"name": "logic"}))
+        monkeypatch.setitem(TASKS.entries, "logic", type("Logic", (FakeTask,), {"name": "logic"}))
     # when the real adapter exists, the shipped files are checked against its own Options
 
 
@@ -506,3 +509,43 @@ def test_docs_example_is_a_valid_study(stand_in_logic: None, monkeypatch: pytest
     block = doc.split("```toml\n", 1)[1].split("```", 1)[0]
     study = parse_study(textwrap.dedent(block), "docs/study-files.md")
     assert expand(study)
+
+
+# -- issue 11: the metric and the search names are checked when the study is read ------------
+
+
+def test_a_metric_the_task_does_not_log_is_rejected() -> None:
+    text = BASE.replace("epochs = 3", 'epochs = 3\nmetric = "valid_accuracy"')
+    with pytest.raises(StudyError) as info:
+        parse_study(text, "studies/t.toml")
+    assert "study.metric: metric 'valid_accuracy' (did you mean 'valid_acc'?)" in str(info.value)
+
+
+def test_metric_sets_the_cells_direction_as_the_task_declares_it() -> None:
+    cells = expand(parse_study(BASE.replace("epochs = 3", 'epochs = 3\nmetric = "valid_loss"'), "t.toml"))
+    assert {(c.metric, c.direction) for c in cells} == {("valid_loss", "minimize")}
+
+
+def test_an_unknown_search_name_is_rejected_with_did_you_mean() -> None:
+    text = BASE.replace("[search]", "[search]\ndroput = 0.1")
+    with pytest.raises(StudyError) as info:
+        parse_study(text, "studies/t.toml")
+    assert "search.droput: unknown hyperparameter 'droput' (did you mean 'dropout'?)" in str(info.value)
+
+
+def test_a_search_value_the_trainer_cannot_take_is_rejected() -> None:
+    text = BASE.replace("[search]", '[search]\noptimizer = { choice = ["adam", "adamw"] }\nclip = -1.0')
+    with pytest.raises(StudyError) as info:
+        parse_study(text, "studies/t.toml")
+    message = str(info.value)
+    assert "search.optimizer: 'adamw'" in message and "search.clip: -1.0" in message
+
+
+def test_cli_exits_2_naming_a_misspelled_search_name(tmp_path, capsys) -> None:
+    from harness.cli import main
+
+    path = tmp_path / "t.toml"
+    path.write_text(BASE.replace("[search]", "[search]\nlrr = 0.1"))
+    assert main(["study", "show", str(path), "--root", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "search.lrr: unknown hyperparameter 'lrr' (did you mean 'lr'?)" in err and "Traceback" not in err

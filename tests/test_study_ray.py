@@ -18,9 +18,28 @@ from pathlib import Path
 
 import pytest
 
-from tests.ray_helpers import (NAN, SLOW, attempts, cells_of, check_complete, count_recorded, kill_driver_when,
-                               kill_session, local_ray, optuna_trials, records, results, run_rows, run_study,
-                               seed_root, short_tmp, simulated_cluster, start_driver, status_rows, write_study)
+from tests.ray_helpers import (
+    NAN,
+    SLOW,
+    attempts,
+    cells_of,
+    check_complete,
+    count_recorded,
+    kill_driver_when,
+    kill_session,
+    local_ray,
+    optuna_trials,
+    records,
+    results,
+    run_rows,
+    run_study,
+    seed_root,
+    short_tmp,
+    simulated_cluster,
+    start_driver,
+    status_rows,
+    write_study,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 ELMAN = "tests.plugin_units:ElmanUnit"
@@ -67,14 +86,14 @@ class TestLocal:
             assert all(r.status == "finished" and "test_test_easy_acc" in r.metrics for r in seeds)
         print(f"\nend to end: {counts['runs']} runs in {seconds:.1f} s")
 
-    def test_nan_trial_is_recorded_failed_and_the_study_goes_on(self, done):
+    def test_nan_trial_is_recorded_diverged_and_the_study_goes_on(self, done):
         path, root, *_ = done
         nan_cell = next(c for c in cells_of(path) if c.unit == NAN)
         failed = [r for r in run_rows(root, "tiny") if r.data.tags["tprbench.cell_id"] == nan_cell.id]
         assert len(failed) == 2
         for run in failed:
             assert run.info.status == "FAILED"
-            assert run.data.tags["tprbench.status"] == "failed"
+            assert run.data.tags["tprbench.status"] == "diverged"
             assert "loss became nan at epoch 1" in run.data.tags["tprbench.reason"]
         assert [t.state.name for t in optuna_trials(root, "tiny", nan_cell.id)] == ["FAIL", "FAIL"]
         assert status_rows(path, root)[nan_cell.id]["status"] == "failed"

@@ -92,7 +92,7 @@ def test_nli_trains_on_several_splits_and_selects_by_the_mean_of_several(nli_roo
     # one split may still be written as a string; the NLI schedule is the papers' constant lr
     single = get_task("nli")({"train": "snli:test", "valid": "snli:dev"}, str(nli_root), tmp_path)
     assert single.options.train == ["snli:test"] and single.valid_split == "snli_dev"
-    assert single.defaults["lr"] == 1e-4 and single.defaults["lr_gamma"] == 1.0
+    assert single.defaults["lr"] == 1e-4 and single.defaults["schedule"] == "none"
     with pytest.raises(TaskError, match="named twice"):
         get_task("nli")({"train": ["snli:test", "snli:test"]}, str(nli_root), tmp_path)
 
@@ -117,7 +117,7 @@ def test_lm_trains_with_tied_embeddings_and_carried_state(lm_root, tmp_path, uni
     # Random sentences over 17 words: a model does a bit better than uniform over the vocabulary.
     assert result.history[-1]["train_ppl"] < min(result.history[0]["train_ppl"], vocab)
     assert result.test["test"]["ppl"] < vocab
-    model = task.build_model(unit, "lm", 16, 16, {})
+    model = task.build_model(unit, "lm", 16, 16, task.resolve_hparams({}))
     assert model.decoder.weight is model.embed.weight
     expected_layers = 1 if "layers=1" in unit else 2
     assert len(getattr(model.encoder, "layers", [model.encoder])) == expected_layers
@@ -131,7 +131,7 @@ def test_lm_projection_before_tied_decoder_as_the_authors_lm(lm_root, tmp_path):
     task = get_task("lm")({"corpus": "ptb"}, str(lm_root), tmp_path)
     task.prepare()
     for dim, input_dim in ((16, 16), (24, 16)):
-        model = task.build_model("gru", "lm", dim, input_dim, {})
+        model = task.build_model("gru", "lm", dim, input_dim, task.resolve_hparams({}))
         assert isinstance(model.project, torch.nn.Linear)
         W = model.project.weight.detach()
         assert W.shape == (input_dim, dim)
@@ -141,16 +141,16 @@ def test_lm_projection_before_tied_decoder_as_the_authors_lm(lm_root, tmp_path):
         torch.testing.assert_close(E.T @ E, torch.eye(input_dim), atol=1e-5, rtol=0)
     off = get_task("lm")({"corpus": "ptb", "projection": False}, str(lm_root), tmp_path)
     off.prepare()
-    assert isinstance(off.build_model("gru", "lm", 16, 16, {}).project, torch.nn.Identity)
+    assert isinstance(off.build_model("gru", "lm", 16, 16, off.resolve_hparams({})).project, torch.nn.Identity)
     with pytest.raises(TaskError, match="projection=false"):
-        off.build_model("gru", "lm", 24, 16, {})
+        off.build_model("gru", "lm", 24, 16, off.resolve_hparams({}))
 
 
 def test_lm_refuses_bidirectional_units(lm_root, tmp_path):
     task = get_task("lm")({"corpus": "ptb"}, str(lm_root), tmp_path)
     task.prepare()
     with pytest.raises(TaskError, match="bidirectional"):
-        task.build_model("lstm[bidirectional=true]", "lm", 8, 8, {})
+        task.build_model("lstm[bidirectional=true]", "lm", 8, 8, task.resolve_hparams({}))
 
 
 @pytest.mark.realdata
@@ -198,7 +198,7 @@ def test_senteval_words_outside_the_training_vocabulary_get_the_runs_vectors(nli
     task.prepare()
     assert "zebra" not in task.vocab and "quokka" not in task.vocab
     torch.manual_seed(0)
-    model = task.build_model("gru", "plain", 16, 16, {})
+    model = task.build_model("gru", "plain", 16, 16, task.resolve_hparams({}))
     before = task.encode_sentences(model, [["zebra", "sits"], ["quokka", "sits"]])
     np.testing.assert_array_equal(before[0], before[1])  # both <unk>
     assert task.expand_vocab([["zebra", "sits"], ["quokka"], ["unicornz"]]) == 2  # unicornz: not in the file

@@ -343,7 +343,7 @@ def test_param_counts(d, din):
     unbind = d ** 3                               # W_u
     assert counts.formula == s_lstm + u_lstm + unbind
     assert counts.total == counts.formula + 4 * d * d + 4 * d + d * d  # + b_s, b_u (gates), b_u (unbinding)
-    with_plan = units.param_counts(f"tpgn[plan_size=11]", din, d * d)
+    with_plan = units.param_counts("tpgn[plan_size=11]", din, d * d)
     assert with_plan.formula == counts.formula  # the plan projection is conditioning, not the unit
     assert with_plan.total == counts.total + 11 * 2 * d * d + 2 * d * d
 

@@ -66,7 +66,7 @@ def test_finished_run_is_not_recomputed(adapter, tmp_path):
     assert again.test == first.test
 
 
-def test_nan_loss_ends_the_run_as_failed(adapter, tmp_path, monkeypatch):
+def test_nan_loss_ends_the_run_as_diverged(adapter, tmp_path, monkeypatch):
     calls = {"n": 0}
     real_loss = type(adapter).loss
 
@@ -77,7 +77,7 @@ def test_nan_loss_ends_the_run_as_failed(adapter, tmp_path, monkeypatch):
 
     monkeypatch.setattr(type(adapter), "loss", exploding)
     result = train(adapter, config(), tmp_path)
-    assert result.status == "failed" and "nan" in result.reason and "epoch 1, step 4" in result.reason
+    assert result.status == "diverged" and "nan" in result.reason and "epoch 1, step 4" in result.reason
     assert not result.test
 
 

@@ -131,7 +131,7 @@ def randomise(unit, seed: int) -> None:
     """Parameters off their initial values (gate bias, c_b, c_x included) so every term matters."""
     gen = torch.Generator().manual_seed(1000 + seed)
     with torch.no_grad():
-        for name, p in sorted(unit.named_parameters()):
+        for _name, p in sorted(unit.named_parameters()):
             if p.dim() == 2:
                 p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.6)
             elif p.dim() == 1:  # gate_bias and the code's biases

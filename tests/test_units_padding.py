@@ -142,7 +142,7 @@ def _gradcheck_unit(name: str, slices: int, impl: str = "fused", biases: str = "
     unit = units.lookup(name)(3, 4, roles=3, slices=slices, impl=impl, biases=biases).double()
     gen = torch.Generator().manual_seed(12)
     with torch.no_grad():
-        for pname, p in unit.named_parameters():
+        for _pname, p in unit.named_parameters():
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * (0.7 if p.dim() == 2 else 0.3) + (0.3 if p.dim() == 0 else 0.0))
     return unit
 
@@ -187,7 +187,7 @@ def test_fused_and_loop_gradients_agree(name, slices, biases):
         grads[impl] = {"x": x.grad, **{n: p.grad for n, p in unit.named_parameters()}}
     assert grads["fused"].keys() == grads["loop"].keys()
     for key in grads["loop"]:
-        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=1e-11, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=1e-11, msg=lambda m, key=key: f"{key}: {m}")
 
 
 def test_gradients_where_the_normalisation_clamp_holds():
@@ -216,7 +216,7 @@ def test_gradients_where_the_normalisation_clamp_holds():
         ((out * upstream).sum() + state.pow(2).sum()).backward()
         grads[impl] = {"x": x.grad, **{n: p.grad for n, p in unit.named_parameters()}}
     for key in grads["loop"]:
-        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=0, msg=lambda m: f"{key}: {m}")
+        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=0, msg=lambda m, key=key: f"{key}: {m}")
 
 
 # --------------------------------------------------------------------------------------------

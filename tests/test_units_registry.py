@@ -244,7 +244,7 @@ def test_import_path_unit(repo_root_importable, nonlinearity):
 
 
 def test_import_path_unit_options_and_counts(repo_root_importable):
-    assert "ElmanUnit" not in {cls.__name__ for cls in registry._REGISTRY.values()}  # not decorator-registered
+    assert "ElmanUnit" not in {getattr(cls, "__name__", "") for cls in registry.UNITS.entries.values()}  # not decorator-registered
     with pytest.raises(UnitSpecError, match=r"option nonlinearity='sigmoid' is invalid"):
         units.resolve(f"{PLUGIN}[nonlinearity=sigmoid]")
     with pytest.raises(UnitSpecError, match=r"unknown option 'nonlinarity' \(did you mean 'nonlinearity'\?\)"):
@@ -306,11 +306,13 @@ def _fake_distribution(root: Path, dist: str, entries: str) -> None:
 @pytest.fixture
 def clean_registry(monkeypatch):
     """Entry points are read once per process: make this test read them again, then forget them."""
-    monkeypatch.setattr(registry, "_ENTRY_POINTS_LOADED", False)
-    before = dict(registry._REGISTRY)
+    registry.UNITS.load_builtins()  # before the snapshot: the teardown must not forget the built-ins
+    monkeypatch.setattr(registry.UNITS, "entry_points_loaded", False)
+    before = dict(registry.UNITS.entries)
     yield
-    for name in set(registry._REGISTRY) - set(before):
-        del registry._REGISTRY[name]
+    for name in set(registry.UNITS.entries) - set(before):
+        registry.UNITS.remove(name)
+    registry.UNITS.broken.clear()
 
 
 def test_entry_point_unit(tmp_path, monkeypatch, repo_root_importable, clean_registry, capsys):
@@ -357,4 +359,17 @@ def test_broken_entry_point_names_itself(tmp_path, monkeypatch, clean_registry):
     assert "'broken'" in str(info.value) and "no_such_package_xyz.cells:Cell" in str(info.value)
     assert "tprbench.units" in str(info.value)
     # the built-ins stay reachable by name
-    assert units.lookup("gru") is registry._REGISTRY["gru"]
+    assert units.lookup("gru") is registry.UNITS.entries["gru"]
+
+
+def test_a_builtin_module_missing_an_optional_dependency_is_skipped_and_named(tmp_path, monkeypatch):
+    """E.g. the Triton kernels on a machine without triton: the other built-ins stay usable."""
+    from units.plugins import Registry
+
+    (tmp_path / "tprb_optional_xyz.py").write_text("import no_such_dependency_xyz\n")
+    (tmp_path / "tprb_fine_xyz.py").write_text("from units.plugins import Registry\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg = Registry("thing", "tprbench.things", builtins=lambda: ["tprb_optional_xyz", "tprb_fine_xyz"], error=ValueError)
+    with pytest.raises(ValueError, match="tprb_optional_xyz was not loaded: needs 'no_such_dependency_xyz'"):
+        reg.lookup("anything")
+    assert reg.skipped == {"tprb_optional_xyz": "needs 'no_such_dependency_xyz', which is not installed"}

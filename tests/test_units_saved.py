@@ -91,7 +91,7 @@ def test_init_is_unchanged(saved, spec):
     stored = saved["units"][spec]["state_dict"]
     assert fresh.keys() == stored.keys()
     for key in stored:
-        torch.testing.assert_close(fresh[key], stored[key], rtol=0, atol=0, msg=lambda m: f"{spec} {key}: {m}")
+        torch.testing.assert_close(fresh[key], stored[key], rtol=0, atol=0, msg=lambda m, key=key: f"{spec} {key}: {m}")
 
 
 if __name__ == "__main__":

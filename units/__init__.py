@@ -3,83 +3,41 @@
     from units import build, available
     unit = build("tpru[roles=32,slices=8]", input_size=300, hidden_size=512)
     outputs, state = unit(x, mask)          # x [B,T,300], mask [B,T] → [B,T,512], [B,512]
+
+Lazy: `import units` and the spec parser (`units.parse_spec`, `units.spec`) do not import
+torch, so the CLI and reports can read unit specs cheaply. Everything else is imported on
+first use (PEP 562 module `__getattr__`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+from typing import Any
 
-from torch import nn
+from .spec import UnitSpec as UnitSpec  # torch-free
+from .spec import UnitSpecError as UnitSpecError
+from .spec import parse_spec as parse_spec
 
-from . import torch_rnn, tpgn, tpr_rnn, tprn, tpru  # noqa: F401  (registers the built-in units)
-from .base import RecurrentUnit
-from .registry import ENTRY_POINT_GROUP, ResolvedUnit, available, lookup, register_unit, resolve, unit_options
-from .spec import UnitSpec, UnitSpecError, parse_spec
-from .wrappers import Bidirectional, Stacked
+# name → submodule that defines it (imported on first access). The built-in units (torch_rnn,
+# tpru, tpr_rnn, tpgn, ...) register themselves when the registry first looks a name up: every
+# module of this package is imported then (units/plugins.py), so a new unit file needs no edit here.
+_LAZY = {
+    "build": "factory", "ParamCounts": "factory", "model_param_counts": "factory", "param_counts": "factory",
+    "RecurrentUnit": "base", "Bidirectional": "wrappers", "Stacked": "wrappers",
+    "ENTRY_POINT_GROUP": "registry", "ResolvedUnit": "registry", "available": "registry", "lookup": "registry",
+    "register_unit": "registry", "resolve": "registry", "unit_options": "registry",
+}
 
-__all__ = [
-    "ENTRY_POINT_GROUP", "Bidirectional", "ParamCounts", "RecurrentUnit", "ResolvedUnit", "Stacked", "UnitSpec",
-    "UnitSpecError", "available", "build", "lookup", "model_param_counts", "param_counts", "parse_spec", "register_unit", "resolve",
-    "unit_options",
-]
-
-
-def build(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int) -> nn.Module:
-    """Instantiate a spec: the unit, wrapped for `layers`/`bidirectional` when asked.
-
-    The module's forward is `(x [B,T,input_size], mask [B,T]) → (outputs, state)` and it has
-    `output_size` (hidden_size, doubled when bidirectional).
-    """
-    resolved = spec if isinstance(spec, ResolvedUnit) else resolve(spec, hidden_size)
-
-    def make(din: int) -> nn.Module:
-        try:
-            unit = resolved.cls(din, hidden_size, **resolved.options)
-        except (TypeError, ValueError) as exc:
-            raise UnitSpecError(f"unit spec {str(resolved.spec)!r}: cannot build ({din}→{hidden_size}): {exc}") from exc
-        if not hasattr(unit, "output_size"):
-            unit.output_size = hidden_size
-        for attr, value in (("unit_name", resolved.spec.name), ("input_size", din), ("hidden_size", hidden_size),
-                            ("unit_options", dict(resolved.options))):
-            if not hasattr(unit, attr):
-                setattr(unit, attr, value)  # what model_param_counts looks for, also on plug-in units
-        return unit
-
-    layers = []
-    din = input_size
-    for _ in range(resolved.layers):
-        layers.append(Bidirectional(make(din), make(din)) if resolved.bidirectional else make(din))
-        din = layers[-1].output_size  # a unit may be wider than hidden_size (tprn[gated=true]: [h; v])
-    module = layers[0] if len(layers) == 1 else Stacked(layers)
-    module.spec = str(resolved.spec)
-    return module
+__all__ = sorted([*_LAZY, "UnitSpec", "UnitSpecError", "parse_spec"])
 
 
-@dataclass(frozen=True)
-class ParamCounts:
-    """`formula`: the papers' count (weight matrices, no biases), None if the unit has none.
-    `total`: every trainable parameter of the built module (biases and scalars included)."""
-
-    formula: int | None
-    total: int
-
-
-def model_param_counts(model: nn.Module) -> ParamCounts:
-    """Counts over every recurrent unit inside a model (stacked layers, both directions, a BiDAF
-    modelling layer), excluding embeddings and classifiers: what the papers' tables compare."""
-    formula: int | None = 0
-    total = 0
-    for module in model.modules():
-        if not (hasattr(module, "unit_name") and hasattr(module, "input_size") and hasattr(module, "hidden_size")):
-            continue
-        total += sum(p.numel() for p in module.parameters() if p.requires_grad)
-        fn = getattr(type(module), "formula_params", None)
-        one = fn(module.input_size, module.hidden_size, **getattr(module, "unit_options", {})) if fn else None
-        formula = None if (formula is None or one is None) else formula + one
-    return ParamCounts(formula, total)
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'units' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
 
 
-def param_counts(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int) -> ParamCounts:
-    """Counts of the built unit (all layers and directions): the formula summed per inner unit."""
-    resolved = spec if isinstance(spec, ResolvedUnit) else resolve(spec, hidden_size)
-    return model_param_counts(build(resolved, input_size, hidden_size))
+def __dir__() -> list[str]:
+    return __all__

@@ -9,6 +9,8 @@ without packing.
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
@@ -52,10 +54,24 @@ def lengths_from_mask(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tenso
         raise ValueError(f"mask has shape {tuple(mask.shape)}, expected {(batch, steps)} to match x {tuple(x.shape)}")
     mask = mask.bool()
     lengths = mask.sum(dim=1)
-    expected = torch.arange(steps, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)
+    # The check compares on the device and reads one bool back: on a GPU that is a host sync on
+    # every forward. So it runs where it is free (CPU tensors) or when asked; the trainer checks
+    # every batch's masks on the host once, where the batch is made (tasks/training.py).
+    if CHECK_MASKS or mask.device.type == "cpu":
+        check_right_padded(mask, lengths)
+    return lengths
+
+
+CHECK_MASKS = os.environ.get("TPRBENCH_CHECK_MASKS", "") not in ("", "0")  # debug: check masks on every forward
+
+
+def check_right_padded(mask: torch.Tensor, lengths: torch.Tensor | None = None) -> None:
+    """Raise ValueError unless each row of a [B, T] mask is True for real tokens, then only False."""
+    mask = mask.bool()
+    lengths = mask.sum(dim=1) if lengths is None else lengths
+    expected = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0) < lengths.unsqueeze(1)
     if not torch.equal(mask, expected):
         raise ValueError("mask must be right-padded: True for real tokens, then only False")
-    return lengths
 
 
 def mask_outputs(outputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

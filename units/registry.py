@@ -2,22 +2,23 @@
 
 Built-in units register with `@register_unit("name")`. Third-party units need no edit here:
 they either declare an entry point in the group `tprbench.units` (name → "pkg.mod:Class")
-or are named by import path in a spec (`pkg.mod:Class[opt=1]`). Modelled on
-lm-evaluation-harness's `@register_model`: unknown names are answered with "did you mean".
+or are named by import path in a spec (`pkg.mod:Class[opt=1]`). The lookup itself is the
+generic registry of units/plugins.py (shared with tasks): lazy built-ins, entry points,
+import paths, a base-class check (an `nn.Module`) and "did you mean".
 """
 
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 import pydantic
 
+from .plugins import Registry, package_modules
 from .spec import UnitSpec, UnitSpecError, format_value, parse_spec
 
 ENTRY_POINT_GROUP = "tprbench.units"
@@ -25,89 +26,36 @@ ENTRY_POINT_GROUP = "tprbench.units"
 # Options every unit accepts: they select the generic wrappers, not the unit itself.
 GENERIC_OPTIONS: dict[str, tuple[type, Any]] = {"layers": (int, 1), "bidirectional": (bool, False)}
 
-_REGISTRY: dict[str, type] = {}
-_ENTRY_POINTS_LOADED = False
+
+def _module_base() -> type:
+    from torch import nn
+
+    return nn.Module
+
+
+def _stamp(cls: type, name: str) -> None:
+    cls.unit_name = name
+
+
+# Built-ins: every module of the units package, imported on the first lookup (a new unit file
+# registers itself with @register_unit; no list to edit). Listing and parsing import no torch.
+UNITS = Registry("unit", ENTRY_POINT_GROUP, builtins=lambda: package_modules("units"), error=UnitSpecError,
+                 base=_module_base, on_add=_stamp)
 
 
 def register_unit(name: str) -> Callable[[type], type]:
     """Class decorator: make a unit available under `name`."""
-
-    def decorate(cls: type) -> type:
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"unit name {name!r} is already registered by {_REGISTRY[name].__qualname__}")
-        _REGISTRY[name] = cls
-        cls.unit_name = name
-        return cls
-
-    return decorate
-
-
-def _load_entry_points() -> None:
-    """Register units that installed packages advertise, once, lazily (imports can be slow)."""
-    global _ENTRY_POINTS_LOADED
-    if _ENTRY_POINTS_LOADED:
-        return
-    _ENTRY_POINTS_LOADED = True
-    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name not in _REGISTRY and ep.name not in _BROKEN:
-            _REGISTRY[ep.name] = _LazyEntryPoint(ep)  # imported on first use, so a broken one hides nothing
-
-
-class _LazyEntryPoint:
-    """An entry point not imported yet; `lookup` imports it and reports a failure by name."""
-
-    def __init__(self, ep: metadata.EntryPoint) -> None:
-        self.ep = ep
-
-    def load(self) -> type:
-        try:
-            cls = self.ep.load()
-        except Exception as exc:
-            _BROKEN.add(self.ep.name)
-            _REGISTRY.pop(self.ep.name, None)
-            raise UnitSpecError(
-                f"unit {self.ep.name!r} from entry point {self.ep.value!r} (group {ENTRY_POINT_GROUP}) failed to import: {exc}"
-            ) from exc
-        _REGISTRY[self.ep.name] = cls
-        cls.unit_name = self.ep.name
-        return cls
-
-
-_BROKEN: set[str] = set()
+    return UNITS.register(name)
 
 
 def available() -> list[str]:
     """Names of every registered unit (built-ins and entry points), sorted."""
-    _load_entry_points()
-    return sorted(_REGISTRY)
-
-
-def _import_path(name: str) -> type:
-    module_name, _, attr = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:
-        raise UnitSpecError(f"unit import path {name!r}: module {module_name!r} failed to import: {exc}") from exc
-    cls = getattr(module, attr, None)
-    if cls is None:
-        raise UnitSpecError(f"unit import path {name!r}: module {module_name!r} has no attribute {attr!r}")
-    if not callable(cls):
-        raise UnitSpecError(f"unit import path {name!r} does not name a class")
-    return cls
+    return UNITS.available()
 
 
 def lookup(name: str) -> type:
     """The class behind a unit name or import path, or an error with a did-you-mean."""
-    if ":" in name:
-        return _import_path(name)
-    if name not in _REGISTRY:
-        _load_entry_points()
-    if name in _REGISTRY:
-        found = _REGISTRY[name]
-        return found.load() if isinstance(found, _LazyEntryPoint) else found
-    close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
-    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    raise UnitSpecError(f"unknown unit {name!r}{hint} (available: {', '.join(sorted(_REGISTRY))})")
+    return UNITS.lookup(name)
 
 
 def unit_options(cls: type) -> dict[str, inspect.Parameter]:

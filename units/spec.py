@@ -36,7 +36,7 @@ class UnitSpec:
             return self.name
         return f"{self.name}[{','.join(f'{k}={v}' for k, v in self.options)}]"
 
-    def with_options(self, **updates: object) -> "UnitSpec":
+    def with_options(self, **updates: object) -> UnitSpec:
         opts = self.option_dict
         opts.update({k: format_value(v) for k, v in updates.items()})
         return UnitSpec(self.name, tuple(sorted(opts.items())))

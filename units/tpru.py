@@ -36,9 +36,9 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from . import tpru_triton
 from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
 from .registry import register_unit
-from . import tpru_triton
 from .tpru_fused import NORM_EPS, fold_is_cheaper
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-
 # Reductions name tl.standard's own combine functions (tl.sum and tl.max do exactly this): the
 # interpreter recognises them and uses numpy, and, unlike tl.sum, tl.max, tl.sigmoid and tl.zeros
 # (themselves @triton.jit functions, compiled or interpreted as triton.language was imported), they

@@ -37,11 +37,11 @@ def run(args: argparse.Namespace) -> int:
         side[key] = dict(study=getattr(args, f"study_{key}"), uri=tracking_uri(root, getattr(args, f"tracking_uri_{key}")),
                          commit=getattr(args, f"commit_{key}"))
     result = compare_studies(side["a"], side["b"], seeds_wanted=args.seeds)
-    for note in result["notes"]:
+    for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")
     print_comparison(result, console)
     if args.csv:
         Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
-        result["frame"].to_csv(args.csv, index=False, float_format="%.10g", lineterminator="\n")
+        result.frame.to_csv(args.csv, index=False, float_format="%.10g", lineterminator="\n")
         console.print(f"wrote {escape(args.csv)}")
     return 0

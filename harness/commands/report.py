@@ -57,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
     result = write_report(uri, name, out, seeds_wanted=args.seeds if args.seeds is not None else seeds,
                           cell_ids=cell_ids, command=command_line(args), bench_csv=args.bench,
                           figures=not args.no_figures)
-    print_sections(result["sections"], console)
-    for n in result["notes"]:
+    print_sections(result.sections, console)
+    for n in result.notes:
         console.print(f"[dim]{escape(n)}[/]")
-    console.print(f"wrote {len(result['files'])} files to {escape(str(out))}: "
-                  + ", ".join(escape(p.name) for p in result["files"]))
+    console.print(f"wrote {len(result.files)} files to {escape(str(out))}: "
+                  + ", ".join(escape(p.name) for p in result.files))
     return 0

@@ -56,12 +56,11 @@ def _layouts(cls: type) -> list[str]:
 
 def describe_task(name: str, cls: type) -> dict[str, Any]:
     """What `tprbench tasks --json` prints for one task (also the table's content)."""
-    from harness.study import DEFAULT_METRIC, _task_metric
+    from tasks.training import run_metric
 
-    metric = getattr(cls, "metric", None) or "acc"
-    direction = getattr(cls, "direction", None) or "maximize"
-    return {"name": name, "archs": list(getattr(cls, "archs", ()) or ()), "metric": metric,
-            "study_metric": _task_metric(cls) or DEFAULT_METRIC, "direction": direction,
+    study_metric, direction = run_metric(cls)
+    return {"name": name, "archs": list(getattr(cls, "archs", ()) or ()), "metric": cls.metric,
+            "study_metric": study_metric, "direction": direction, "metrics": dict(cls.metrics),
             "layouts": _layouts(cls), "options": _options(cls),
             "defaults": dict(getattr(cls, "defaults", {}) or {}),
             "about": ((cls.__doc__ or "").strip().splitlines() or [""])[0]}

@@ -21,7 +21,7 @@ def _key_value(text: str) -> tuple[str, str]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="logic", help="task name (see `tprbench tasks`; default logic)")
     p.add_argument("--unit", required=True, help="unit spec, e.g. 'tpru[roles=64]', 'gru'")
-    p.add_argument("--arch", default="plain", help="architecture (plain, bidaf, ...; default plain)")
+    p.add_argument("--arch", default=None, help="architecture (plain, bidaf, ...; default: the task's first)")
     p.add_argument("--dim", type=int, default=64, help="hidden size d (default 64)")
     p.add_argument("--input-dim", type=int, default=None, help="embedding size d' (default = --dim)")
     p.add_argument("--epochs", type=int, default=10)
@@ -38,6 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", default=None, help="checkpoint directory (default: ROOT/train/<config hash>)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    p.add_argument("--metric", default=None, help="validation metric that picks the best epoch, e.g. valid_loss "
+                                                  "(default: the task's)")
+    p.add_argument("--no-deterministic", dest="deterministic", action="store_false",
+                   help="allow non-deterministic kernels (default: bitwise-reproducible training)")
 
 
 def _value(text: str):
@@ -49,35 +53,65 @@ def _value(text: str):
         return text
 
 
-def run(args: argparse.Namespace) -> int:
-    import time
+def _setup(args: argparse.Namespace):
+    """(adapter, config, run directory): every user error (spec, task, arch, --hp, --metric) is
+    raised here, before any data work."""
     from pathlib import Path
-
-    import torch
-    from rich.console import Console
-    from rich.markup import escape
-    from rich.table import Table
 
     import units
     from tasks.registry import get_task
-    from tasks.training import TrainConfig, train
+    from tasks.training import TrainConfig, fingerprint_of, run_metric
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    console = Console()
-    units.resolve(args.unit, args.dim)  # a bad spec fails here, before any data work
+    units.resolve(args.unit, args.dim)
     adapter_cls = get_task(args.task)
     root = Path(args.root)
     adapter = adapter_cls({k: _value(v) for k, v in args.set}, args.data or "generated", root / "cache")
-    adapter.check_arch(args.arch)
+    arch = args.arch or adapter_cls.archs[0]
+    adapter.check_arch(arch)
     hparams = {k: _value(v) for k, v in args.hp}
     for key in ("lr", "batch_size", "dropout"):
         if getattr(args, key) is not None:
             hparams[key] = getattr(args, key)
-    config = TrainConfig(unit=args.unit, arch=args.arch, dim=args.dim, input_dim=args.input_dim or args.dim,
-                         epochs=args.epochs, seed=args.seed, hparams=hparams)
-    fingerprint = config.fingerprint(adapter.name, adapter.options.model_dump(mode="json"))
-    run_dir = Path(args.run_dir) if args.run_dir else root / "train" / fingerprint
+    adapter.resolve_hparams(hparams)
+    run_metric(adapter, args.metric)
+    config = TrainConfig(unit=args.unit, arch=arch, dim=args.dim, input_dim=args.input_dim or args.dim,
+                         epochs=args.epochs, seed=args.seed, hparams=hparams, metric=args.metric,
+                         deterministic=args.deterministic)
+    run_dir = Path(args.run_dir) if args.run_dir else root / "train" / fingerprint_of(adapter, config)
+    return adapter, config, run_dir
+
+
+def _print_result(console, args: argparse.Namespace, adapter, config, result) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=f"{args.task} · {escape(args.unit)} · {config.arch} · d={args.dim} · best epoch {result.best_epoch}")
+    table.add_column("split")
+    name = result.metric.removeprefix("valid_")
+    table.add_column(name, justify="right")
+    table.add_row(adapter.valid_split, f"{result.best_valid:.4f}")
+    for split, values in result.test.items():
+        table.add_row(split, f"{values[name]:.4f}" if name in values else "-")
+    console.print(table)
+    console.print(f"parameters of the unit: {result.params_formula:,} (papers' formula, no biases), "
+                  f"{result.params_total:,} (total)" if result.params_formula is not None else
+                  f"parameters of the unit: {result.params_total:,}")
+    console.print(f"wall time {result.seconds:.1f} s")
+
+
+def run(args: argparse.Namespace) -> int:
+    import time
+
+    import torch
+    from rich.console import Console
+    from rich.markup import escape
+
+    from tasks.training import train
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    console = Console()
+    adapter, config, run_dir = _setup(args)
     t0 = time.perf_counter()
     with console.status(f"preparing {args.task} data ({args.data or 'generated'})"):
         adapter.prepare()
@@ -90,22 +124,12 @@ def run(args: argparse.Namespace) -> int:
         shown = " ".join(f"{k}={v:.4g}" for k, v in row.items() if k not in ("epoch",))
         console.print(f"epoch {epoch}/{args.epochs} {escape(shown)}")
 
-    result = train(adapter, config, run_dir, progress=progress, device=args.device)
+    result = train(adapter, config, run_dir, progress=progress, device=args.device,
+                   notice=lambda line: console.print(f"[yellow]note:[/] {escape(line)}"))
     if result.resumed_from_epoch:
         console.print(f"(resumed after epoch {result.resumed_from_epoch})")
     if result.status != "finished":
         console.print(f"[red]run {result.status}:[/] {result.reason}")
         return 1
-    table = Table(title=f"{args.task} · {escape(args.unit)} · {args.arch} · d={args.dim} · best epoch {result.best_epoch}")
-    table.add_column("split")
-    metric = adapter.metric
-    table.add_column(metric, justify="right")
-    table.add_row(adapter.valid_split, f"{result.best_valid:.4f}")
-    for split, values in result.test.items():
-        table.add_row(split, f"{values[metric]:.4f}")
-    console.print(table)
-    console.print(f"parameters of the unit: {result.params_formula:,} (papers' formula, no biases), "
-                  f"{result.params_total:,} (total)" if result.params_formula is not None else
-                  f"parameters of the unit: {result.params_total:,}")
-    console.print(f"wall time {result.seconds:.1f} s")
+    _print_result(console, args, adapter, config, result)
     return 0

@@ -33,13 +33,14 @@ compares with the sentence.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
 
 import torch
 
 from ..errors import DataError
+
 # One file layout and one set of "file not found" messages for PTB/WikiText across tasks.
 from ..lm.data import _lines, _resolve_files
 
@@ -70,7 +71,7 @@ class SentenceSplit:
     def lengths(self) -> torch.Tensor:
         return self.offsets[1:] - self.offsets[:-1]
 
-    def batch(self, indices: Iterable[int]) -> "SentenceBatch":
+    def batch(self, indices: Iterable[int]) -> SentenceBatch:
         return collate([self[int(i)] for i in indices])
 
 

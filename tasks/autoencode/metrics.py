@@ -17,7 +17,7 @@ Scores are returned as fractions in [0, 1] (sacrebleu reports 0–100), to sit b
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from sacrebleu.metrics import BLEU
 

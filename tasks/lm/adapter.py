@@ -12,8 +12,9 @@ evaluation.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import pydantic
 import torch
@@ -24,6 +25,7 @@ import units
 
 from ..base import TaskAdapter
 from ..errors import DataError
+from ..hparams import HParams
 from ..registry import TaskError, register_task
 from .data import CORPORA, batchify, bptt_batches, load_lm_corpus
 
@@ -88,6 +90,7 @@ class LMTask(TaskAdapter):
                "(ptb.train.txt, ptb.valid.txt, ptb.test.txt); tokens = line.split() + <eos>")
     metric = "ppl"
     direction = "minimize"
+    metrics = {"loss": "minimize", "ppl": "minimize", "word_ppl": "minimize"}
     defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 0.25, "batch_size": 20, "dropout": 0.2}
 
     def check_data(self) -> None:
@@ -97,8 +100,6 @@ class LMTask(TaskAdapter):
             raise DataError(f"lm: corpus folder {Path(self.data).expanduser()} not found")
 
     def prepare(self) -> None:
-        if getattr(self, "corpus", None) is not None:
-            return
         self.check_data()
         opts = self.options
         data_dir = None if self.data in (None, "") else Path(self.data).expanduser()
@@ -112,7 +113,6 @@ class LMTask(TaskAdapter):
                 streams[split] = streams[split][: opts.max_eval_tokens]
         self.streams = streams
         self._rows: dict[tuple[str, int], torch.Tensor] = {}
-        self._carry: Any = None
 
     @property
     def valid_split(self) -> str:
@@ -138,26 +138,28 @@ class LMTask(TaskAdapter):
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, Any]]:
         return self._windows(split, self.options.eval_batch_size)
 
-    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: dict[str, Any]) -> nn.Module:
+    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
         self.check_arch(arch)
         resolved = units.resolve(unit, dim)
         if resolved.bidirectional:
             raise TaskError(f"lm: unit {unit!r} is bidirectional; a language model reads left to right")
         spec = resolved.spec if "layers" in resolved.spec.option_dict else resolved.spec.with_options(layers=self.options.layers)
-        model = LanguageModel(str(spec), self.corpus.vocab_size, dim, input_dim, float(hparams.get("dropout", 0.2)),
+        model = LanguageModel(str(spec), self.corpus.vocab_size, dim, input_dim, hparams.dropout,
                               projection=self.options.projection)
         if not hasattr(model.encoder, "forward_carry"):
             raise TaskError(f"lm: unit {unit!r} cannot carry state across BPTT windows (no forward_carry)")
         return model
 
-    def loss(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        if batch["first"]:
-            self._carry = None
-        logits, carry = model(batch["input"], self._carry)
-        self._carry = detach(carry)
+    def loss_with_carry(self, model: nn.Module, batch: dict[str, Any], carry: Any) -> tuple[torch.Tensor, dict[str, float], Any]:
+        """One BPTT window continuing from `carry` (the trainer passes it along; None at a pass's start)."""
+        logits, carry = model(batch["input"], None if batch["first"] else carry)
         target = batch["target"]
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-        return loss, {"count": int(target.numel())}
+        return loss, {"count": int(target.numel())}, detach(carry)
+
+    def loss(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
+        loss, stats, _ = self.loss_with_carry(model, batch, None)
+        return loss, stats
 
     def metrics_from_counts(self, loss_sum: float, counts: dict[str, float]) -> dict[str, float]:
         nll = loss_sum / max(counts.get("count", 0), 1)

@@ -33,9 +33,9 @@ import collections
 import hashlib
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -214,7 +214,7 @@ def _lines(path: Path) -> Iterator[str]:
     lineno = 0
     with open(path, encoding="utf-8") as f:
         try:
-            for lineno, line in enumerate(f, start=1):
+            for lineno, line in enumerate(f, start=1):  # noqa: B007 (the except clause reads lineno)
                 yield line
         except UnicodeDecodeError as exc:
             raise DataError(f"{where(path, lineno + 1)}: not UTF-8 text ({exc.reason} at byte "
@@ -282,7 +282,7 @@ def _encode_bpe(corpus: str, paths: dict[str, Path], vocab_size: int, min_freque
         words = 0
         chunk: list[str] = []
 
-        def flush() -> None:
+        def flush(chunk: list[str], ids: array.array) -> None:
             for enc in tok.encode_batch(chunk, add_special_tokens=False):
                 ids.extend(enc.ids)
                 ids.append(EOS_ID)
@@ -293,8 +293,8 @@ def _encode_bpe(corpus: str, paths: dict[str, Path], vocab_size: int, min_freque
             words += len(toks) + 1
             chunk.append(" ".join(toks))
             if len(chunk) >= 10_000:
-                flush()
-        flush()
+                flush(chunk, ids)
+        flush(chunk, ids)
         splits[split] = torch.frombuffer(ids, dtype=torch.int64).clone() if len(ids) else torch.zeros(0, dtype=torch.long)
         n_words[split] = words
     vocab = [t for t, _ in sorted(tok.get_vocab(with_added_tokens=True).items(), key=lambda kv: kv[1])]

@@ -36,7 +36,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from units.binding import ccorr, cconv
+from units.binding import cconv, ccorr
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ a–z. Paper defaults: Adam lr 1e-3 ÷10 every 30 epochs, 90 epochs, gradient cl
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 import pydantic
 import torch
@@ -22,6 +23,7 @@ from torch.nn import functional as F
 from ..architectures import ARCHS, PairArchOptions, PairModel, describe_arch, encoder_spec
 from ..base import TaskAdapter
 from ..errors import DataError
+from ..hparams import HParams
 from ..registry import register_task
 from . import data as logic_data
 from .generator import write_dataset
@@ -52,18 +54,16 @@ class LogicTask(TaskAdapter):
     defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 5.0, "batch_size": 64, "dropout": 0.0}
 
     def check_data(self) -> None:
-        if self.data not in (None, "", "generated"):
+        if not self.generated:
             path = Path(self.data).expanduser()
             if not path.is_dir():
                 raise DataError(f"logic data: directory {path} not found; {logic_data.HOW_TO_GET}")
 
     def prepare(self) -> None:
-        if getattr(self, "_splits", None) is not None:
-            return
         self.check_data()
         opts = self.options
         root = self.cache_dir / "logic"
-        if self.data in (None, "", "generated"):
+        if self.generated:
             out = root / f"generated-{opts.preset}-n{opts.train_size}-e{opts.eval_size}-s{opts.data_seed}"
             presets = {s: opts.preset for s in ("train", "validate", "test_easy")}
             info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=opts.eval_size, presets=presets)
@@ -83,7 +83,6 @@ class LogicTask(TaskAdapter):
         self._splits = {name: logic_data.read_split(p) for name, p in files.items()}
         if opts.max_len:
             self._splits["train"] = [e for e in self._splits["train"] if max(len(e.a), len(e.b)) <= opts.max_len]
-        self._eval_cache: dict[tuple[str, int], list[dict[str, torch.Tensor]]] = {}
 
     @property
     def valid_split(self) -> str:
@@ -98,16 +97,14 @@ class LogicTask(TaskAdapter):
         return logic_data.iterate_batches(self._splits["train"], batch_size, shuffle=True, seed=seed, svp=self.options.svp)
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
-        key = (split, batch_size)
-        if key not in self._eval_cache:
-            self._eval_cache[key] = list(logic_data.iterate_batches(self._splits[split], batch_size, shuffle=False))
-        return iter(self._eval_cache[key])
+        return self.cached_eval_batches(
+            split, batch_size, lambda: logic_data.iterate_batches(self._splits[split], batch_size, shuffle=False))
 
-    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: dict[str, Any]) -> nn.Module:
+    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
         self.check_arch(arch)
         opts = self.options
         return PairModel(encoder_spec(unit, dim, opts.layers), arch, logic_data.VOCAB_SIZE, dim, input_dim, classes=2,
-                         pooling=opts.pooling, mlp_hidden=hparams.get("mlp_hidden"), dropout=float(hparams.get("dropout", 0.0)),
+                         pooling=opts.pooling, mlp_hidden=hparams.mlp_hidden, dropout=hparams.dropout,
                          attention=opts.attention, modelling_unit=opts.modelling_unit)
 
     def report_notes(self, arch: str) -> list[str]:

@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from tasks.errors import DataError, where
 
@@ -72,6 +73,18 @@ def _bit(text: str, field: str, path: object, lineno: int) -> int:
     raise DataError(f"{where(path, lineno)}: {field} must be 0 or 1, got {text!r}")
 
 
+def _check_formula(text: str, field: str, path: Path, lineno: int) -> None:
+    """DataError naming the file, line, field and the parser's reason when `text` is no formula."""
+    if F.is_formula(text):
+        return
+    try:
+        F.parse(text)
+        msg = "not a formula"
+    except F.FormulaError as exc:
+        msg = str(exc)
+    raise DataError(f"{where(path, lineno)}: field {field} is not a formula: {msg}")
+
+
 def read_split(path: str | os.PathLike) -> list[LogicExample]:
     """Every line of one split file as a LogicExample; DataError on anything malformed."""
     p = Path(path).expanduser()
@@ -95,14 +108,8 @@ def read_split(path: str | os.PathLike) -> list[LogicExample]:
             raise DataError(f"{where(p, lineno)}: expected 6 comma-separated fields A,B,E,H1,H2,H3, "
                             f"got {len(fields)} in {line[:80]!r}")
         a, b = fields[0], fields[1]
-        for name, s in (("A", a), ("B", b)):
-            if not F.is_formula(s):
-                try:
-                    F.parse(s)
-                    msg = "not a formula"
-                except F.FormulaError as exc:
-                    msg = str(exc)
-                raise DataError(f"{where(p, lineno)}: field {name} is not a formula: {msg}")
+        for name, formula in (("A", a), ("B", b)):
+            _check_formula(formula, name, p, lineno)
         label = _bit(fields[2], "label E", p, lineno)
         h = (_bit(fields[3], "H1", p, lineno), _bit(fields[4], "H2", p, lineno), _bit(fields[5], "H3", p, lineno))
         out.append(LogicExample(a, b, label, h))
@@ -145,14 +152,14 @@ def decode(ids: Sequence[int]) -> str:
 
 # ----------------------------------------------------------------------------- SVP
 
-def random_permutation(rng: "random.Random | np.random.Generator") -> str:
+def random_permutation(rng: random.Random | np.random.Generator) -> str:
     """A permutation of a-z as a 26-letter string: letter i goes to result[i]."""
     if hasattr(rng, "permutation"):  # numpy Generator / RandomState
         return "".join(F.ALPHABET[int(i)] for i in rng.permutation(26))
     return "".join(rng.sample(F.ALPHABET, 26))
 
 
-def svp(example: LogicExample, rng: "random.Random | np.random.Generator") -> LogicExample:
+def svp(example: LogicExample, rng: random.Random | np.random.Generator) -> LogicExample:
     """Rename the variables of both formulas by ONE random permutation of a-z (label unchanged)."""
     table = str.maketrans(F.ALPHABET, random_permutation(rng))
     return replace(example, a=example.a.translate(table), b=example.b.translate(table))
@@ -160,7 +167,7 @@ def svp(example: LogicExample, rng: "random.Random | np.random.Generator") -> Lo
 
 # ----------------------------------------------------------------------------- batches
 
-def _pad(seqs: list[list[int]]) -> tuple["torch.Tensor", "torch.Tensor"]:
+def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
 
     width = max((len(s) for s in seqs), default=0)
@@ -171,7 +178,7 @@ def _pad(seqs: list[list[int]]) -> tuple["torch.Tensor", "torch.Tensor"]:
     return ids, ids != PAD
 
 
-def collate(examples: Sequence[LogicExample]) -> dict[str, "torch.Tensor"]:
+def collate(examples: Sequence[LogicExample]) -> dict[str, torch.Tensor]:
     """Right-padded id tensors: a, a_mask, b, b_mask [B, T] (long / bool), label [B] long,
     and the lengths a_len, b_len [B] long."""
     import torch
@@ -188,7 +195,7 @@ def collate(examples: Sequence[LogicExample]) -> dict[str, "torch.Tensor"]:
 
 
 def iterate_batches(examples: Sequence[LogicExample], batch_size: int, shuffle: bool = True, seed: int = 0,
-                    svp: bool = False, drop_last: bool = False) -> Iterator[dict[str, "torch.Tensor"]]:
+                    svp: bool = False, drop_last: bool = False) -> Iterator[dict[str, torch.Tensor]]:
     """Collated batches; with `svp`, every pair of every batch gets a fresh permutation.
 
     Deterministic given `seed` (one `random.Random(seed)` drives the order and the renamings);

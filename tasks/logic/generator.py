@@ -40,14 +40,16 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from tasks.errors import DataError
 
 from . import formulas as F
 from .data import EVAL_SPLITS, SPLITS, find_splits, read_split
+
 GENERATOR_VERSION = 1
 
 
@@ -75,7 +77,7 @@ class Preset:
         if self.candidates < 2 or self.tuples_per_group < 1:
             raise ValueError(f"preset {self.name}: candidates >= 2 and tuples_per_group >= 1 required")
 
-    def replace(self, **changes: object) -> "Preset":
+    def replace(self, **changes: object) -> Preset:
         d = asdict(self)
         d.update(changes)
         for key in ("vars", "ops_a", "ops_b"):
@@ -226,13 +228,13 @@ def _four_tuples(rng: random.Random, preset: Preset) -> list[tuple[str, str, str
         if i in used_a or j in used_b:
             continue
         ta_i, nb_j = premises[i][1], not_b[j]
-        for k, l in positive[x + 1:]:
-            if k == i or l == j or k in used_a or l in used_b:
+        for k, m in positive[x + 1:]:
+            if k == i or m == j or k in used_a or m in used_b:
                 continue
-            if not holds(ta_i, not_b[l]) and not holds(premises[k][1], nb_j):  # A1⊭B2 and A2⊭B1
+            if not holds(ta_i, not_b[m]) and not holds(premises[k][1], nb_j):  # A1⊭B2 and A2⊭B1
                 used_a.update((i, k))
-                used_b.update((j, l))
-                out.append((premises[i][0], hypotheses[j][0], premises[k][0], hypotheses[l][0]))
+                used_b.update((j, m))
+                out.append((premises[i][0], hypotheses[j][0], premises[k][0], hypotheses[m][0]))
                 break
         if len(out) >= preset.tuples_per_group:
             break
@@ -398,6 +400,39 @@ def default_eval_sizes(eval_size: int) -> dict[str, int]:
     return sizes
 
 
+def _sizes_and_presets(train: int, eval_size: int, eval_sizes: Mapping[str, int] | None,
+                       presets: Mapping[str, str | Preset] | None) -> tuple[dict[str, int], dict[str, Preset]]:
+    """Lines per split and the resolved preset of each split (ValueError on unknown split names)."""
+    sizes = default_eval_sizes(eval_size)
+    if eval_sizes:
+        unknown = set(eval_sizes) - set(EVAL_SPLITS)
+        if unknown:
+            raise ValueError(f"eval_sizes: unknown split(s) {sorted(unknown)} (known: {', '.join(EVAL_SPLITS)})")
+        sizes.update(eval_sizes)
+    sizes["train"] = train
+    chosen = dict(SPLIT_PRESETS)
+    if presets:
+        unknown = set(presets) - set(SPLITS)
+        if unknown:
+            raise ValueError(f"presets: unknown split(s) {sorted(unknown)} (known: {', '.join(SPLITS)})")
+        chosen.update(presets)
+    return sizes, {name: get_preset(p) for name, p in chosen.items()}
+
+
+def _cached(meta_path: Path, params: dict[str, Any], files: dict[str, Path], t0: float) -> DatasetInfo | None:
+    """The dataset already written with the same parameters, if every file is there."""
+    if not meta_path.is_file():
+        return None
+    try:
+        old = json.loads(meta_path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    if old.get("params") != params or not all(p.is_file() for p in files.values()):
+        return None
+    return DatasetInfo(meta_path.parent, files, dict(old.get("counts", {})), params, time.perf_counter() - t0,
+                       cached=True, split_seconds=dict(old.get("split_seconds", {})))
+
+
 def write_dataset(out_dir: str | os.PathLike, train: int = 100000, seed: int = 0, *, eval_size: int = 1000,
                   eval_sizes: Mapping[str, int] | None = None, exclude: Iterable[str | os.PathLike] = (),
                   presets: Mapping[str, str | Preset] | None = None, force: bool = False,
@@ -415,20 +450,7 @@ def write_dataset(out_dir: str | os.PathLike, train: int = 100000, seed: int = 0
     """
     t0 = time.perf_counter()
     out = Path(out_dir).expanduser()
-    sizes = default_eval_sizes(eval_size)
-    if eval_sizes:
-        unknown = set(eval_sizes) - set(EVAL_SPLITS)
-        if unknown:
-            raise ValueError(f"eval_sizes: unknown split(s) {sorted(unknown)} (known: {', '.join(EVAL_SPLITS)})")
-        sizes.update(eval_sizes)
-    sizes["train"] = train
-    chosen = dict(SPLIT_PRESETS)
-    if presets:
-        unknown = set(presets) - set(SPLITS)
-        if unknown:
-            raise ValueError(f"presets: unknown split(s) {sorted(unknown)} (known: {', '.join(SPLITS)})")
-        chosen.update(presets)
-    resolved = {name: get_preset(p) for name, p in chosen.items()}
+    sizes, resolved = _sizes_and_presets(train, eval_size, eval_sizes, presets)
     order = [s for s in reversed(EVAL_SPLITS)] + ["train"]
     order = [s for s in order if sizes[s] > 0]
     excluded = exclusion_files(exclude)
@@ -443,14 +465,9 @@ def write_dataset(out_dir: str | os.PathLike, train: int = 100000, seed: int = 0
     params = json.loads(json.dumps(params))
     meta_path = out / "generator.json"
     files = {s: out / f"{s}.txt" for s in order}
-    if not force and meta_path.is_file():
-        try:
-            old = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError):
-            old = {}
-        if old.get("params") == params and all(p.is_file() for p in files.values()):
-            return DatasetInfo(out, files, dict(old.get("counts", {})), params, time.perf_counter() - t0, cached=True,
-                               split_seconds=dict(old.get("split_seconds", {})))
+    cached = None if force else _cached(meta_path, params, files, t0)
+    if cached is not None:
+        return cached
     out.mkdir(parents=True, exist_ok=True)
     if meta_path.exists():
         # An earlier run of ours wrote here: its description and any split it wrote that

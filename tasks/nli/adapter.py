@@ -13,8 +13,9 @@ whose gold label is `-` are dropped and counted (`describe()`).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pydantic
@@ -25,10 +26,10 @@ from torch.nn import functional as F
 from ..architectures import ARCHS, PairArchOptions, PairModel, describe_arch, encoder_spec
 from ..base import TaskAdapter
 from ..errors import DataError
+from ..hparams import HParams
 from ..paths import data_root
 from ..registry import TaskError, register_task
 from . import data as nli_data
-
 
 TRAIN = "train"  # the (concatenated) training splits' name in `_encoded`
 
@@ -80,10 +81,10 @@ class NLITask(TaskAdapter):
     metric = "acc"
     direction = "maximize"
     # lr 1e-4 constant (the authors' README command and main_mnli.py: Adam, no schedule), batch 64.
-    defaults = {"lr": 1e-4, "lr_step": 30, "lr_gamma": 1.0, "clip": 5.0, "batch_size": 64, "dropout": 0.0}
+    defaults = {"lr": 1e-4, "schedule": "none", "clip": 5.0, "batch_size": 64, "dropout": 0.0}
 
     def _root_and_sources(self) -> tuple[Path, set[str]]:
-        root = data_root(None if self.data in (None, "", "generated") else self.data)
+        root = data_root(None if self.generated else self.data)
         if root is None:
             raise DataError("nli: no data root; set data to the shared data folder (e.g. ${TPRBENCH_DATA}) or set TPRBENCH_DATA")
         opts = self.options
@@ -100,8 +101,6 @@ class NLITask(TaskAdapter):
             nli_data.default_dir(source, root)  # names the folders it looked for
 
     def prepare(self) -> None:
-        if getattr(self, "_encoded", None) is not None:
-            return
         self.check_data()
         opts = self.options
         root, sources = self._root_and_sources()
@@ -130,7 +129,6 @@ class NLITask(TaskAdapter):
         for ref in dict.fromkeys([*opts.valid, *opts.test]):
             enc = nli_data.encode(loaded[ref], self.vocab, max_len=opts.max_len)
             self._encoded[_split_name(ref)] = (enc["premise_ids"], enc["hypothesis_ids"], enc["label"])
-        self._eval_cache: dict[tuple[str, int], list[dict[str, torch.Tensor]]] = {}
 
     @property
     def valid_split(self) -> str:
@@ -167,13 +165,10 @@ class NLITask(TaskAdapter):
         return self._batches(TRAIN, batch_size, order)
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
-        key = (split, batch_size)
-        if key not in self._eval_cache:
-            n = len(self._encoded[split][2])
-            self._eval_cache[key] = list(self._batches(split, batch_size, list(range(n))))
-        return iter(self._eval_cache[key])
+        n = len(self._encoded[split][2])
+        return self.cached_eval_batches(split, batch_size, lambda: self._batches(split, batch_size, list(range(n))))
 
-    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: dict[str, Any]) -> nn.Module:
+    def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
         self.check_arch(arch)
         vectors = None
         if self.options.vectors:
@@ -181,10 +176,9 @@ class NLITask(TaskAdapter):
             vectors, _hits = nli_data.load_word_vectors(path, self.vocab, dim=input_dim)
         opts = self.options
         return PairModel(encoder_spec(unit, dim, opts.layers), arch, len(self.vocab), dim, input_dim,
-                         classes=len(self.label_names), pooling=opts.pooling, mlp_hidden=hparams.get("mlp_hidden"),
-                         dropout=float(hparams.get("dropout", 0.0)), embeddings=vectors,
-                         freeze_embeddings=opts.freeze_vectors, attention=opts.attention,
-                         modelling_unit=opts.modelling_unit)
+                         classes=len(self.label_names), pooling=opts.pooling, mlp_hidden=hparams.mlp_hidden,
+                         dropout=hparams.dropout, embeddings=vectors, freeze_embeddings=opts.freeze_vectors,
+                         attention=opts.attention, modelling_unit=opts.modelling_unit)
 
     def report_notes(self, arch: str) -> list[str]:
         return [describe_arch(arch, self.options)]
@@ -225,7 +219,7 @@ class NLITask(TaskAdapter):
         return len(found)
 
     @torch.no_grad()
-    def encode_sentences(self, model: nn.Module, sentences: list) -> "np.ndarray":
+    def encode_sentences(self, model: nn.Module, sentences: list) -> np.ndarray:
         """Frozen sentence vectors: the trained encoder (no attention, no classifier) + pooling.
 
         `sentences` are token lists (SentEval's convention) or strings; tokenised like the training

@@ -39,9 +39,10 @@ import gzip
 import json
 import math
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from ..errors import DataError, where
 from ..paths import dataset_dir, require_file
@@ -481,7 +482,7 @@ class Vocab:
     unk_id = UNK
 
     @classmethod
-    def build(cls, token_lists: Iterable[Sequence[str]], min_count: int = 1, max_size: int | None = None) -> "Vocab":
+    def build(cls, token_lists: Iterable[Sequence[str]], min_count: int = 1, max_size: int | None = None) -> Vocab:
         """From tokenised sentences. min_count: drop rarer words; max_size: cap including the 2 specials."""
         counts: collections.Counter = collections.Counter()
         for tokens in token_lists:
@@ -495,7 +496,7 @@ class Vocab:
     @classmethod
     def from_dataset(cls, ds, columns: Sequence[str] = ("premise", "hypothesis"), min_count: int = 1,
                      max_size: int | None = None, tokenizer: Callable[[str], list[str]] = tokenize,
-                     batch_size: int = 10_000) -> "Vocab":
+                     batch_size: int = 10_000) -> Vocab:
         """From the text columns of a Dataset (read in batches, tokenised with `tokenizer`)."""
 
         def token_lists():
@@ -526,7 +527,7 @@ class Vocab:
         Path(path).write_text(json.dumps({"itos": self.itos}, ensure_ascii=False), encoding="utf-8")
 
     @classmethod
-    def load(cls, path: str | Path) -> "Vocab":
+    def load(cls, path: str | Path) -> Vocab:
         p = require_file(path, "vocabulary", "build it with Vocab.from_dataset(...).save(path)")
         try:
             return cls(json.loads(p.read_text(encoding="utf-8"))["itos"])
@@ -555,7 +556,8 @@ def encode(ds, vocab: Vocab, max_len: int | None = None, tokenizer: Callable[[st
     [<unk>] so every sequence has length >= 1 (pooling over an empty sequence is undefined).
     The map is cached next to `ds`'s Arrow files, keyed by ds, vocab, max_len and tokenizer.
     """
-    from datasets import Sequence as HFSequence, Value
+    from datasets import Sequence as HFSequence
+    from datasets import Value
     from datasets.fingerprint import Hasher
 
     def ids(texts: list[str]) -> list[list[int]]:

@@ -56,7 +56,7 @@ class TransferTask(NLITask):
     def senteval_path(self) -> str | None:
         if self.options.senteval_path:
             return self.options.senteval_path
-        return None if self.data in (None, "", "generated") else f"{self.data}/senteval"
+        return None if self.generated else f"{self.data}/senteval"
 
     def expand_for_senteval(self) -> int:
         """Grow the vocabulary once with the vectors of every word of every configured SentEval

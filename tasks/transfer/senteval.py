@@ -55,8 +55,8 @@ from __future__ import annotations
 import copy
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import numpy as np
 

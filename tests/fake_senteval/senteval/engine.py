@@ -18,7 +18,6 @@ them; `LAST` keeps the raw results and params of the last `eval`.
 
 from __future__ import annotations
 
-import io
 import os
 
 import numpy as np
@@ -50,7 +49,7 @@ class SE:
         path = self.params["task_path"] + "/downstream/" + FOLDERS[name]
         if name.startswith("STS") and name != "STSBenchmark":
             return self._sts(path)
-        with io.open(os.path.join(path, FIRST_FILE[name]), "r", encoding="latin-1") as f:  # as SentEval: opens it
+        with open(os.path.join(path, FIRST_FILE[name]), encoding="latin-1") as f:  # as SentEval: opens it
             lines = [line.split() for line in f.read().splitlines()[1:9] if line.strip()]
         self.prepare(self.params, lines)
         emb = np.asarray(self.batcher(self.params, lines))
@@ -70,9 +69,9 @@ class SE:
             if not fname.startswith("STS.input."):
                 continue
             dataset = fname[len("STS.input."):-len(".txt")]
-            with io.open(os.path.join(path, fname), encoding="utf8") as f:
+            with open(os.path.join(path, fname), encoding="utf8") as f:
                 pairs = [line.split("\t") for line in f.read().splitlines()]
-            with io.open(os.path.join(path, "STS.gs." + dataset + ".txt"), encoding="utf8") as f:
+            with open(os.path.join(path, "STS.gs." + dataset + ".txt"), encoding="utf8") as f:
                 gold = f.read().splitlines()
             keep = [i for i, g in enumerate(gold) if g != ""]
             data[dataset] = ([pairs[i][0].split() for i in keep], [pairs[i][1].split() for i in keep],

@@ -1,0 +1,283 @@
+"""Aggregate: runs × cells → one row per cell × split (mean ± std over the counted seeds, search
+statistics, parameter counts). Pure pandas, no I/O.
+
+Which seed runs count: phase=final runs whose `tprbench.params_hash` equals the cell's
+`tprbench.final_params_hash` (seed runs of an earlier best are ignored) with seed < seeds
+wanted. The table metric, its direction and the test splits come from the cell runs (issue 11's
+record schema); for records written before it they are inferred from the metric columns as
+they always were.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ..record import is_failure
+
+#: Logical-entailment test splits in the papers' column order (records without a test_splits tag).
+LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
+#: Metric names that are minimised, for records without a direction tag (before issue 11).
+LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "bpc", "err", "error", "mse")
+BASELINES = {"lstm": 0, "gru": 1}
+
+# -- unit specs → table columns --------------------------------------------------------------
+
+def parse_unit(spec: str | None) -> tuple[str, dict[str, str]]:
+    """`tpru[roles=32,slices=8]` → ('tpru', {'roles': '32', 'slices': '8'}); units.spec parses it
+    (no torch import: the units package is lazy). A spec that does not parse is its own name."""
+    from units.spec import UnitSpecError, parse_spec
+
+    try:
+        parsed = parse_spec(spec or "")
+    except UnitSpecError:
+        return spec or "", {}
+    return parsed.name, parsed.option_dict
+
+
+def _int_or_none(text: Any) -> int | None:
+    try:
+        return int(str(text))
+    except (TypeError, ValueError):
+        return None
+
+
+def unit_columns(unit: str, canonical: str | None) -> dict[str, Any]:
+    """unit_name, roles, slices (spec first, then defaults from the canonical spec), and the spec
+    without the roles option (the logic table shows roles in its own column)."""
+    name, opts = parse_unit(unit)
+    _, canon = parse_unit(canonical)
+    roles = _int_or_none(opts.get("roles", canon.get("roles")))
+    slices = _int_or_none(opts.get("slices", canon.get("slices")))
+    rest = {k: v for k, v in opts.items() if k != "roles"}
+    short = name + (f"[{','.join(f'{k}={v}' for k, v in rest.items())}]" if rest else "")
+    return {"unit_name": name, "roles": roles, "slices": slices, "unit_short": short}
+
+
+def _is_missing(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(v != v)  # NaN / pd.NA
+    except (TypeError, ValueError):
+        return True
+
+
+def _sort_key(row: dict[str, Any]) -> tuple:
+    def num(v: Any) -> float:
+        return float("inf") if _is_missing(v) else float(v)
+
+    return (str(row.get("task_label") or ""), str(row.get("arch") or ""), num(row.get("dim")), num(row.get("input_dim")),
+            BASELINES.get(row.get("unit_name"), 2), str(row.get("unit_name") or ""), num(row.get("roles")),
+            num(row.get("slices")), str(row.get("unit") or ""), str(row.get("cell_id")))
+
+
+def metric_direction(metric: str, recorded: Any = None) -> str:
+    """The direction the record states, else (records before issue 11) inferred from the name."""
+    if isinstance(recorded, str) and recorded in ("maximize", "minimize"):
+        return recorded
+    return "minimize" if metric.lower() in LOWER_IS_BETTER else "maximize"
+
+
+# -- aggregation -------------------------------------------------------------------------------
+
+def _splits_of(runs: Any, metric: str) -> list[tuple[str, str]]:
+    """(display name, metric column) of every test split seen for this metric, papers' order first."""
+    pat = re.compile(rf"^metric\.test_(?P<split>.+)_{re.escape(metric)}$")
+    found = {}
+    for col in runs.columns:
+        m = pat.match(col)
+        if m and runs[col].notna().any():
+            split = m.group("split")
+            found[split[5:] if split.startswith("test_") else split] = col
+    logic = [s for s in LOGIC_SPLITS if s in found]
+    return [(s, found[s]) for s in logic + sorted(s for s in found if s not in LOGIC_SPLITS)]
+
+
+def _metric_of(runs: Any) -> str | None:
+    counts: dict[str, int] = {}
+    for col in runs.columns:
+        if col.startswith("metric.best_valid_"):
+            counts[col[len("metric.best_valid_"):]] = int(runs[col].notna().sum())
+    counts = {k: v for k, v in counts.items() if v}
+    return min(counts, key=lambda k: (-counts[k], k)) if counts else None
+
+
+def infer_seeds(runs: Any) -> int:
+    """Seeds wanted when no study file says: the highest final seed recorded + 1 (at least 1)."""
+    final = runs[runs["phase"] == "final"]["seed"].dropna()
+    return int(final.max()) + 1 if len(final) else 1
+
+
+def counted_runs(runs: Any, cells: Any, seeds_wanted: int | None = None, any_params: bool = False) -> Any:
+    """The final-phase runs that count for each cell: current params hash, seed < seeds wanted.
+
+    `any_params=True` (used for commit comparisons, where the runs are filtered by commit): when
+    no run has the cell's current hash, take the hash most of its final runs have.
+    """
+    if seeds_wanted is None:
+        seeds_wanted = infer_seeds(runs)
+    final = runs[(runs["phase"] == "final") & runs["seed"].notna() & (runs["seed"] < seeds_wanted)]
+    keep = []
+    hashes = dict(zip(cells["cell_id"], cells["final_params_hash"]))
+    for cid, group in final.groupby("cell_id", sort=True):
+        h = hashes.get(cid)
+        h = None if _is_missing(h) else h
+        if any_params and (h is None or not (group["params_hash"] == h).any()) and len(group):
+            counts = group["params_hash"].value_counts()
+            h = sorted(counts.index[counts == counts.max()])[-1]
+        if h is not None:
+            keep.append(group[group["params_hash"] == h])
+    if not keep:
+        return final.iloc[0:0]
+    import pandas as pd
+
+    out = pd.concat(keep)
+    return out.sort_values(["cell_id", "seed", "run_key"], kind="stable").reset_index(drop=True)
+
+
+def _display(split: str) -> str:
+    return split[5:] if split.startswith("test_") else split
+
+
+def _recorded(rows: list[dict[str, Any]], key: str) -> Any:
+    """The first value the cell runs record for a schema column (None for older records)."""
+    for r in rows:
+        v = r.get(key)
+        if not _is_missing(v):
+            return v
+    return None
+
+
+def _task_tables(cell_rows: list[dict[str, Any]], runs_by_cell: dict[str, Any], runs: Any) -> dict[str, tuple]:
+    """Per task label: (metric, direction, [(split, metric column)]) — as the cell runs record them,
+    else inferred from the runs' metric columns (records before issue 11)."""
+    out = {}
+    for task_label in sorted({r["task_label"] or "" for r in cell_rows}):
+        rows = [r for r in cell_rows if (r["task_label"] or "") == task_label]
+        metric, tests = _recorded(rows, "metric"), _recorded(rows, "test_splits")
+        if metric is not None and tests is not None:
+            metric = str(metric).removeprefix("valid_")
+            splits = [(_display(t), f"metric.test_{t}_{metric}") for t in json.loads(tests)]
+        else:
+            task_runs = runs.iloc[0:0]
+            parts = [runs_by_cell[r["cell_id"]] for r in rows if r["cell_id"] in runs_by_cell]
+            if parts:
+                import pandas as pd
+
+                task_runs = pd.concat(parts) if len(parts) > 1 else parts[0]
+            metric = _metric_of(task_runs) or "acc"
+            splits = _splits_of(task_runs, metric)
+        direction = metric_direction(metric, _recorded(rows, "direction"))
+        out[task_label] = (metric, direction, [("valid", f"metric.best_valid_{metric}")] + splits)
+    return out
+
+
+def _search_stats(search: Any, metric: str, direction: str) -> dict[str, Any]:
+    best_col = f"metric.best_valid_{metric}"
+    s_fin = search[search["status"] == "finished"]
+    best_search, best_trial = float("nan"), None
+    if best_col in s_fin.columns and s_fin[best_col].notna().any():
+        vals = s_fin[[best_col, "trial"]].dropna(subset=[best_col]).sort_values("trial", kind="stable")
+        idx = vals[best_col].idxmin() if direction == "minimize" else vals[best_col].idxmax()
+        best_search, best_trial = float(vals.loc[idx, best_col]), vals.loc[idx, "trial"]
+    return {"trials": len(search), "trials_finished": len(s_fin),
+            "trials_pruned": int((search["status"] == "pruned").sum()),
+            "trials_failed": int(search["status"].map(is_failure).sum()) if len(search) else 0,
+            "best_search": best_search, "best_trial": None if _is_missing(best_trial) else int(best_trial)}
+
+
+def _first_count(frames: list[Any], col: str) -> int | None:
+    """A parameter count as the runs record it (tag, else the final metric)."""
+    import pandas as pd
+
+    src = pd.concat(frames) if len(frames) > 1 else frames[0]
+    for c in (col, f"metric.{col}"):
+        if c in src.columns:
+            v = src[c].dropna()
+            if len(v):
+                return int(v.iloc[0])
+    return None
+
+
+def _cell_base(order: int, cell: dict[str, Any], mine: Any, cur: Any, seeds_wanted: int, table: tuple) -> dict:
+    """The per-cell columns of the aggregated frame (shared by its split rows)."""
+    import pandas as pd
+
+    metric, direction, _ = table
+    finished, failed = cur[cur["status"] == "finished"], cur[cur["status"] != "finished"]
+    present = {int(s) for s in cur["seed"]}
+    missing = [s for s in range(seeds_wanted) if s not in present]
+    search = mine[mine["phase"] == "search"]
+    commits = sorted({str(c) for c in pd.concat([cur["git_commit"], search["git_commit"]]).dropna()})
+    reasons = [f"seed {int(s)}: {r}" for s, r in zip(failed["seed"], failed["reason"]) if not _is_missing(r)]
+    return {
+        "order": order, "cell_id": cell["cell_id"], "task": cell.get("task"), "task_label": cell["task_label"],
+        "label": cell.get("label"), "arch": cell.get("arch"), "dim": cell.get("dim"), "input_dim": cell.get("input_dim"),
+        "unit": cell.get("unit"), "unit_short": cell["unit_short"], "unit_name": cell["unit_name"],
+        "unit_canonical": cell.get("unit_canonical"), "roles": cell["roles"], "slices": cell["slices"],
+        "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": len(finished),
+        "seeds_failed": len(failed), "seeds_missing": len(missing),
+        "failed_seeds": ",".join(str(int(s)) for s in failed["seed"]), "missing_seeds": ",".join(map(str, missing)),
+        "failure_reasons": "; ".join(reasons),
+        "params_formula": _first_count([cur, mine] if len(cur) else [mine], "params_formula"),
+        "params_total": _first_count([cur, mine] if len(cur) else [mine], "params_total"),
+        "final_params": None if _is_missing(cell.get("final_params")) else cell.get("final_params"),
+        "final_params_hash": None if _is_missing(cell.get("final_params_hash")) else cell.get("final_params_hash"),
+        **_search_stats(search, metric, direction),
+        "git_commits": ",".join(commits),
+    }
+
+
+def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_params: bool = False) -> Any:
+    """One row per cell × split: mean, std (ddof=1), n; seeds finished/failed/missing; parameter
+    counts; best hyperparameters; search statistics. Rows sorted by a fixed key (`order`)."""
+    import numpy as np
+    import pandas as pd
+
+    if seeds_wanted is None:
+        seeds_wanted = infer_seeds(runs)
+    counted = counted_runs(runs, cells, seeds_wanted, any_params)
+    cell_rows = [dict(r) for r in cells.to_dict("records")]
+    for r in cell_rows:
+        r.update(unit_columns(r.get("unit") or "", r.get("unit_canonical")))
+        label = r.get("label") or ""
+        r["task_label"] = label.split("/", 1)[0] if "/" in label else r.get("task")
+    cell_rows.sort(key=_sort_key)
+    # Grouped once: filtering the frames per cell would be cells × runs work.
+    runs_by_cell = {cid: g for cid, g in runs.groupby("cell_id", sort=False)} if len(runs) else {}
+    counted_by_cell = {cid: g for cid, g in counted.groupby("cell_id", sort=False)} if len(counted) else {}
+    tables = _task_tables(cell_rows, runs_by_cell, runs)
+
+    out = []
+    for order, cell in enumerate(cell_rows):
+        cid = cell["cell_id"]
+        table = tables[cell["task_label"] or ""]
+        cur = counted_by_cell.get(cid, counted.iloc[0:0])
+        base = _cell_base(order, cell, runs_by_cell.get(cid, runs.iloc[0:0]), cur, seeds_wanted, table)
+        finished = cur[cur["status"] == "finished"]
+        for split_order, (split, col) in enumerate(table[2]):
+            vals = finished[col].dropna().to_numpy(dtype=float) if col in finished.columns else np.array([])
+            n = len(vals)
+            mean = float(np.mean(vals)) if n else float("nan")
+            std = float(np.std(vals, ddof=1)) if n > 1 else float("nan")
+            out.append({**base, "split": split, "split_order": split_order, "metric_key": col[len("metric."):],
+                        "mean": mean, "std": std, "n": n})
+    df = pd.DataFrame(out)
+    if len(df):
+        for col in ("dim", "input_dim", "roles", "slices", "params_formula", "params_total", "best_trial"):
+            df[col] = pd.array([None if _is_missing(v) else int(v) for v in df[col]], dtype="Int64")
+    return df
+
+
+def search_frame(df: Any) -> Any:
+    """Search-phase statistics, one row per cell."""
+    import pandas as pd
+
+    cols = ["cell_id", "label", "metric", "trials", "trials_finished", "trials_pruned", "trials_failed",
+            "best_search", "best_trial", "final_params_hash", "final_params"]
+    if df is None or not len(df):
+        return pd.DataFrame(columns=cols)
+    out = df.sort_values(["order"], kind="stable").drop_duplicates("cell_id")[cols].reset_index(drop=True)
+    return out.rename(columns={"best_search": "best_valid"})

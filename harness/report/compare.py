@@ -1,0 +1,146 @@
+"""Compare: two studies (or two commits of one study) cell by cell and split by split."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..record import ReportError
+from .aggregate import _is_missing, aggregate, infer_seeds
+from .load import load_record, resolve_study
+from .render import DASH, PERCENT_METRICS, _print_wide, format_cell, metric_scale
+
+
+@dataclass
+class Side:
+    """One side of a comparison: the study's aggregated frame and where it came from."""
+
+    name: str
+    title: str
+    uri: str
+    agg: Any
+    note: str | None = None
+
+
+@dataclass
+class Comparison:
+    """Per matching cell and split: means, stds, n and B − A (`frame`); cells on one side only."""
+
+    a: Side
+    b: Side
+    frame: Any
+    only_a: list[str] = field(default_factory=list)
+    only_b: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+COMPARE_COLUMNS = ["label", "split", "metric", "match", "cell_id_a", "cell_id_b", "mean_a", "std_a", "n_a", "failed_a",
+                   "missing_a", "mean_b", "std_b", "n_b", "failed_b", "missing_b", "diff"]
+
+
+def _side(spec: dict[str, Any], seeds_wanted: int | None) -> Side:
+    name, seeds, ids, note = resolve_study(spec["study"])
+    runs, cells = load_record(spec["uri"], name, ids)
+    commit = spec.get("commit")
+    if commit:
+        recorded = sorted({str(c) for c in runs["git_commit"].dropna()})
+        runs = runs[runs["git_commit"].fillna("").astype(str).str.startswith(commit)].reset_index(drop=True)
+        if not len(runs):
+            raise ReportError(f"study {name!r} in {spec['uri']}: no runs at git commit {commit!r} "
+                              f"(commits recorded: {', '.join(recorded) or 'none'})")
+    seeds = seeds_wanted if seeds_wanted is not None else seeds
+    if seeds is None:
+        seeds = infer_seeds(runs)
+    agg = aggregate(runs, cells, seeds, any_params=bool(commit))
+    return Side(name, name + (f"@{commit}" if commit else ""), spec["uri"], agg, note)
+
+
+def _pairs(ca: Any, cb: Any) -> tuple[list[tuple[str, str, str]], set[str]]:
+    """(cell id in A, cell id in B, "id" | "label"): same cell id first, else the same label."""
+    b_ids, b_labels = set(cb["cell_id"]), {}
+    for cid, label in zip(cb["cell_id"], cb["label"]):
+        b_labels.setdefault(label, cid)
+    pairs, used_b = [], set()
+    for cid, label in zip(ca["cell_id"], ca["label"]):
+        if cid in b_ids:
+            pairs.append((cid, cid, "id"))
+            used_b.add(cid)
+        elif label in b_labels and b_labels[label] not in used_b:
+            pairs.append((cid, b_labels[label], "label"))
+            used_b.add(b_labels[label])
+    return pairs, used_b
+
+
+def _rows(sa: Side, sb: Side, ida: str, idb: str, how: str) -> list[dict[str, Any]]:
+    ga = sa.agg[sa.agg["cell_id"] == ida].set_index("split")
+    gb = sb.agg[sb.agg["cell_id"] == idb].set_index("split")
+    rows = []
+    for split in [s for s in ga.index if s in gb.index]:
+        ra, rb = ga.loc[split], gb.loc[split]
+        rows.append({
+            "label": ra["label"], "split": split, "metric": ra["metric"], "match": how,
+            "cell_id_a": ida, "cell_id_b": idb,
+            "mean_a": ra["mean"], "std_a": ra["std"], "n_a": int(ra["n"]),
+            "failed_a": int(ra["seeds_failed"]), "missing_a": int(ra["seeds_missing"]),
+            "mean_b": rb["mean"], "std_b": rb["std"], "n_b": int(rb["n"]),
+            "failed_b": int(rb["seeds_failed"]), "missing_b": int(rb["seeds_missing"]),
+            "diff": rb["mean"] - ra["mean"],
+        })
+    return rows
+
+
+def compare_studies(a: dict[str, Any], b: dict[str, Any], seeds_wanted: int | None = None) -> Comparison:
+    """A and B ({"study": file or name, "uri": tracking URI, "commit": prefix or None}) per matching
+    cell (same cell id, else same label) and split: means, stds, n and the difference B − A."""
+    import pandas as pd
+
+    sa, sb = _side(a, seeds_wanted), _side(b, seeds_wanted)
+    ca = sa.agg.sort_values(["order"], kind="stable").drop_duplicates("cell_id")
+    cb = sb.agg.sort_values(["order"], kind="stable").drop_duplicates("cell_id")
+    pairs, used_b = _pairs(ca, cb)
+    matched_a = {p[0] for p in pairs}
+    rows = [row for ida, idb, how in pairs for row in _rows(sa, sb, ida, idb, how)]
+    return Comparison(sa, sb, pd.DataFrame(rows, columns=COMPARE_COLUMNS),
+                      [lbl for cid, lbl in zip(ca["cell_id"], ca["label"]) if cid not in matched_a],
+                      [lbl for cid, lbl in zip(cb["cell_id"], cb["label"]) if cid not in used_b],
+                      [n for n in (sa.note, sb.note) if n])
+
+
+def format_diff(diff: Any, metric: str) -> str:
+    if _is_missing(diff) or (isinstance(diff, float) and math.isnan(diff)):
+        return DASH
+    scale, digits, _ = metric_scale(metric)
+    x = round(float(diff) * scale, digits) + 0.0
+    return f"{x:+.{digits}f}"
+
+
+def comparison_rows(result: Comparison) -> tuple[list[str], list[list[str]]]:
+    a, b = result.a.title, result.b.title
+    columns = ["cell", "split", f"A: {a}", f"B: {b}", "B − A"]
+    rows = []
+    for r in result.frame.to_dict("records"):
+        ma = format_cell(r["mean_a"], r["std_a"], r["n_a"], r["metric"]) + ("†" if r["failed_a"] else "") + ("‡" if r["missing_a"] else "")
+        mb = format_cell(r["mean_b"], r["std_b"], r["n_b"], r["metric"]) + ("†" if r["failed_b"] else "") + ("‡" if r["missing_b"] else "")
+        label = r["label"] + (" (matched by label)" if r["match"] == "label" else "")
+        rows.append([label, r["split"], ma, mb, format_diff(r["diff"], r["metric"])])
+    return columns, rows
+
+
+def print_comparison(result: Comparison, console: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    columns, rows = comparison_rows(result)
+    sa, sb = result.a, result.b
+    table = Table(title=escape(f"A = {sa.title} ({sa.uri})  vs  B = {sb.title} ({sb.uri})"), title_justify="left")
+    for i, col in enumerate(columns):
+        table.add_column(escape(col), justify="left" if i < 2 else "right")
+    for row in rows:
+        table.add_row(*(escape(v) for v in row))
+    _print_wide(console, table)
+    percent = any(str(m).lower() in PERCENT_METRICS for m in result.frame["metric"])
+    console.print("† some seeds diverged · ‡ some seeds missing" + (" · accuracy in %, B − A in points" if percent else ""))
+    for side, labels in (("A", result.only_a), ("B", result.only_b)):
+        if labels:
+            console.print(f"[yellow]only in {side}:[/] " + escape(", ".join(labels)))

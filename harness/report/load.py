@@ -1,0 +1,74 @@
+"""Load: a study's record as frames (through harness.record, the one reader) and what a STUDY
+argument names (a study file or a recorded study's name)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..record import RecordReader, ReportError
+
+
+def load_runs(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None) -> Any:
+    """One row per recorded trial/seed run of the study (harness.record.RecordReader.runs)."""
+    return RecordReader(tracking_uri, study_name).runs(cell_ids)
+
+
+def load_cells(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None) -> Any:
+    """One row per cell run of the study: what was crossed, the planned final parameters, the schema tags."""
+    return RecordReader(tracking_uri, study_name).cells(cell_ids)
+
+
+def load_history(tracking_uri: str, study_name: str, run_ids: Iterable[str] | None = None,
+                 keys: Iterable[str] | None = None) -> Any:
+    """Per-epoch metrics as a long frame: run_id, key, step (= epoch), value; sorted."""
+    return RecordReader(tracking_uri, study_name).history(run_ids, keys)
+
+
+def resolve_study(study: str) -> tuple[str, int | None, list[str] | None, str | None]:
+    """STUDY argument → (name, seeds wanted, cell ids to restrict to, note).
+
+    A .toml file is read with harness.study (its cells restrict the rows); if that module is
+    missing or the file does not validate here (e.g. a data path's env var is unset), only
+    `[study].name` and `seeds` are read with tomllib. Anything else is a study name.
+    """
+    path = Path(study)
+    if not (study.endswith(".toml") or path.is_file()):
+        return study, None, None, None
+    if not path.is_file():
+        raise ReportError(f"study file {study} not found (give a study file or a recorded study's name)")
+    note = None
+    try:
+        from harness.study import expand, load_study
+
+        st = load_study(path)
+        section = getattr(st, "study", st)
+        return section.name, int(section.seeds), [c.id for c in expand(st)], None
+    except ImportError:
+        note = "harness.study is not available: reporting every cell recorded for the study"
+    except Exception as exc:  # a study that does not validate here still names its record
+        if not getattr(type(exc), "user_error", False):
+            raise
+        note = f"{study} does not validate here ({str(exc).splitlines()[0]}); reporting every cell recorded for the study"
+    import tomllib
+
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ReportError(f"{study}: cannot read the study file: {exc}") from None
+    section = data.get("study", {}) if isinstance(data.get("study"), dict) else {}
+    name = section.get("name") or path.stem
+    seeds = section.get("seeds")
+    return str(name), (int(seeds) if isinstance(seeds, int) else 3), None, note
+
+
+def load_record(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None) -> tuple[Any, Any]:
+    """(runs, cells) of a study, restricted to `cell_ids` when given. Raises ReportError if empty."""
+    reader = RecordReader(tracking_uri, study_name)
+    ids = None if cell_ids is None else list(cell_ids)
+    runs, cells = reader.runs(ids), reader.cells(ids)
+    if not len(cells):
+        raise ReportError(f"study {study_name!r} in {tracking_uri}: no cells recorded"
+                          + (" for the cells of this study file" if cell_ids is not None else ""))
+    return runs, cells

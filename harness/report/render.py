@@ -1,0 +1,299 @@
+"""Render: the aggregated frame laid out like the papers (`sections`) and written as Markdown,
+LaTeX (booktabs) or CSV by one `make_table`, or as rich tables on the console.
+
+Determinism: the same frame gives the same text — rows sorted by a fixed key, numbers in fixed formats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .aggregate import _is_missing, metric_direction
+
+PERCENT_METRICS = ("acc", "accuracy", "f1", "pearson", "spearman", "corr", "mcc")
+DASH = "–"
+
+# -- layout: one section per task, the papers' columns ----------------------------------------
+
+def layout_of(task: str | None) -> str:
+    t = (task or "").lower()
+    if t.startswith("logic"):
+        return "logic"
+    if t.startswith(("nli", "mnli", "snli", "qnli")):
+        return "nli"
+    if t.startswith(("lm", "wikitext", "ptb", "language")):
+        return "lm"
+    if t.startswith(("transfer", "senteval")):
+        return "senteval"
+    return "generic"
+
+
+def metric_scale(metric: str, direction: str | None = None) -> tuple[float, int, str]:
+    """(multiplier, decimals, description) for displaying a metric (direction: as recorded, if known)."""
+    m = metric.lower()
+    if m in PERCENT_METRICS:
+        return 100.0, 1, {"acc": "accuracy (%)", "accuracy": "accuracy (%)"}.get(m, f"{m} (×100)")
+    if m in ("ppl", "perplexity"):
+        return 1.0, 1, "perplexity (lower is better)"
+    return 1.0, 3, m + (" (lower is better)" if metric_direction(m, direction) == "minimize" else "")
+
+
+def _num(v: Any, scale: float, digits: int) -> str:
+    if _is_missing(v) or (isinstance(v, float) and math.isnan(v)):
+        return DASH
+    x = round(float(v) * scale, digits)
+    return f"{x + 0.0:.{digits}f}"  # + 0.0: never print -0.0
+
+
+def format_cell(mean: Any, std: Any, n: int, metric: str) -> str:
+    """'87.3 ± 1.2'; one seed: '87.3 ± –'; no finished seed: '–'."""
+    if not n:
+        return DASH
+    scale, digits, _ = metric_scale(metric)
+    return f"{_num(mean, scale, digits)} ± {_num(std, scale, digits)}"
+
+
+def _count(v: Any) -> str:
+    return DASH if _is_missing(v) else f"{int(v):,}"
+
+
+@dataclass
+class Section:
+    """One rendered table: plain-text cells with markers (renderers escape for their format)."""
+
+    task_label: str
+    layout: str
+    title: str
+    columns: list[str]
+    align: list[str]  # "l" | "r" per column
+    rows: list[list[str]]
+    footnotes: list[str] = field(default_factory=list)
+    search_columns: list[str] = field(default_factory=list)
+    search_rows: list[list[str]] = field(default_factory=list)
+
+
+def sections(df: Any) -> list[Section]:
+    """The aggregated frame laid out like the papers, one section per task (by task label)."""
+    out: list[Section] = []
+    if df is None or not len(df):
+        return out
+    df = df.sort_values(["order", "split_order"], kind="stable")
+    for task_label in sorted(df["task_label"].fillna("").unique()):
+        part = df[df["task_label"].fillna("") == task_label]
+        first = part.iloc[0]
+        layout = layout_of(first["task"])
+        metric = str(first["metric"])
+        splits = list(dict.fromkeys(part["split"]))
+        cells = [g for _, g in part.groupby("order", sort=True)]
+        show_input = any(int(c.iloc[0]["input_dim"]) != int(c.iloc[0]["dim"]) for c in cells
+                         if not _is_missing(c.iloc[0]["input_dim"]) and not _is_missing(c.iloc[0]["dim"]))
+        has_roles = layout == "logic" or any(not _is_missing(c.iloc[0]["roles"]) for c in cells)
+        keys = ["arch", "d"] + (["d'"] if show_input else []) + ["unit"] + (["roles"] if has_roles else [])
+        split_names = {"valid": "valid"}
+        if layout == "lm":
+            split_names = {s: f"{s} ppl" if metric in ("ppl", "perplexity") else s for s in splits}
+        columns = keys + [split_names.get(s, s) for s in splits] + ["# params", "# params (total)", "seeds"]
+        align = ["l" if k in ("arch", "unit") else "r" for k in keys] + ["r"] * (len(columns) - len(keys))
+        rows, notes, srows = [], [], []
+        for c in cells:
+            r = c.iloc[0]
+            unit = r["unit_short"] if has_roles else r["unit"]
+            marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] else "")
+            vals = {s: format_cell(g["mean"], g["std"], int(g["n"]), metric)
+                    for s, g in ((row["split"], row) for _, row in c.iterrows())}
+            row = [str(r["arch"]), _count(r["dim"])] + ([_count(r["input_dim"])] if show_input else [])
+            row += [f"{unit}{marks}"] + ([_count(r["roles"])] if has_roles else [])
+            row += [vals.get(s, DASH) for s in splits]
+            row += [_count(r["params_formula"]), _count(r["params_total"]), f"{r['seeds_finished']}/{r['seeds_wanted']}"]
+            rows.append(row)
+            where = f"{r['label']} ({r['cell_id']})"
+            if r["seeds_failed"]:
+                why = f"; {r['failure_reasons'][:160]}" if r["failure_reasons"] else ""
+                notes.append(f"† {where}: {r['seeds_failed']} of {r['seeds_wanted']} seeds diverged "
+                             f"(failed {_seeds(r['failed_seeds'])}{why}); mean over the {r['seeds_finished']} finished")
+            if r["seeds_missing"]:
+                state = "search not finished" if _is_missing(r["final_params_hash"]) else "not yet run"
+                notes.append(f"‡ {where}: {r['seeds_missing']} of {r['seeds_wanted']} seeds missing "
+                             f"({_seeds(r['missing_seeds'])}: {state})")
+            params = r["final_params"]
+            try:
+                params = ", ".join(f"{k}={_short(v)}" for k, v in sorted(json.loads(params).items())) if params else DASH
+            except (TypeError, ValueError):
+                params = str(params)
+            srows.append([str(r["label"]), f"{r['trials']}", f"{r['trials_pruned']}", f"{r['trials_failed']}",
+                          _num(r["best_search"], *metric_scale(metric)[:2]), _count(r["best_trial"]), params])
+        _, _, desc = metric_scale(metric, first.get("direction"))
+        title = f"{task_label}: {desc}, mean ± std over seeds; valid = the best epoch's validation score"
+        out.append(Section(task_label, layout, title, columns, align, rows, notes,
+                           ["cell", "trials", "pruned", "failed", f"best valid {metric}", "best trial", "best hyperparameters"],
+                           srows))
+    return out
+
+
+def _seeds(text: str) -> str:
+    return ("seeds " if "," in text else "seed ") + text.replace(",", ", ")
+
+
+def _short(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+_TEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&",
+                "#": r"\#", "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_TEX_SYMBOLS = {"±": r"$\pm$", "†": r"\textsuperscript{\dag}", "‡": r"\textsuperscript{\ddag}", "–": "--",
+                "×": r"$\times$", "'": "'"}
+
+
+def tex_escape(text: str) -> str:
+    out = "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
+    for sym, rep in _TEX_SYMBOLS.items():
+        out = out.replace(sym, rep)
+    return out
+
+
+def _header(fmt: str, header: Iterable[str] | None) -> list[str]:
+    prefix = {"markdown": "<!-- {} -->", "latex": "% {}", "csv": "# {}"}[fmt]
+    return [prefix.format(h.replace("-->", "-- >")) for h in (header or [])]
+
+
+def _fmt(fmt: str) -> str:
+    f = fmt.lower()
+    f = {"md": "markdown", "tex": "latex"}.get(f, f)
+    if f not in ("markdown", "latex", "csv"):
+        raise ValueError(f"unknown table format {fmt!r}: use markdown, latex or csv")
+    return f
+
+
+def make_table(df: Any, fmt: str, header: Iterable[str] | None = None) -> str:
+    """Render the aggregated frame as Markdown, LaTeX (booktabs) or CSV (raw numbers), with the
+    `header` lines as comments at the top. Deterministic: same frame → same text."""
+    fmt = _fmt(fmt)
+    lines = _header(fmt, header)
+    if fmt == "csv":
+        return "\n".join(lines + [wide_frame(df).to_csv(index=False, float_format="%.10g", lineterminator="\n")]).rstrip("\n") + "\n"
+    render = _markdown if fmt == "markdown" else _latex
+    for sec in sections(df):
+        lines += render(sec)
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _markdown(sec: Section) -> list[str]:
+    lines = [f"## {sec.task_label}", "", sec.title, ""]
+    lines.append("| " + " | ".join(_md_escape(c) for c in sec.columns) + " |")
+    lines.append("|" + "|".join(":---" if a == "l" else "---:" for a in sec.align) + "|")
+    lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in sec.rows]
+    if sec.footnotes:
+        lines += [""] + [f"- {_md_escape(n)}" for n in sec.footnotes]
+    lines += ["", f"### {sec.task_label}: search", ""]
+    lines.append("| " + " | ".join(sec.search_columns) + " |")
+    lines.append("|" + "|".join([":---"] + ["---:"] * (len(sec.search_columns) - 2) + [":---"]) + "|")
+    lines += ["| " + " | ".join(_md_escape(v) for v in row) + " |" for row in sec.search_rows]
+    lines.append("")
+    return lines
+
+
+def _latex(sec: Section) -> list[str]:
+    lines = [f"% {sec.task_label}", r"\begin{table}[t]", r"\centering", r"\small",
+             r"\begin{tabular}{" + "".join(sec.align) + "}", r"\toprule"]
+    lines.append(" & ".join(tex_escape(c) for c in sec.columns) + r" \\")
+    lines.append(r"\midrule")
+    prev_arch = None
+    for row in sec.rows:
+        if prev_arch is not None and row[0] != prev_arch:
+            lines.append(r"\midrule")
+        prev_arch = row[0]
+        lines.append(" & ".join(tex_escape(v) for v in row) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    caption = tex_escape(sec.title)
+    if sec.footnotes:
+        caption += " " + " ".join(tex_escape(n) + "." for n in sec.footnotes)
+    lines += [r"\caption{" + caption + "}", r"\label{tab:" + re.sub(r"[^A-Za-z0-9]+", "-", sec.task_label) + "}",
+              r"\end{table}", ""]
+    return lines
+
+
+def wide_frame(df: Any) -> Any:
+    """One row per cell with raw numbers: `<split>_mean`, `<split>_std`, `<split>_n` per split."""
+    import pandas as pd
+
+    keys = ["cell_id", "label", "task", "arch", "dim", "input_dim", "unit", "unit_canonical", "roles", "slices",
+            "metric", "seeds_wanted", "seeds_finished", "seeds_failed", "seeds_missing", "failed_seeds",
+            "missing_seeds", "params_formula", "params_total", "final_params", "git_commits"]
+    if df is None or not len(df):
+        return pd.DataFrame(columns=keys)
+    df = df.sort_values(["order", "split_order"], kind="stable")
+    splits = list(dict.fromkeys(["valid"] + list(df["split"])))
+    rows = []
+    for _, g in df.groupby("order", sort=True):
+        r = g.iloc[0]
+        row = {k: r[k] for k in keys}
+        by = {s["split"]: s for _, s in g.iterrows()}
+        for s in splits:
+            if s in by:
+                row.update({f"{s}_mean": by[s]["mean"], f"{s}_std": by[s]["std"], f"{s}_n": int(by[s]["n"])})
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    cols = keys + [f"{s}_{k}" for s in splits for k in ("mean", "std", "n") if f"{s}_{k}" in out.columns]
+    out = out[cols]
+    for c in [c for c in cols if c.endswith("_n")] + ["dim", "input_dim", "roles", "slices", "params_formula", "params_total"]:
+        out[c] = pd.array([None if _is_missing(v) else int(v) for v in out[c]], dtype="Int64")
+    return out
+
+
+# -- console ---------------------------------------------------------------------------------
+
+def rich_tables(secs: list[Section]) -> list[Any]:
+    """rich Tables (and footnote texts) for the console; unit specs escaped (they hold brackets)."""
+    from rich.markup import escape
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[Any] = []
+    for sec in secs:
+        table = Table(title=escape(sec.title), title_justify="left")
+        for col, a in zip(sec.columns, sec.align):
+            table.add_column(escape(col), justify="left" if a == "l" else "right")
+        for row in sec.rows:
+            table.add_row(*(escape(v) for v in row))
+        out.append(table)
+        for note in sec.footnotes:
+            out.append(Text(note, style="yellow"))
+    return out
+
+
+def print_sections(secs: list[Section], console: Any) -> None:
+    """Tables at their natural width even on a narrow (or non-terminal) console: a row per line."""
+    from rich.table import Table
+
+    for item in rich_tables(secs):
+        if isinstance(item, Table):
+            _print_wide(console, item)
+        else:
+            console.print(item, soft_wrap=True)
+
+
+def _print_wide(console: Any, table: Any) -> None:
+    """Print at the table's natural width (rich caps `print(width=)` at the console's width)."""
+    from rich.measure import Measurement
+
+    natural = min(Measurement.get(console, console.options.update_width(1000), table).maximum, 1000)
+    saved = getattr(console, "_width", None)
+    if natural > console.width:
+        console.width = natural
+    try:
+        console.print(table)
+    finally:
+        console._width = saved

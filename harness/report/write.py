@@ -1,0 +1,114 @@
+"""Whole reports: every file of `tprbench report` (tables, search table, figures) and the table
+that closes `tprbench run`."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..record import CELL_COLUMNS, RUN_COLUMNS, RecordReader, ReportError, frame, per_epoch
+from .aggregate import aggregate, counted_runs, infer_seeds, search_frame
+from .load import load_history, load_record
+from .render import Section, _header, make_table, print_sections, sections
+
+
+@dataclass
+class Report:
+    """What `write_report` made: the aggregated frame, the files, the sections printed on the console."""
+
+    agg: Any
+    files: list[Path]
+    sections: list[Section]
+    notes: list[str]
+    runs: Any
+    cells: Any
+    extra: dict[str, Any] = field(default_factory=dict)
+
+def provenance(command: str, agg: Any) -> list[str]:
+    commits = sorted({c for cs in (agg["git_commits"] if len(agg) else []) for c in str(cs).split(",") if c})
+    return [f"Regenerate with: {command}",
+            f"From the MLflow record only; runs from git commit(s): {', '.join(commits) or 'none recorded'}"]
+
+
+def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wanted: int | None = None,
+                 cell_ids: Iterable[str] | None = None, command: str | None = None, bench_csv: str | Path | None = None,
+                 figures: bool = True) -> dict[str, Any]:
+    """Write table.md, table.tex, table.csv, search.csv and the figures under `out_dir`.
+
+    Returns a `Report`.
+    """
+    from .. import figures as figs
+
+    runs, cells = load_record(tracking_uri, study_name, cell_ids)
+    if seeds_wanted is None:
+        seeds_wanted = infer_seeds(runs)
+    agg = aggregate(runs, cells, seeds_wanted)
+    command = command or f"tprbench report {shlex.quote(study_name)} --tracking-uri {shlex.quote(tracking_uri)}"
+    header = provenance(command, agg)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = []
+
+    def write(name: str, text: str) -> None:
+        path = out_dir / name
+        path.write_text(text, encoding="utf-8", newline="\n")
+        files.append(path)
+
+    write("table.md", make_table(agg, "markdown", [f"tprbench report: study {study_name}"] + header))
+    write("table.tex", make_table(agg, "latex", [f"tprbench report: study {study_name}; needs \\usepackage{{booktabs}}"] + header))
+    write("table.csv", make_table(agg, "csv", header))
+    search = search_frame(agg)
+    write("search.csv", "\n".join(_header("csv", header)) + "\n" + search.to_csv(index=False, float_format="%.10g", lineterminator="\n"))
+    notes: list[str] = []
+    if figures:
+        counted = counted_runs(runs, cells, seeds_wanted)
+        used = counted[counted["status"] == "finished"]
+        history = load_history(tracking_uri, study_name, run_ids=list(used["run_id"]) + list(runs["run_id"]),
+                               keys=sorted({*_history_keys(runs), "epoch_seconds"}))
+        made, notes = figs.make_figures(agg, runs, used, history, out_dir, header, bench_csv=bench_csv)
+        files += made
+    return Report(agg, files, sections(agg), notes, runs, cells)
+
+
+def _history_keys(runs: Any) -> list[str]:
+    keys = {c[len("metric."):] for c in runs.columns if c.startswith("metric.")}
+    return sorted(k for k in keys if per_epoch(k) and (k.startswith(("train_", "valid_")) or k == "epoch_seconds"))
+
+
+def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
+    """Cell objects (harness.study.Cell) → the frame `load_cells` returns (no final params)."""
+    import pandas as pd
+
+    rows = [{"run_id": None, "cell_id": c.id, "task": c.task, "arch": c.arch, "unit": c.unit,
+             "unit_canonical": getattr(c, "unit_canonical", None), "dim": c.dim, "input_dim": c.input_dim,
+             "label": c.label, "epochs": getattr(c, "epochs", None), "data": getattr(c, "data", None),
+             "task_options": json.dumps(getattr(c, "task_options", {}), sort_keys=True, default=str),
+             "final_params_hash": None, "final_params": None} for c in cells]
+    return pd.DataFrame(rows, columns=list(CELL_COLUMNS))
+
+
+def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any) -> Any:
+    """The aggregated table of these cells, printed to the console (end of `tprbench run`).
+
+    Cells with no record yet are shown with every seed missing. Returns the aggregated frame.
+    """
+    import pandas as pd
+
+    section = getattr(study, "study", study)
+    name, seeds = section.name, int(section.seeds)
+    ids = {c.id for c in cells}
+    try:
+        reader = RecordReader(tracking_uri, name)
+        runs, recorded = reader.runs(ids), reader.cells(ids)
+    except ReportError:  # nothing recorded yet
+        runs, recorded = frame([], RUN_COLUMNS), cells_frame([])
+    unrecorded = [c for c in cells if c.id not in set(recorded["cell_id"])]
+    if unrecorded:
+        recorded = pd.concat([recorded, cells_frame(unrecorded)], ignore_index=True)
+    agg = aggregate(runs, recorded, seeds)
+    print_sections(sections(agg), console)
+    return agg
