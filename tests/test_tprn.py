@@ -397,3 +397,21 @@ def test_pair_models_weigh_the_penalty_per_pair_as_the_code(arch):
             expected += sum(m.aux_loss for m in model.encoder.modules() if isinstance(m, TPRN))
     assert total.item() == pytest.approx(expected.item(), rel=1e-12)
     assert total.item() > 0
+
+
+# the CLI ------------------------------------------------------------------------------------
+def test_tprbench_units_shows_tprn_counts(capsys):
+    """`tprbench units` lists tprn with its formula and total counts: at the default d = 64, which
+    role_dim = 10 does not divide, sized by `bench units`' rule; named at d = 100, the paper's sizes."""
+    from harness.cli import main
+
+    assert main(["units"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "tprn[" in line)
+    formula = TPRN.formula_params(64, 64, symbols=160, roles=32, role_dim=8)  # (64 + 64)(160 + 32) + 160·8 + 32·8
+    assert "tprn[role_dim=8,roles=32,symbols=160]" in row
+    assert f"{formula:,}" in row and f"{formula + 160 + 32:,}" in row
+    assert main(["units", "tprn", "--dim", "100", "--input-dim", "200"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "tprn" in line)
+    assert "37,200" in row and "37,320" in row
+    assert main(["units", "tprn"]) == 2  # a spec the user names is counted as written, or refused: one line
+    assert "role_dim=10 must divide the hidden size 64" in capsys.readouterr().err
