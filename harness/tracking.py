@@ -10,10 +10,13 @@ and written again. Reports are regenerated from these records alone.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,7 +39,7 @@ from .record import (
     split_tags,
 )
 
-__all__ = ["PHASE", "TAG", "RunRecord", "StoreUnavailable", "Tracker", "cell_params", "cell_tags", "default_tracking_uri",
+__all__ = ["PHASE", "TAG", "BulkRun", "RunRecord", "StoreUnavailable", "Tracker", "cell_params", "cell_tags", "default_tracking_uri",
            "final_metrics", "git_commit", "with_retry"]
 MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch limits
 RETRY_ENV = "TPRBENCH_STORE_RETRY_SECONDS"  # how long a write waits for an unavailable store
@@ -296,34 +299,114 @@ class Tracker:
 
     def _log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
                  result: dict[str, Any], artifact: Path | None = None, search: bool = True) -> str:
-        from mlflow.entities import Metric
-
         if search:
             for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
                 if run.info.status in ("FINISHED", "FAILED", "KILLED"):
                     return run.info.run_id  # already recorded: never twice
                 self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
+        all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result)
+        # Readers see only ended runs: one created with its tags, then given its metrics and
+        # params, then ended, is either complete or invisible (and deleted by the next driver).
+        run_id = self.client.create_run(self.experiment_id, tags={k: str(v)[:5000] for k, v in all_tags.items()},
+                                        run_name=run_key.split("/", 1)[-1]).info.run_id
+        self._log(run_id, metrics, params=params)
+        if artifact is not None and artifact.exists():
+            self.client.log_artifact(run_id, str(artifact))
+        self.client.set_terminated(run_id, mlflow_status(result["status"]))
+        return run_id
+
+    def run_payload(self, cell_run_id: str, run_key: str, tags: dict[str, Any], result: dict[str, Any],
+                    now: int | None = None) -> tuple[dict[str, Any], list[Any]]:
+        """(tags, metrics) of a trial/seed run record: what `log_run` and `log_bulk` write."""
+        from mlflow.entities import Metric
+
         status = result["status"]
         all_tags = {**tags, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study, STATUS: status,
                     "mlflow.parentRunId": cell_run_id}
         if result.get("reason"):
             all_tags[REASON] = result["reason"]
-        # Readers see only ended runs: one created with its tags, then given its metrics and
-        # params, then ended, is either complete or invisible (and deleted by the next driver).
-        run_id = self.client.create_run(self.experiment_id, tags={k: str(v)[:5000] for k, v in all_tags.items()},
-                                        run_name=run_key.split("/", 1)[-1]).info.run_id
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if now is None else now
         metrics = []
         for row in result.get("history", []):
             epoch = int(row["epoch"])
             metrics += [Metric(k, float(v), now, epoch) for k, v in row.items() if k != "epoch" and v is not None]
-        final = final_metrics(result)
-        metrics += [Metric(k, v, now, 0) for k, v in final.items()]
-        self._log(run_id, metrics, params=params)
-        if artifact is not None and artifact.exists():
-            self.client.log_artifact(run_id, str(artifact))
-        self.client.set_terminated(run_id, mlflow_status(status))
-        return run_id
+        metrics += [Metric(k, v, now, 0) for k, v in final_metrics(result).items()]
+        return all_tags, metrics
+
+    # -- bulk ------------------------------------------------------------------------------
+    def log_bulk(self, runs: list[BulkRun]) -> None:
+        """Write many complete runs at once: one transaction on a SQL store (the rows MLflow's own
+        store writes for create_run + log_batch + set_terminated), else run by run through the
+        client. For building benchmark records and restoring a record, not for the driver's loop."""
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        if store is not None and hasattr(store, "ManagedSessionMaker") and hasattr(store, "engine"):
+            self.retry(lambda: _bulk_sql(store, self.experiment_id, runs), "bulk write")
+            return
+        for run in runs:
+            self.retry(lambda r=run: self._log_one(r), "write")
+
+    def _log_one(self, run: BulkRun) -> None:
+        run_id = self.client.create_run(self.experiment_id, start_time=run.start_time,
+                                        tags={k: str(v)[:5000] for k, v in run.tags.items()}, run_name=run.name).info.run_id
+        run.run_id = run_id
+        self._log(run_id, run.metrics, params=run.params)
+        if run.status != "RUNNING":
+            self.client.set_terminated(run_id, run.status, end_time=run.end_time)
+
+
+@dataclass
+class BulkRun:
+    """One complete run for `Tracker.log_bulk` (run_id is filled in when written)."""
+
+    name: str
+    tags: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    metrics: list[Any] = field(default_factory=list)  # mlflow.entities.Metric
+    status: str = "FINISHED"  # RUNNING for a cell run
+    start_time: int = 0
+    end_time: int | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def _sanitize(value: float) -> tuple[bool, float]:
+    """What MLflow's SQL store stores for a metric value (NaN → 0 flagged; ±inf → ±max float)."""
+    if math.isnan(value):
+        return True, 0.0
+    if math.isinf(value):
+        return False, 1.7976931348623157e308 if value > 0 else -1.7976931348623157e308
+    return False, value
+
+
+def _bulk_sql(store: Any, experiment_id: str, runs: list[BulkRun]) -> None:
+    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun, SqlTag
+    from mlflow.utils.uri import append_to_uri_path
+
+    location = store.get_experiment(experiment_id).artifact_location
+    run_rows, tag_rows, param_rows, metric_rows, latest_rows = [], [], [], [], []
+    for run in runs:
+        run_rows.append({"run_uuid": run.run_id, "name": run.name, "source_type": "UNKNOWN", "source_name": "",
+                         "entry_point_name": "", "user_id": "unknown", "status": run.status, "start_time": run.start_time,
+                         "end_time": run.end_time, "deleted_time": None, "source_version": "",
+                         "lifecycle_stage": "active", "artifact_uri": append_to_uri_path(location, run.run_id, "artifacts"),
+                         "experiment_id": int(experiment_id)})
+        tags = {"mlflow.runName": run.name, **{k: str(v)[:5000] for k, v in run.tags.items()}}
+        tag_rows += [{"key": k, "value": v, "run_uuid": run.run_id} for k, v in tags.items()]
+        param_rows += [{"key": k, "value": param_text(v)[:6000], "run_uuid": run.run_id} for k, v in run.params.items()]
+        latest: dict[str, dict[str, Any]] = {}
+        for m in run.metrics:
+            is_nan, value = _sanitize(float(m.value))
+            row = {"key": m.key, "value": value, "timestamp": m.timestamp, "step": m.step, "is_nan": is_nan,
+                   "run_uuid": run.run_id}
+            metric_rows.append(row)
+            old = latest.get(m.key)
+            if old is None or (row["step"], row["timestamp"], row["value"]) > (old["step"], old["timestamp"], old["value"]):
+                latest[m.key] = row
+        latest_rows += list(latest.values())
+    with store.ManagedSessionMaker() as session:
+        for model, rows in ((SqlRun, run_rows), (SqlTag, tag_rows), (SqlParam, param_rows), (SqlMetric, metric_rows),
+                            (SqlLatestMetric, latest_rows)):
+            if rows:
+                session.execute(model.__table__.insert(), rows)
 
 
 def _no_schema(exc: BaseException) -> bool:
