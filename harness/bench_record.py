@@ -258,12 +258,13 @@ class Timing:
     seconds: float
     peak_mb: float
     rc: int
+    cpu: float  # user + system CPU seconds of the process: on a shared machine, what the command itself cost
     load: float
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 3600) -> tuple[float, float, int, str]:
-    """(wall seconds, peak RSS in MB, exit code, last output) of one command in a fresh process."""
+def timed(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 3600) -> tuple[float, float, int, str, float]:
+    """(wall seconds, peak RSS in MB, exit code, last output, CPU seconds) of one command in a fresh process."""
     out = tempfile.TemporaryFile()
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT)
@@ -278,7 +279,7 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path, timeout: float = 3600
     seconds = time.perf_counter() - t0
     out.seek(0)
     text = out.read().decode(errors="replace")[-2000:]
-    return seconds, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), text
+    return seconds, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), text, usage.ru_utime + usage.ru_stime
 
 
 def floor(db: Path, study: str) -> dict[str, float]:
@@ -327,9 +328,10 @@ def time_case(case: Case, root: Path, code: Path | None, label: str, which: list
                     if mode == "cold":
                         shutil.rmtree(summary, ignore_errors=True)
                     load = load_average()
-                    seconds, peak, rc, text = timed(exe + argv, env, out_dir)
-                    rows.append(Timing(case.name, label, name, mode, seconds, peak, rc, load))
-                    say(f"  {case.name:12s} {label:8s} {name:20s} {mode:5s} {seconds:8.2f} s {peak:8.0f} MB  rc {rc}  load {load:.1f}")
+                    seconds, peak, rc, text, cpu = timed(exe + argv, env, out_dir)
+                    rows.append(Timing(case.name, label, name, mode, seconds, peak, rc, cpu, load))
+                    say(f"  {case.name:12s} {label:8s} {name:20s} {mode:5s} {seconds:8.2f} s (cpu {cpu:7.2f} s) "
+                        f"{peak:6.0f} MB  rc {rc}  load {load:.1f}")
                     if rc:
                         say("    " + text.strip().replace("\n", "\n    ")[-1500:])
     finally:
@@ -370,7 +372,7 @@ def run_record_bench(args: Any) -> int:
             db = root / "mlflow.db"
             fl = floor(db, f"bench-{case.name}")
             results.append(Timing(case.name, "floor", "floor: rows straight from SQLite", "-", fl["seconds"], 0, 0,
-                                  load_average(), {"rows": fl["rows"]}))
+                                  fl["seconds"], load_average(), {"rows": fl["rows"]}))
             say(f"  {case.name:12s} floor: {fl['rows']:,} rows in {fl['seconds']:.2f} s")
             for label, path in code.items():
                 results += time_case(case, root, path, label, which, say, args.repeat)
@@ -378,9 +380,9 @@ def run_record_bench(args: Any) -> int:
             Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
             with open(args.csv, "w", newline="") as fh:
                 w = csv.writer(fh, lineterminator="\n")
-                w.writerow(["case", "code", "command", "summary", "seconds", "peak_mb", "rc", "load1"])
+                w.writerow(["case", "code", "command", "summary", "seconds", "cpu_seconds", "peak_mb", "rc", "load1"])
                 for r in results:
-                    w.writerow([r.case, r.code, r.command, r.summary, f"{r.seconds:.2f}", f"{r.peak_mb:.0f}", r.rc,
+                    w.writerow([r.case, r.code, r.command, r.summary, f"{r.seconds:.2f}", f"{r.cpu:.2f}", f"{r.peak_mb:.0f}", r.rc,
                                 f"{r.load:.1f}"])
             say(f"wrote {args.csv}")
     finally:
