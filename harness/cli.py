@@ -17,6 +17,7 @@ COMMANDS = {
     "study": "study",
     "report": "report",
     "compare": "compare",
+    "record": "record",
     "train": "train",
     "transfer": "transfer",
     "units": "units",
@@ -56,6 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if is_user_error(exc):
             print(f"tprbench {args.command}: error: {exc}", file=sys.stderr)
+            return 2
+        from harness.diskfull import disk_full_error, is_disk_full
+
+        if is_disk_full(exc):  # wherever the write was (data cache, store, journal): one line, not a traceback
+            where = getattr(args, "root", None) or os.getcwd()
+            print(f"tprbench {args.command}: error: {disk_full_error(exc, where)}", file=sys.stderr)
             return 2
         raise
 

@@ -112,6 +112,9 @@ class SqlSource:
         path = sqlite_path(uri)
         self._engine = None
         if path is not None:
+            from .record_guard import check
+
+            check(path)  # a damaged file stops here with one line, before anything reads half of it
             # Read-only: a reader never creates, migrates or locks the store for writing.
             self._con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout,
                                         check_same_thread=False)

@@ -198,6 +198,8 @@ class StudyRunner:
         self.dispatch_started = self.dispatch_ended = 0.0
         self._splits_tagged: set[str] = set()  # cells whose run names its splits (this driver's session)
         self._logged: set[str] = set()  # run keys recorded by this driver
+        self.snapshots: Any = None  # harness.record_guard.Snapshots, set when the record is opened
+        self.recovered = 0  # ended runs logged again from their run directories (a restored record)
 
     # -- setup -----------------------------------------------------------------------------
     def _optuna_name(self, cell: Any) -> str:
@@ -505,6 +507,7 @@ class StudyRunner:
                 self._dispatch(states)
             else:
                 self._say("nothing to do: every cell is done (use --force to rerun)")
+            self.snapshots.take()  # the record as this driver leaves it (only if it wrote anything)
             return {"cells": len(states), "seconds": time.time() - self.started,
                     "states": {st.cell.id: st.status for st in states}}
 
@@ -533,8 +536,46 @@ class StudyRunner:
             by_cell.setdefault(rec.cell_id, {})[key] = rec
         names = [self._optuna_name(c) for c in self.cells]
         trials = with_retry(lambda: trial_states(self.storage, names), f"Optuna storage {self.storage_url}", self._say)
-        return [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {}))
-                for c, name in zip(self.cells, names)]
+        states = [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {}))
+                  for c, name in zip(self.cells, names)]
+        from .record_guard import Snapshots
+        from .record_sources import sqlite_path
+
+        self.snapshots = Snapshots(sqlite_path(self.tracking_uri), self.root)
+        if not self.force:
+            for st, name in zip(states, names):
+                self._recover_trials(st, trials.get(name, []))
+        if self.recovered:
+            self._say(f"recorded {self.recovered} ended search trial(s) again from their run directories' result.json "
+                      "(the record lacked them: restored from an older snapshot?)")
+        return states
+
+    def _recover_trials(self, st: CellState, trials: list[tuple[int, int, str]]) -> None:
+        """Log again the search trials that ended (Optuna says so) but that the record lacks —
+        a record restored from a snapshot older than them (harness.record_guard) — from the
+        result.json their run directory holds. Nothing is trained again. (Missing seed runs
+        need nothing here: they are dispatched, and their worker returns the result.json.)"""
+        for number, trial_id, state in trials:
+            key = f"{st.cell.id}/trial/{number}"
+            done = self.work_dir / st.cell.id / f"trial-{number:04d}" / "result.json"  # tasks.training.RESULT
+            if state not in ("COMPLETE", "PRUNED", "FAIL") or key in st.records or not done.exists():
+                continue
+            try:
+                result = json.loads(done.read_text())
+            except (OSError, ValueError):
+                continue  # unreadable: the trial stays unrecorded, as it was
+            frozen = with_retry(lambda t=trial_id: self.storage.get_trial(t), f"Optuna storage {self.storage_url}", self._say)
+            proposed = {**frozen.params, **frozen.user_attrs.get("fixed", {})}
+            work = self._work(st.cell, SEARCH_SEED_OFFSET + number, proposed, done.parent)
+            job = Job(st.cell, "search", key, work, number)
+            result.pop("fingerprint", None)
+            params = {**(result.get("hparams") or proposed), "seed": job.seed}
+            best = done.parent / "best.pt"
+            self.tracker.log_run(self._cell_run(st), key, self._run_tags(job, result), params, result,
+                                 best if result.get("status") == "finished" else None, new=True)
+            self._logged.add(key)
+            self.recovered += 1
+            self.snapshots.changed()
 
     def _dispatch(self, states: list[CellState]) -> None:
         """Keep every slot busy (fill slots, submit), collect results as they come, until no work is left."""
@@ -607,11 +648,15 @@ class StudyRunner:
             except Exception as exc:  # worker/node lost after all retries
                 result = {"status": ERRORED, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
                           "history": [], "test": {}}
+            _stop_if_disk_full(job, result)
             result.setdefault("worker", {})["ready_at"] = ready_at
             result["worker"]["get_seconds"] = time.time() - ready_at
             self._record(st, job, result)
             del in_flight[ref]  # only once recorded: an error above leaves it to be cancelled
             st.running -= 1
+            self.snapshots.changed()
+            if st.status in ("done", "failed") or st.note:
+                self.snapshots.cell_done()
 
     # -- progress --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -623,6 +668,15 @@ class StudyRunner:
         from .progress import live_view
 
         return live_view(self, states)
+
+
+def _stop_if_disk_full(job: Job, result: dict[str, Any]) -> None:
+    """A run that ran out of disk space is not a result: it is not recorded (its trial stays
+    running in Optuna, its seed to do) and the driver stops with one line (harness.diskfull)."""
+    from .diskfull import disk_full_error, is_disk_full
+
+    if result.get("disk_full") is not None or (is_failure(result.get("status")) and is_disk_full(result.get("reason"))):
+        raise disk_full_error(None, result.get("disk_full") or job.run_dir, f"run {job.run_key}")
 
 
 def count_trials(trials: list[tuple[int, int, str]]) -> tuple[int, int, int, list[tuple[int, int]]]:

@@ -64,7 +64,12 @@ def retry_seconds() -> float:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """An error a store may recover from: database locked/unreachable, connection refused, 5xx."""
+    """An error a store may recover from: database locked/unreachable, connection refused, 5xx.
+    Out of disk space is not one, whatever its shape (harness.diskfull): waiting does not free space."""
+    from .diskfull import is_disk_full
+
+    if is_disk_full(exc):
+        return False
     try:
         from mlflow.exceptions import MlflowException
     except ImportError:  # pragma: no cover
@@ -147,7 +152,9 @@ class Tracker:
                 source = SqlSource(tracking_uri)
                 exp_id = with_retry(lambda: source.experiment_id(name), where)
             except Exception as exc:
-                if is_transient(exc) and not _no_schema(exc):
+                from .record_guard import RecordCorrupt
+
+                if isinstance(exc, RecordCorrupt) or (is_transient(exc) and not _no_schema(exc)):
                     raise
                 source = None  # not an MLflow store yet (empty file, no tables): MLflow creates it
         if source is None:
