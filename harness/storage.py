@@ -93,9 +93,9 @@ def open_storage(url: str, repair: bool = True, notify: Callable[[str], None] | 
             note = repair_journal(path)
             if note and notify is not None:
                 notify(note)
-        storage = optuna.storages.JournalStorage(JournalFileBackend(path))
         try:
-            storage.get_all_studies()  # replays the file now, so damage is found here
+            storage = optuna.storages.JournalStorage(JournalFileBackend(path))  # replays the file
+            storage.get_all_studies()  # so damage is found here
         except (json.JSONDecodeError, ValueError) as exc:
             raise JournalError(f"{path}: the Optuna journal has a damaged record ({exc}); move it aside and restore "
                                f"a copy (docs/reliability.md: a damaged Optuna journal)") from None

@@ -164,6 +164,7 @@ def test_full_disk_while_writing_the_data_cache_is_one_line(tmp_path: Path, monk
         raise OSError(errno.ENOSPC, "No space left on device", str(cache))
 
     monkeypatch.setattr(StudyRunner, "_prepare_data", full)
+    capsys.readouterr()
     rc = main(["run", str(path), "--root", str(root), "--quiet"])
     line = _one_line(capsys.readouterr().err)
     assert rc == 2 and line.startswith("tprbench run: error: ") and str(cache) in line
@@ -190,6 +191,7 @@ def test_full_store_stops_at_once_with_one_line_and_library_logs_in_a_file(tmp_p
         raise _mlflow_full()
 
     monkeypatch.setattr(MlflowClient, "create_run", full)
+    capsys.readouterr()
     rc = main(["run", str(path), "--root", str(root), "--quiet"])
     out, err = capsys.readouterr()
     line = _one_line(err)
@@ -262,7 +264,10 @@ def test_a_corrupt_record_stops_every_command_with_one_line(golden: Path, tmp_pa
             fh.write(b"\0" * 100)
     else:
         _damage_middle(db)
-        assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] != "ok"
+        try:
+            assert sqlite3.connect(db).execute("PRAGMA integrity_check").fetchone()[0] != "ok"
+        except sqlite3.DatabaseError:  # "database disk image is malformed": as damaged
+            pass
     assert _report(golden, tmp_path / "out") == 2
     line = _one_line(capsys.readouterr().err)
     assert str(db) in line and "the MLflow record is damaged" in line and "tprbench record restore" in line
@@ -309,8 +314,9 @@ def test_snapshot_then_restore_gives_the_same_tables(golden: Path, tmp_path: Pat
     assert f"restored {db} from the snapshot {snaps[1].name}" in out
     assert len(list(golden.glob("mlflow.db.damaged-*"))) == 1
     assert _report(golden, tmp_path / "after") == 0
-    for name in ("table.md", "table.csv", "search.csv"):
-        assert (tmp_path / "after" / name).read_bytes() == (tmp_path / "before" / name).read_bytes()
+    for name in ("table.md", "table.csv", "search.csv"):  # equal but for the --out in the regenerate line
+        after = (tmp_path / "after" / name).read_bytes().replace(b"/after", b"/before")
+        assert after == (tmp_path / "before" / name).read_bytes(), name
 
 
 def test_a_damaged_record_never_replaces_a_good_snapshot(golden: Path) -> None:
