@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         from harness.diskfull import disk_full_error, is_disk_full
 
         if is_disk_full(exc):  # wherever the write was (data cache, store, journal): one line, not a traceback
-            where = getattr(args, "root", None) or os.getcwd()
+            where = os.path.abspath(getattr(args, "root", None) or os.getcwd())
             print(f"tprbench {args.command}: error: {disk_full_error(exc, where)}", file=sys.stderr)
             return 2
         raise

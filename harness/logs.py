@@ -14,7 +14,8 @@ import logging
 import os
 from pathlib import Path
 
-LIBRARIES = ("mlflow", "alembic", "sqlalchemy", "urllib3")
+#: logger → level written to the file (SQLAlchemy at INFO would echo every SQL statement).
+LIBRARIES = {"mlflow": logging.INFO, "alembic": logging.INFO, "sqlalchemy": logging.WARNING, "urllib3": logging.WARNING}
 FILE = "libraries.log"
 
 
@@ -38,12 +39,11 @@ def route_library_logs(root: str | Path) -> Path:
     path = Path(root) / "logs" / FILE
     handler = _QuietFileHandler(path, delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
-    for name in LIBRARIES:
+    for name, level in LIBRARIES.items():
         logger = logging.getLogger(name)
         for old in list(logger.handlers):
             logger.removeHandler(old)
         logger.addHandler(handler)
         logger.propagate = False
-        if logger.level == logging.NOTSET or logger.level > logging.INFO:
-            logger.setLevel(logging.INFO)
+        logger.setLevel(level)
     return path

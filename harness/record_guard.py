@@ -146,8 +146,8 @@ def take_snapshot(db: Path, root: Path, keep: int = KEEP) -> Path | None:
 class Snapshots:
     """The driver's snapshot schedule: when a cell finishes, at most every `seconds`; always at the end."""
 
-    def __init__(self, db: Path | None, root: Path, seconds: float | None = None) -> None:
-        self.db, self.root = db, root
+    def __init__(self, db: Path | None, root: Path, seconds: float | None = None, note=None) -> None:
+        self.db, self.root, self.note = db, root, note
         if seconds is None:
             try:
                 seconds = float(os.environ.get(ENV_SECONDS, DEFAULT_SECONDS))
@@ -167,9 +167,21 @@ class Snapshots:
             self.take()
 
     def take(self) -> Path | None:
+        """A snapshot now, if anything was written since the last one. Out of disk space it is
+        skipped with a note (the record itself is intact; the next one is tried later)."""
         if self.db is None or not self.dirty:
             return None
-        path = take_snapshot(self.db, self.root)
+        from .diskfull import is_disk_full
+
+        try:
+            path = take_snapshot(self.db, self.root)
+        except (OSError, sqlite3.Error) as exc:
+            if not is_disk_full(exc):
+                raise
+            self.last = time.monotonic()
+            if self.note is not None:
+                self.note(f"snapshot of {self.db} skipped: out of disk space in {Path(self.root) / SNAPSHOT_DIR}")
+            return None
         self.last, self.dirty = time.monotonic(), False
         self.taken += path is not None
         return path

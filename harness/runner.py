@@ -541,7 +541,7 @@ class StudyRunner:
         from .record_guard import Snapshots
         from .record_sources import sqlite_path
 
-        self.snapshots = Snapshots(sqlite_path(self.tracking_uri), self.root)
+        self.snapshots = Snapshots(sqlite_path(self.tracking_uri), self.root, note=self._say)
         if not self.force:
             for st, name in zip(states, names):
                 self._recover_trials(st, trials.get(name, []))

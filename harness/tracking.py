@@ -147,6 +147,8 @@ class Tracker:
         where = f"MLflow tracking store {tracking_uri}"
         source: Any = None
         path = sqlite_path(tracking_uri)
+        if path is not None and (not path.exists() or path.stat().st_size == 0):
+            with_retry(lambda: create_sqlite_store(path), where)
         if is_sql_uri(tracking_uri) and (path is None or path.exists()):
             try:  # an existing SQL store: found without starting MLflow
                 source = SqlSource(tracking_uri)
@@ -414,6 +416,44 @@ def _bulk_sql(store: Any, experiment_id: str, runs: list[BulkRun]) -> None:
                             (SqlLatestMetric, latest_rows)):
             if rows:
                 session.execute(model.__table__.insert(), rows)
+
+
+def create_sqlite_store(path: Path) -> None:
+    """Create a new SQLite MLflow store whole or not at all: MLflow's schema migrations run on a
+    temporary file that is renamed into place when they are done. (Run in place, a migration
+    stopped half-way — a full disk, a kill — leaves a file MLflow cannot open again: "table …
+    already exists".)"""
+    import logging
+
+    from mlflow import MlflowClient
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    for name in ("mlflow", "alembic"):  # schema-creation chatter
+        if logging.getLogger(name).level < logging.WARNING:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments()
+        _dispose_engine(f"sqlite:///{tmp}")
+        if path.exists() and path.stat().st_size > 0:  # another process created it meanwhile
+            return
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _dispose_engine(uri: str) -> None:
+    """Close MLflow's cached engine of a URI (its file is renamed next)."""
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        engine = SqlAlchemyStore._engine_map.pop(uri, None)
+        if engine is not None:
+            engine.dispose()
+    except Exception:  # nothing cached, or MLflow moved it: the file is closed with the process
+        pass
 
 
 def _no_schema(exc: BaseException) -> bool:
