@@ -32,6 +32,7 @@ import shutil
 import sqlite3
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 HEADER = b"SQLite format 3\x00"
 KEEP = 3
@@ -68,7 +69,7 @@ def quick_check(path: Path) -> str | None:
     if head != HEADER:
         return "not a SQLite database (its header is damaged)"
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+        con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=60)
         try:
             rows = [r[0] for r in con.execute("PRAGMA quick_check(5)")]
         finally:
@@ -121,7 +122,7 @@ def take_snapshot(db: Path, root: Path, keep: int = KEEP) -> Path | None:
     name = f"mlflow-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{time.time_ns() % 10**9:09d}.db"
     tmp = folder / f".{name}.tmp"
     try:
-        src = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=60)
+        src = sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=60)
         dst = sqlite3.connect(tmp)
         try:
             src.backup(dst)
