@@ -152,9 +152,9 @@ class GridEntry(BaseModel):
     unit: NonEmptyStr
 
 
-def _sizes_implied(specs: list[str]) -> bool:
-    """Whether every unit named in `specs` fixes its own hidden size (a matrix may then omit `dim`).
-    A spec that does not parse or names no unit counts as yes here: it is reported on its own."""
+def _size_free(specs: list[str]) -> str | None:
+    """The first unit spec in `specs` that takes any hidden size (so its matrix needs `dim`); None
+    when every unit fixes its own (tpr3). A spec that does not parse is reported on its own."""
     import units
 
     for text in specs:
@@ -163,8 +163,8 @@ def _sizes_implied(specs: list[str]) -> bool:
         except ValueError:  # UnitSpecError
             continue
         if getattr(cls, "implied_hidden_size", None) is None:
-            return False
-    return True
+            return text
+    return None
 
 
 class Matrix(_Model):
@@ -180,8 +180,12 @@ class Matrix(_Model):
     @classmethod
     def _dim_needed(cls, value: list[int] | None, info: pydantic.ValidationInfo) -> list[int] | None:
         specs = list(info.data.get("units") or []) + [g.unit for g in info.data.get("grid") or []]
-        if value is None and (not specs or not _sizes_implied(specs)):
-            raise ValueError("required key is missing (only units whose options fix their size, e.g. tpr3, "
+        if value is not None:
+            return value
+        free = _size_free(specs) if specs else None
+        if not specs or free is not None:
+            whose = f": unit {free!r} takes any size" if free else ""
+            raise ValueError(f"required key is missing{whose} (only units whose options fix their size, e.g. tpr3, "
                              "may leave it out)")
         return value
 

@@ -98,6 +98,9 @@ class TaskAdapter(ABC):
     metrics: ClassVar[dict[str, str]] = {"loss": "minimize", "acc": "maximize"}
     # Training defaults of the papers for this task (HParams names); a study's search space overrides them.
     defaults: ClassVar[dict[str, Any]] = {}
+    # Published numbers that reports print beside the measured ones: {column title: {row: text}},
+    # rows named as the test splits (or a layout's summary rows, e.g. bAbI's "mean error").
+    references: ClassVar[dict[str, dict[str, str]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
