@@ -352,7 +352,7 @@ def test_the_shipped_babi_studies_parse_and_expand():
     cpu = expand(load_study(root / "babi-cpu.toml"))
     assert {c.task_label for c in cpu} == {f"qa{t}" for t in range(1, 21)}
     assert {(c.arch, c.unit, c.dim) for c in cpu} >= {("tpr-rnn", "tpr3", 2250), ("plain", "lstm", 64), ("plain", "gru", 64)}
-    assert next(c for c in cpu if c.task_label == "qa3").task_options["fallback_1k"] is True
+    assert all(c.task_options["size"] == "1k" and c.task_options["tasks"] == c.task_label[2:] for c in cpu)
     paper = expand(load_study(root / "babi-paper.toml"))
     assert {c.task_options["tasks"] for c in paper} == {"1-20"}
     assert ("tpr-rnn", "tpr3[entity=40,mlp_hidden=90,relation=20]", 32000) in {(c.arch, c.unit, c.dim) for c in paper}
