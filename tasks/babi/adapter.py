@@ -94,10 +94,10 @@ class BabiTask(TaskAdapter):
     }
     #: Published single-task numbers (test error %, 10k) printed beside ours: {column: {row: text}}.
     references = {
-        "paper single-task (TPR-FAMILY §1.3)": {
+        "paper single-task, 10k (TPR-FAMILY §1.3)": {
             "qa3": "1.78", "qa7": "2.78", "qa19": "12.64 ± 17.39", "mean error": "1.12 ± 1.19",
         },
-        "PyTorch port, Adam, 1 run (APodolskiy/TPR-RNN-Torch README)": {
+        "PyTorch port, Adam, single-task, 10k (APodolskiy/TPR-RNN-Torch README)": {
             f"qa{t}": v for t, v in zip(range(1, 21), (
                 "0.0", "0.1", "1.1", "0.0", "0.3", "2.5", "0.4", "0.4", "2.2", "0.1",
                 "0.3", "0.2", "1.6", "0.4", "0.0", "0.0", "3.9", "2.3", "0.2", "0.0"))
