@@ -20,6 +20,7 @@ Schema (every table rejects unknown keys, with a did-you-mean; see docs/study-fi
     name = "logic"           # a registered task (tasks.registry.get_task)
     label = "logic"          # optional, default = name; must be unique; used in cell labels
     data = "generated"       # "generated", a path, "~/…" or "${TPRBENCH_DATA}/…" (env vars expanded)
+    units = ["tprn*"]        # optional: only the matrix units matching these globs (as --only unit=); default all
     [tasks.options]          # validated by the task adapter's `Options` pydantic model (defaults filled)
 
     [matrix]
@@ -143,6 +144,7 @@ class TaskEntry(_Model):
     label: str | None = Field(None, pattern=NAME_PATTERN)
     data: NonEmptyStr = "generated"
     options: dict[str, Any] = Field(default_factory=dict)
+    units: Annotated[list[NonEmptyStr], Field(min_length=1)] | None = None
 
 
 class GridEntry(BaseModel):
@@ -340,6 +342,12 @@ class TaskConfig:
     archs: tuple[str, ...]
     metric: str
     direction: str
+    units: tuple[str, ...] | None = None  # globs over the matrix's unit specs; None: every unit
+
+    def runs_unit(self, unit: UnitEntry) -> bool:
+        """Whether this task's cells include `unit` (a task entry may keep only some matrix units,
+        e.g. one with BiDAF's `modelling_unit` set only for the unit it was meant for)."""
+        return self.units is None or any(_glob_regex(g).match(v) for g in self.units for v in (unit.spec, unit.canonical))
 
 
 @dataclass(frozen=True)
@@ -567,7 +575,8 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[s
     problems += _search_problems(where, cls, entry.name, space)
     if len(problems) > n:
         return None
-    return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction)
+    units = tuple(entry.units) if entry.units is not None else None
+    return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction, units)
 
 
 def _grid_values(path: str, key: str, raw: Any, unit: str, given: dict[str, str],
@@ -793,6 +802,17 @@ def _check_cells(cells: list[Cell], tasks: list[TaskConfig], problems: list[tupl
             problems.append((cell.where, f"{exc} (cell {cell.label})"))
 
 
+def _check_task_units(parsed: StudyFile, tasks: list[TaskConfig], unit_entries: list[UnitEntry],
+                      problems: list[tuple[str, str]]) -> None:
+    """Every glob of a task's `units` must match a matrix unit (a typo would silently drop cells)."""
+    for i, entry in enumerate(parsed.tasks):
+        for j, glob in enumerate(entry.units or ()):
+            rx = _glob_regex(glob)
+            if not any(rx.match(v) for u in unit_entries for v in (u.spec, u.canonical)):
+                problems.append((f"tasks[{i}].units[{j}]", f"{glob!r} matches no unit of the matrix "
+                                                         f"({', '.join(u.spec for u in unit_entries) or 'none'})"))
+
+
 def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
     """Validate study-file text; `path` is only used in messages (and for the default name)."""
     path = str(path)
@@ -814,6 +834,7 @@ def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
     single = isinstance(raw.get("matrix"), dict)
     matrices = [_resolve_matrix(m, "matrix" if single else f"matrix[{k}]", tasks, problems)
                 for k, m in enumerate(parsed.matrix)]
+    _check_task_units(parsed, tasks, [u for m in matrices for u in m.units], problems)
     if problems:
         raise StudyError(path, problems)
     study = Study(
@@ -849,10 +870,11 @@ def expand(study: Study) -> list[Cell]:
         for matrix in study.matrices:
             archs = matrix.archs if matrix.archs is not None else task.archs[:1]
             if matrix.dims is not None:  # dim, input_dim, then unit (as before several matrices existed)
-                combos = [(d, e, unit) for d, e in matrix.dims_of(matrix.units[0]) for unit in matrix.units] \
-                    if matrix.units else []
+                combos = [(d, e, unit) for d, e in matrix.dims_of(matrix.units[0])
+                          for unit in matrix.units if task.runs_unit(unit)] if matrix.units else []
             else:  # each unit at its own size
-                combos = [(d, e, unit) for unit in matrix.units for d, e in matrix.dims_of(unit)]
+                combos = [(d, e, unit) for unit in matrix.units if task.runs_unit(unit)
+                          for d, e in matrix.dims_of(unit)]
             for arch, (dim, input_dim, unit) in itertools.product(archs, combos):
                 cells.append(Cell(
                     study=study.name, task=task.name, task_label=task.label,
