@@ -44,7 +44,7 @@ from ..base import TaskAdapter
 from ..errors import DataError
 from ..hparams import HParams
 from ..registry import TaskError, register_task
-from .data import BOS_ID, CORPORA, EOS_ID, PAD_ID, SentenceSplit, load_sentences
+from .data import BOS_ID, CORPORA, EOS_ID, PAD_ID, UNK_ID, SentenceSplit, load_sentences
 from .metrics import corpus_bleu
 
 BLEU_ORDERS = (1, 2, 3, 4)
@@ -57,6 +57,8 @@ class AutoencodeOptions(pydantic.BaseModel):
     max_len: int = pydantic.Field(30, ge=1, description="sentences of 1..max_len words are kept (longer ones dropped)")
     max_train_sentences: int | None = pydantic.Field(None, ge=1, description="use only the first N train sentences (CPU runs)")
     max_eval_sentences: int | None = pydantic.Field(None, ge=1, description="use only the first N valid/test sentences")
+    max_vocab: int | None = pydantic.Field(None, ge=5, description="keep the N most frequent train words (specials "
+                                                                   "included), the rest become <unk> (CPU runs)")
     encoder_dim: int | None = pydantic.Field(None, ge=1, description="encoder LSTM size = plan vector size (None: = dim)")
     readout: Literal["tied", "full"] = pydantic.Field(
         "tied", description="tied: Linear(width, d_embed) + decoder tied to the embedding (as lm); full: Linear(width, V), "
@@ -176,6 +178,7 @@ class AutoencodeTask(TaskAdapter):
         opts = self.options
         data_dir = None if self.data in (None, "") else Path(self.data).expanduser()
         self.corpus = load_sentences(opts.corpus, data_dir=data_dir, max_len=opts.max_len)
+        self.n_unk_added = _limit_vocab(self.corpus, opts.max_vocab)
         self.sentences: dict[str, SentenceSplit] = {}
         for split, sentences in self.corpus.splits.items():
             limit = opts.max_train_sentences if split == "train" else opts.max_eval_sentences
@@ -263,7 +266,22 @@ class AutoencodeTask(TaskAdapter):
         self.prepare()
         return {"corpus": self.corpus.name, "vocab": self.corpus.vocab_size, "max_len": self.corpus.max_len,
                 **{f"{s}_sentences": len(v) for s, v in self.sentences.items()},
-                **{f"{s}_dropped": n for s, n in self.corpus.n_dropped.items()}}
+                **{f"{s}_dropped": n for s, n in self.corpus.n_dropped.items()},
+                **{f"{s}_unk_added": n for s, n in self.n_unk_added.items()}}
+
+
+def _limit_vocab(corpus: Any, size: int | None) -> dict[str, int]:
+    """Keep the `size` first vocabulary entries (the specials, then the most frequent train words):
+    every other word becomes <unk>, in place. Returns the words so replaced, per split."""
+    if size is None or size >= corpus.vocab_size:
+        return {split: 0 for split in corpus.splits}
+    corpus.vocab = corpus.vocab[:size]
+    replaced = {}
+    for split, sentences in corpus.splits.items():
+        rare = sentences.ids >= size
+        replaced[split] = int(rare.sum())
+        sentences.ids = sentences.ids.masked_fill(rare, UNK_ID)
+    return replaced
 
 
 def _first(sentences: SentenceSplit, n: int | None) -> SentenceSplit:
