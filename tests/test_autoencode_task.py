@@ -210,3 +210,21 @@ def test_tpgn_in_the_lm_task(ptb_root, tmp_path):
 
     formula = units.lookup("tpgn").formula_params
     assert result.params_formula == formula(8, 16) + formula(16, 16)  # layer 1 reads the embedding, layer 2 f_t
+
+
+def test_the_cpu_study_compares_decoders_at_matched_weights(monkeypatch, tmp_path):
+    """studies/tpgn-cpu.toml: every unit at the hidden size whose weights match tpgn's within 1%."""
+    from pathlib import Path
+
+    import units
+    from harness.study import expand, load_study
+
+    monkeypatch.setenv("TPRBENCH_DATA", str(tmp_path))
+    cells = expand(load_study(Path(__file__).parent.parent / "studies" / "tpgn-cpu.toml"))
+    assert {c.task for c in cells} == {"autoencode", "lm"}
+    for task in ("autoencode", "lm"):
+        counts = {units.parse_spec(c.unit).name: units.param_counts(c.unit, c.input_dim, c.dim).formula
+                  for c in cells if c.task == task}
+        assert set(counts) == {"tpgn", "lstm", "gru", "tpru"}
+        for name, n in counts.items():
+            assert abs(n / counts["tpgn"] - 1) < 0.01, (task, name, n, counts["tpgn"])
