@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tasks.autoencode.adapter import SentenceAutoencoder
-from tasks.autoencode.data import BOS_ID, EOS_ID, PAD_ID, collate
+from tasks.autoencode.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, collate
 from tasks.errors import DataError
 from tasks.registry import TaskError, get_task
 from tasks.training import TrainConfig, train
@@ -61,6 +61,17 @@ def test_data_subsets_and_description(ptb_root, tmp_path):
     assert task.sentences["train"][3].tolist() == task.corpus["train"][3].tolist()  # the FIRST n sentences
     batches = list(task.train_batches(32, torch.Generator().manual_seed(0), 0))
     assert sum(b["enc_input"].shape[0] for b in batches) == 100 and len(batches) == 4
+
+
+def test_max_vocab_keeps_the_most_frequent_words(ptb_root, tmp_path):
+    full = _task(ptb_root, tmp_path)
+    cut = _task(ptb_root, tmp_path, max_vocab=20)
+    assert cut.corpus.vocab == full.corpus.vocab[:20] and cut.corpus.vocab_size == 20
+    for split in ("train", "valid", "test"):
+        ids, orig = cut.corpus[split].ids, full.corpus[split].ids
+        assert torch.equal(ids, torch.where(orig >= 20, torch.full_like(orig, UNK_ID), orig))
+        assert cut.n_unk_added[split] == int((orig >= 20).sum()) > 0
+    assert cut.describe()["train_unk_added"] == cut.n_unk_added["train"]
 
 
 @pytest.mark.parametrize("unit,conditioning", [("tpgn", "initial_carry"), ("lstm", "first_input"),
