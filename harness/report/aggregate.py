@@ -207,6 +207,26 @@ def _first_count(rows: list[dict[str, Any]], col: str) -> int | None:
     return None
 
 
+def _summaries(finished: list[dict[str, Any]]) -> str:
+    """Means over the counted finished runs of the metrics a task logs over its test splits
+    (`TaskAdapter.summarize_tests`, logged as test_summary_<name>): JSON {name: mean}."""
+    prefix = "metric.test_summary_"
+    names = sorted({k for r in finished for k in r if k.startswith(prefix)})
+    out = {}
+    for key in names:
+        vals = [float(r[key]) for r in finished if _present(r.get(key))]
+        if vals:
+            out[key[len(prefix):]] = sum(vals) / len(vals)
+    return json.dumps(out, sort_keys=True)
+
+
+def _by_seed(finished: list[dict[str, Any]], col: str) -> str:
+    """JSON {seed: value} of one metric column over the counted finished runs (reports that pair
+    seeds across cells, e.g. bAbI's per-run mean error over single-task models, read it)."""
+    pairs = [(int(r["seed"]), float(r[col])) for r in finished if _present(r.get(col))]
+    return json.dumps(dict(sorted(pairs)), sort_keys=True)
+
+
 def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur: list[dict[str, Any]],
                seeds_wanted: int, table: tuple) -> dict:
     """The per-cell columns of the aggregated frame (shared by its split rows), from the cell's
@@ -226,6 +246,8 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
         "label": cell.get("label"), "arch": cell.get("arch"), "dim": cell.get("dim"), "input_dim": cell.get("input_dim"),
         "unit": cell.get("unit"), "unit_short": cell["unit_short"], "unit_name": cell["unit_name"],
         "unit_canonical": cell.get("unit_canonical"), "roles": cell["roles"], "slices": cell["slices"],
+        "task_options": cell.get("task_options"),
+        "summary": _summaries([r for r in cur if r.get("status") == "finished"]),
         "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": finished,
         "seeds_failed": len(failed), "seeds_missing": len(missing),
         "failed_seeds": ",".join(str(int(r["seed"])) for r in failed), "missing_seeds": ",".join(map(str, missing)),
@@ -279,7 +301,7 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
             mean = float(np.mean(vals)) if n else float("nan")
             std = float(np.std(vals, ddof=1)) if n > 1 else float("nan")
             out.append({**base, "split": split, "split_order": split_order, "metric_key": col[len("metric."):],
-                        "mean": mean, "std": std, "n": n})
+                        "mean": mean, "std": std, "n": n, "by_seed": _by_seed(finished, col)})
     df = pd.DataFrame(out)
     if len(df):
         for col in ("dim", "input_dim", "roles", "slices", "params_formula", "params_total", "best_trial"):
