@@ -77,6 +77,14 @@ def test_bad_hrr_options_are_one_clear_error(tmp_path, options, message):
     assert "\n" not in str(err.value)
 
 
+def test_resolved_options_validate_again(tmp_path):
+    """The harness stores the options with every default filled in and validates them again."""
+    for options in ({}, HRR, {**HRR, "hrr_basis": "isometric", "contiguous": False}):
+        task = get_task("lm")({"corpus": "ptb", **options}, None, tmp_path)
+        again = get_task("lm")(task.options.model_dump(mode="json"), None, tmp_path)
+        assert again.options == task.options
+
+
 def test_isometric_needs_n_times_dprime_at_most_the_width(lm_root, tmp_path):
     task = _task(lm_root, tmp_path, embedding="hrr", hrr_fillers=9, hrr_basis="isometric")
     task.prepare()

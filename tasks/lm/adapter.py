@@ -73,7 +73,9 @@ class LMOptions(pydantic.BaseModel):
 
     @pydantic.model_validator(mode="after")
     def _hrr_options(self) -> LMOptions:
-        hrr_set = sorted(name for name in self.model_fields_set if name.startswith("hrr_"))
+        fields = type(self).model_fields
+        hrr_set = sorted(name for name in fields
+                         if name.startswith("hrr_") and getattr(self, name) != fields[name].default)
         if self.embedding != "hrr":
             if hrr_set:
                 raise ValueError(f"{', '.join(hrr_set)}: HRR options need embedding = \"hrr\"")
