@@ -208,3 +208,14 @@ def test_embedding_param_counts(lm_root, tmp_path):
     assert (plain.formula, plain.total) == (v * 16, v * 16 + v)
     notes = task.report_notes("lm")
     assert any("HRR embedding" in n and "d' = 5" in n for n in notes) and any("contiguous" in n for n in notes)
+
+
+def test_tprbench_units_prints_the_embedding_counts(capsys):
+    """Issue 14: V·N·d' (+ bases when trained) beside V·d; the paper's PTB big: 6.40M vs 6.50M."""
+    from harness.cli import main
+
+    assert main(["units", "lstm", "--dim", "650", "--hrr-fillers", "320"]) == 0
+    out = capsys.readouterr().out
+    assert "6,500,000" in out and "6,400,000" in out and "V·N·d'" in out
+    assert main(["units", "lstm", "--dim", "200", "--hrr-fillers", "100", "--hrr-basis", "isometric", "--vocab", "100"]) == 0
+    assert f"{100 * 200 + 200 * 200 + 2 * 200:,}" in capsys.readouterr().out

@@ -46,9 +46,12 @@ def run(args: argparse.Namespace) -> int:
         formula = f"{counts.formula:,}" if counts.formula is not None else "n/a"
         table.add_row(escape(str(resolved.spec)), opt_text + ("; " if opt_text else "") + "layers=1, bidirectional=false",
                       formula, f"{counts.total:,}", doc)
+    embedding = None
+    if args.hrr_fillers is not None:  # checked before anything is printed
+        embedding = _embedding_table(args.vocab, din, args.hrr_fillers, args.hrr_roles, args.hrr_basis)
     Console(width=160).print(table)
-    if args.hrr_fillers is not None:
-        Console(width=160).print(_embedding_table(args.vocab, din, args.hrr_fillers, args.hrr_roles, args.hrr_basis))
+    if embedding is not None:
+        Console(width=160).print(embedding)
     return 0
 
 
