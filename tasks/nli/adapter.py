@@ -49,6 +49,8 @@ class NLIOptions(PairArchOptions):
     vocab_size: int | None = pydantic.Field(30000, ge=10, description="most frequent training words kept")
     min_count: int = pydantic.Field(1, ge=1)
     max_train: int | None = pydantic.Field(None, ge=10, description="use only the first N training pairs")
+    max_eval: int | None = pydantic.Field(None, ge=10, description=(
+        "use only the first N pairs of every validation and test split (CPU-sized studies; reports must say so)"))
     vectors: str | None = pydantic.Field(None, description="GloVe/fastText text file of pretrained word vectors")
     freeze_vectors: bool = False
 
@@ -127,7 +129,10 @@ class NLITask(TaskAdapter):
         enc = nli_data.encode(train, self.vocab, max_len=opts.max_len)
         self._encoded[TRAIN] = (enc["premise_ids"], enc["hypothesis_ids"], enc["label"])
         for ref in dict.fromkeys([*opts.valid, *opts.test]):
-            enc = nli_data.encode(loaded[ref], self.vocab, max_len=opts.max_len)
+            ds = loaded[ref]
+            if opts.max_eval:
+                ds = ds.select(range(min(opts.max_eval, len(ds))))
+            enc = nli_data.encode(ds, self.vocab, max_len=opts.max_len)
             self._encoded[_split_name(ref)] = (enc["premise_ids"], enc["hypothesis_ids"], enc["label"])
 
     @property
