@@ -62,7 +62,7 @@ def _option_problem(task: str, model: type[pydantic.BaseModel], err: dict[str, A
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"unknown option {key!r}{hint}; task {task!r} accepts {', '.join(names) or 'no options'}"
-    return f"{key}: {err['msg']}"
+    return f"{key}: {err['msg']}" if key else err["msg"]  # a check across options has no single key
 
 
 def _prepare_once(prepare: Callable[[Any], None]) -> Callable[[Any], None]:
