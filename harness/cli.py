@@ -18,6 +18,8 @@ COMMANDS = {
     "compare": "compare",
     "train": "train",
     "transfer": "transfer",
+    "gradients": "gradients",
+    "interpret": "interpret",
     "units": "units",
     "tasks": "tasks",
     "data": "data",

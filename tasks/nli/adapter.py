@@ -248,6 +248,15 @@ class NLITask(TaskAdapter):
 
         return pool(outputs, state, mask, model.pooling).float().cpu().numpy().astype(np.float64)
 
+    def split_sentences(self, split: str) -> list[list[int]]:
+        """The unique sentences (premises and hypotheses, as token ids, first-seen order) of a
+        loaded valid/test split, e.g. `mnli_dev_matched`: what `tprbench interpret --word` searches.
+        KeyError for a split the run did not load."""
+        self.prepare()
+        premise, hypothesis, _ = self._encoded[split]
+        unique = dict.fromkeys(tuple(s) for pair in zip(premise, hypothesis) for s in pair)
+        return [list(s) for s in unique]
+
     def describe(self) -> dict[str, Any]:
         self.prepare()
         out = {f"{name}_pairs": len(v[2]) for name, v in self._encoded.items()}
