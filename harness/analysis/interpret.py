@@ -202,23 +202,40 @@ def role_table_md(result: SystemResult, tokens: Tokens, top: int = 3, rows: int 
     return "\n".join(lines) + "\n"
 
 
-def polysemy(source: Source, layer: int, word: str, split: str, limit: int = 40) -> tuple[list[dict[str, Any]], str]:
-    """Every occurrence of `word` in the unique sentences of the run's split, with its role."""
+def corpus_sentences(source: Source, ref: str, cache_dir: Path) -> list[list[int]]:
+    """The unique sentences (premises and hypotheses, first-seen order) of an NLI split `ref`
+    (`mnli:dev_matched`), read whole from the run's data root and mapped through its vocabulary
+    (the run's own valid/test copies may be truncated by `max_eval`)."""
+    from tasks.errors import DataError
+    from tasks.nli import data as nli_data
+    from tasks.paths import data_root
+
+    stoi = vocabulary(source.adapter)
+    corpus, _, split = ref.partition(":")
+    try:
+        root = data_root(source.adapter.data)
+        if root is None:
+            raise DataError("the run has no data root")
+        got = nli_data.load_nli(corpus, data_dir=nli_data.default_dir(corpus, root), cache_dir=cache_dir / "nli")
+        ds = got.splits[split]
+    except (DataError, KeyError) as exc:
+        raise AnalysisError(f"--word-split {ref!r}: {exc}") from None
+    unique = dict.fromkeys(t for row in zip(ds["premise"], ds["hypothesis"]) for t in row)
+    unk = stoi.get("<unk>", 1)
+    max_len = getattr(source.adapter.options, "max_len", None)
+    return [[stoi.get(w, unk) for w in nli_data.tokenize(text)[: max_len or None]] for text in unique]
+
+
+def polysemy(source: Source, layer: int, word: str, sentences: list[list[int]], limit: int = 40) -> tuple[list[dict[str, Any]], str]:
+    """The first `limit` sentences containing `word`, each occurrence with its role."""
     adapter = source.adapter
     stoi = vocabulary(adapter)
     if word not in stoi:
-        return [], f"{word!r} is not in the run's vocabulary"
-    sentences_of = getattr(adapter, "split_sentences", None)
-    if sentences_of is None:
-        return [], f"task {source.task!r} cannot list its sentences (no split_sentences)"
-    try:
-        sentences = sentences_of(split)
-    except KeyError:
-        return [], f"split {split!r} not loaded by the run (its valid/test splits)"
+        return [], f"{word!r} is not in the run's vocabulary (its training data never had it)"
     wid = stoi[word]
     hits = [s for s in sentences if wid in s][:limit]
     if not hits:
-        return [], f"{word!r} does not occur in {split}"
+        return [], f"{word!r} does not occur"
     r = read_split(source.model, layer, hits)
     if r.roles is None:
         return [], f"{source.label} has no discrete roles (interface {r.interface})"

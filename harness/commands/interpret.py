@@ -20,7 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clusters", type=int, default=None,
                    help="k for k-means of units without roles (default: the roles the run's unit uses on these tokens)")
     p.add_argument("--word", action="append", metavar="WORD", help="polysemy listing: occurrences of WORD and their roles")
-    p.add_argument("--word-split", default=None, help="split the words are looked up in (default the run's first test split)")
+    p.add_argument("--word-split", default="mnli:dev_matched", help="NLI split (source:split) the words are looked up in "
+                   "(default mnli:dev_matched, read whole from the run's data root)")
     p.add_argument("--no-untrained", action="store_true", help="skip the untrained-model control")
     p.add_argument("--root", default="runs", help="run directory (default ./runs)")
     p.add_argument("--tracking-uri", default=None)
@@ -84,10 +85,11 @@ def run(args: argparse.Namespace) -> int:
     files[1].write_text(ip.to_json(results, tokens, majority) + "\n", encoding="utf-8")
     files[2].write_text(ip.role_table_md(results[0], tokens), encoding="utf-8")
     if args.word:
-        split = args.word_split or (main.adapter.test_splits[0] if main.adapter.test_splits else main.adapter.valid_split)
+        split = args.word_split
+        sentences = ip.corpus_sentences(main, split, cache)
         parts = []
         for word in args.word:
-            rows, note = ip.polysemy(main, args.layer, word.lower(), split)
+            rows, note = ip.polysemy(main, args.layer, word.lower(), sentences)
             parts.append(ip.polysemy_md(word, split, rows, note))
             console.print(f"polysemy {escape(word)}: {len(rows)} occurrences, "
                           f"{len({r['role'] for r in rows})} distinct roles" if rows else f"polysemy {escape(word)}: {escape(note)}")

@@ -49,37 +49,47 @@ def read_conllu(path: str | Path) -> Treebank:
         for lineno, raw in enumerate(fh, 1):
             line = raw.rstrip("\n")
             if not line.strip():
-                if current is not None and current.forms:
-                    bank.sentences.append(current)
+                _close(bank, current)
                 current = None
                 continue
             if current is None:
                 current = Sentence(sent_id=f"{p.name}:{lineno}", text="")
             if line.startswith("#"):
-                key, _, value = line[1:].partition("=")
-                if key.strip() == "sent_id":
-                    current.sent_id = value.strip()
-                elif key.strip() == "text":
-                    current.text = value.strip()
-                continue
-            cols = line.split("\t")
-            if len(cols) != FIELDS:
-                raise DataError(f"{p}:{lineno}: a CoNLL-U word line has {FIELDS} tab-separated fields, found {len(cols)}")
-            ident = cols[0]
-            if "-" in ident:
-                bank.skipped_multiword += 1
-                continue
-            if "." in ident:
-                bank.skipped_empty += 1
-                continue
-            if not ident.isdigit():
-                raise DataError(f"{p}:{lineno}: word ID {ident!r} is not an integer, a range (3-4) or an empty node (3.1)")
-            current.forms.append(cols[1])
-            current.lemmas.append(cols[2])
-            current.upos.append(cols[3])
-            current.xpos.append(cols[4])
-    if current is not None and current.forms:
-        bank.sentences.append(current)
+                _comment(current, line)
+            else:
+                _word(bank, current, line, f"{p}:{lineno}")
+    _close(bank, current)
     if not bank.sentences:
         raise DataError(f"{p}: no sentences (not a CoNLL-U file?)")
     return bank
+
+
+def _close(bank: Treebank, sentence: Sentence | None) -> None:
+    if sentence is not None and sentence.forms:
+        bank.sentences.append(sentence)
+
+
+def _comment(sentence: Sentence, line: str) -> None:
+    key, _, value = line[1:].partition("=")
+    if key.strip() == "sent_id":
+        sentence.sent_id = value.strip()
+    elif key.strip() == "text":
+        sentence.text = value.strip()
+
+
+def _word(bank: Treebank, sentence: Sentence, line: str, where: str) -> None:
+    cols = line.split("\t")
+    if len(cols) != FIELDS:
+        raise DataError(f"{where}: a CoNLL-U word line has {FIELDS} tab-separated fields, found {len(cols)}")
+    ident = cols[0]
+    if "-" in ident:
+        bank.skipped_multiword += 1
+    elif "." in ident:
+        bank.skipped_empty += 1
+    elif not ident.isdigit():
+        raise DataError(f"{where}: word ID {ident!r} is not an integer, a range (3-4) or an empty node (3.1)")
+    else:
+        sentence.forms.append(cols[1])
+        sentence.lemmas.append(cols[2])
+        sentence.upos.append(cols[3])
+        sentence.xpos.append(cols[4])

@@ -39,13 +39,12 @@ def probe_accuracy(train_x: np.ndarray, train_y: Sequence, test_x: np.ndarray, t
                    max_iter: int = 300, seed: int = 0) -> float:
     """Accuracy of a linear probe fitted on (train_x, train_y) and scored on (test_x, test_y);
     test tags unseen in training count as errors."""
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
     import warnings
 
     from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
 
     probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=max_iter, random_state=seed))
     with warnings.catch_warnings():

@@ -49,6 +49,7 @@ class NLIOptions(PairArchOptions):
     vocab_size: int | None = pydantic.Field(30000, ge=10, description="most frequent training words kept")
     min_count: int = pydantic.Field(1, ge=1)
     max_train: int | None = pydantic.Field(None, ge=10, description="use only the first N training pairs")
+    max_eval: int | None = pydantic.Field(None, ge=10, description="use only the first N pairs of each validation/test split")
     vectors: str | None = pydantic.Field(None, description="GloVe/fastText text file of pretrained word vectors")
     freeze_vectors: bool = False
 
@@ -127,7 +128,10 @@ class NLITask(TaskAdapter):
         enc = nli_data.encode(train, self.vocab, max_len=opts.max_len)
         self._encoded[TRAIN] = (enc["premise_ids"], enc["hypothesis_ids"], enc["label"])
         for ref in dict.fromkeys([*opts.valid, *opts.test]):
-            enc = nli_data.encode(loaded[ref], self.vocab, max_len=opts.max_len)
+            ds = loaded[ref]
+            if opts.max_eval:
+                ds = ds.select(range(min(opts.max_eval, len(ds))))
+            enc = nli_data.encode(ds, self.vocab, max_len=opts.max_len)
             self._encoded[_split_name(ref)] = (enc["premise_ids"], enc["hypothesis_ids"], enc["label"])
 
     @property
@@ -247,15 +251,6 @@ class NLITask(TaskAdapter):
         from ..architectures import pool
 
         return pool(outputs, state, mask, model.pooling).float().cpu().numpy().astype(np.float64)
-
-    def split_sentences(self, split: str) -> list[list[int]]:
-        """The unique sentences (premises and hypotheses, as token ids, first-seen order) of a
-        loaded valid/test split, e.g. `mnli_dev_matched`: what `tprbench interpret --word` searches.
-        KeyError for a split the run did not load."""
-        self.prepare()
-        premise, hypothesis, _ = self._encoded[split]
-        unique = dict.fromkeys(tuple(s) for pair in zip(premise, hypothesis) for s in pair)
-        return [list(s) for s in unique]
 
     def describe(self) -> dict[str, Any]:
         self.prepare()
