@@ -153,3 +153,21 @@ def test_a_unit_without_carry_is_refused():
 
     with pytest.raises(CarryError, match="NoCarry"):
         state_gradients(NoCarry(2, 2), torch.randn(1, 3, 2), None, lambda o, s: o.sum())
+
+
+@pytest.mark.parametrize("spec", ["gru", "lstm"])
+def test_written_out_torch_rnn_step_equals_the_module(spec):
+    """The vmap-able step used for LSTM/GRU Jacobians computes what nn.LSTM/nn.GRU compute."""
+    from tasks.analysis.carry import first_step, step_function
+
+    torch.manual_seed(6)
+    unit = units.build(spec, 3, 4).double()
+    x = torch.randn(2, 5, 3, dtype=torch.float64)
+    ref, _ = unit.rnn(x)
+    out, s, layout = first_step(unit, x[:, 0])
+    step = step_function(unit, layout)
+    outs = [out]
+    for t in range(1, 5):
+        out, s = step(s, x[:, t])
+        outs.append(out)
+    assert torch.allclose(torch.stack(outs, 1), ref, atol=1e-12)

@@ -110,7 +110,7 @@ def figures(results: list[GradientResult], out: Path, header: list[str]) -> list
         sig_keep = keep & ~np.isnan(s.sigma_max)
         ax2.plot(t[sig_keep], s.sigma_max[sig_keep], color="C3", linewidth=1.0, linestyle="--")
         ax2.axhline(1.0, color="C3", linewidth=0.6, alpha=0.5)
-        ax2.set_ylabel("mean σ_max(∂s_t/∂s_{t−1})", color="C3", fontsize=8)
+        ax2.set_ylabel("mean σ_max(J_t), J_t = ∂s_t/∂s_t−1", color="C3", fontsize=8)
         ax.set_title(f"{r.source.task}: {r.source.label}", fontsize=8)
         ax.grid(True, alpha=0.3)
     for j in range(n, rows * cols):
@@ -123,7 +123,7 @@ def figures(results: list[GradientResult], out: Path, header: list[str]) -> list
         if len(sig):
             ax.hist(sig, bins=40, color="C1")
         ax.axvline(1.0, color="k", linewidth=0.8)
-        ax.set_xlabel("σ_max(∂s_t/∂s_{t−1})")
+        ax.set_xlabel("σ_max(J_t) over real steps")
         ax.set_title(f"{r.source.task}: {r.source.label}", fontsize=8)
         ax.grid(True, alpha=0.3)
     for j in range(n, rows * cols):

@@ -80,7 +80,7 @@ def study_runs(uri: str, study: str, only: dict[str, str]) -> list[tuple[str, st
         runs = RecordReader(uri, study).runs()
     except ReportError as exc:
         raise AnalysisError(str(exc)) from None
-    runs = runs[(runs["status"] == "finished") & (runs["phase"] == "seed")]
+    runs = runs[(runs["status"] == "finished") & (runs["phase"] == "final")]
     for key, value in only.items():
         if key not in runs.columns:
             raise AnalysisError(f"--only {key}=...: runs have no {key!r} (use one of task, arch, unit, dim, seed)")

@@ -32,11 +32,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import json
+    import os
     import shlex
     import sys
     from pathlib import Path
 
     import torch
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from rich.console import Console
     from rich.markup import escape
 

@@ -34,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from rich.console import Console
     from rich.markup import escape
 

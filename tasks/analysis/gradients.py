@@ -22,7 +22,6 @@ s_t is the whole carried state (LSTM: [h; c]), see `carry.py`.
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,9 +114,7 @@ def jacobians(unit: nn.Module, layout: CarryLayout, s_prev: torch.Tensor, x_t: t
     def one(s: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         return step(s.unsqueeze(0), x.unsqueeze(0))[1].squeeze(0)
 
-    with reference_path(unit), warnings.catch_warnings():
-        # torch's LSTM kernel has no vmap batching rule: functorch loops over the pairs (correct, slower)
-        warnings.filterwarnings("ignore", message=".*batching rule.*")
+    with reference_path(unit):
         return vmap(jacrev(one), chunk_size=chunk)(s_prev.detach(), x_t.detach()).detach()
 
 
