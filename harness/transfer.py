@@ -39,10 +39,12 @@ def load_tracked_model(client: Any, run_id: str, cache_dir: Path):
 
 
 def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_encoder: bool = False,
-                        trained: bool = True):
+                        trained: bool = True, adapters: dict | None = None):
     """(adapter, model, run, TrainConfig) for a tracked trial/seed run: the model built exactly as
     the run built it (same seed, so `trained=False` gives the run's own initial weights), with the
-    weights of its best.pt artifact when `trained`. `sentence_encoder`: refuse tasks without one."""
+    weights of its best.pt artifact when `trained`. `sentence_encoder`: refuse tasks without one.
+    `adapters`: a dict shared between calls, so runs with the same task, options and data share
+    one prepared adapter (the analyses read many runs of one study)."""
     import torch
 
     from tasks.registry import get_task
@@ -60,7 +62,12 @@ def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_e
     cell = client.get_run(tags["mlflow.parentRunId"]).data.params
     options = json.loads(cell["task_options"])
     task = tags[TAG + "task"]
-    adapter = get_task(task)(options, os.path.expandvars(cell["data"]), cache_dir)
+    key = (task, json.dumps(options, sort_keys=True), os.path.expandvars(cell["data"]))
+    adapter = adapters.get(key) if adapters is not None else None
+    if adapter is None:
+        adapter = get_task(task)(options, os.path.expandvars(cell["data"]), cache_dir)
+        if adapters is not None:
+            adapters[key] = adapter
     if sentence_encoder and not hasattr(adapter, "encode_sentences"):
         raise TransferError(f"run {run_id}: task {task!r} has no sentence encoder (SentEval needs an NLI-style task)")
     # The run's params are its resolved hyperparameters (records before issue 11: the study's values).

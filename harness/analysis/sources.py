@@ -33,7 +33,9 @@ def tracking(root: str, uri: str | None) -> str:
     return uri or default_tracking_uri(Path(root).expanduser().resolve())
 
 
-def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True) -> Source:
+def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True, adapters: dict | None = None) -> Source:
+    """`adapters`: a dict the caller shares between its sources (one prepared adapter per task,
+    options and data: the data is read once however many runs of a study are analysed)."""
     from mlflow import MlflowClient
 
     from harness.record import TAG
@@ -41,7 +43,7 @@ def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True) -> So
 
     client = MlflowClient(tracking_uri=uri)
     try:
-        adapter, model, run, config = rebuild_tracked_run(client, run_id, cache_dir, trained=trained)
+        adapter, model, run, config = rebuild_tracked_run(client, run_id, cache_dir, trained=trained, adapters=adapters)
     except TransferError as exc:
         raise AnalysisError(str(exc)) from None
     model.eval()

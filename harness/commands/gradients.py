@@ -57,11 +57,11 @@ def run(args: argparse.Namespace) -> int:
     runs = [(r, None) for r in args.run_ids]
     if args.study:
         runs += study_runs(uri, args.study, parse_pairs(args.only, "--only"))
-    sources = []
+    sources, adapters = [], {}
     for run_id, _unit in runs:
-        sources.append(lambda r=run_id: from_run(uri, r, cache, trained=True))
+        sources.append(lambda r=run_id: from_run(uri, r, cache, trained=True, adapters=adapters))
         if args.untrained:
-            sources.append(lambda r=run_id: from_run(uri, r, cache, trained=False))
+            sources.append(lambda r=run_id: from_run(uri, r, cache, trained=False, adapters=adapters))
     options = {}
     for key, value in parse_pairs(args.option, "--option").items():
         try:

@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     cache = root / "cache"
     uri = tracking(args.root, args.tracking_uri)
     treebank = Path(args.treebank) if args.treebank else Path(os.environ.get("TPRBENCH_DATA", "../shared/data")) / "ud_english_ewt"
-    main = from_run(uri, args.run_id, cache, trained=True)
+    adapters: dict = {}
+    main = from_run(uri, args.run_id, cache, trained=True, adapters=adapters)
     tokens = ip.map_treebank(main.adapter, treebank, args.tag)
     console.print(f"UD EWT: {sum(len(v) for v in tokens.tags.values())} tokens, OOV {tokens.oov_rate():.1%} "
                   f"(types {tokens.oov_type_rate():.1%})")
@@ -65,10 +66,10 @@ def run(args: argparse.Namespace) -> int:
         results.append(ip.evaluate(main.label, dev, test, tokens, k or 64))
         k = k or 64
     if not args.no_untrained:
-        u = from_run(uri, args.run_id, cache, trained=False)
+        u = from_run(uri, args.run_id, cache, trained=False, adapters=adapters)
         results.append(ip.evaluate(u.label, *readings(u), tokens, k))
     for control_id in args.control or []:
-        c = from_run(uri, control_id, cache, trained=True)
+        c = from_run(uri, control_id, cache, trained=True, adapters=adapters)
         if ip.vocabulary(c.adapter) != ip.vocabulary(main.adapter):
             console.print(f"[yellow]note:[/] control {escape(c.label)} has another vocabulary; its OOV tokens differ")
         results.append(ip.evaluate(f"{c.label} (control)", *readings(c), tokens, k))
