@@ -132,6 +132,8 @@ def test_every_unit_with_a_carry_is_analysed(spec, D):
     assert (stats.grad_norm[:-1] > 0).all() and (stats.grad_norm[-1] > 0) == (spec != "tpgn")
     if spec.startswith("tpru"):
         assert stats.candidate_proj is not None and len(stats.candidate_proj) == 6
+        k = 2 if "slices=2" in spec else 1
+        assert len(stats.filler_max) == 2 * 4 * k and ((stats.filler_max > 0) & (stats.filler_max <= 1 + 1e-6)).all()
     else:
         assert stats.candidate_proj is None
 

@@ -16,7 +16,8 @@ COLUMNS = [("state_size", "D", "{:d}"), ("steps", "steps", "{:d}"), ("sigma_max_
            ("grad_ratio_first_last", "first/last", "{:.3g}"), ("update_cos_mean", "cos(Δs, s_{t−1})", "{:.3f}"),
            ("frac_update_removes", "share Δs·s_{t−1} < 0", "{:.3f}"),
            ("candidate_proj_mean", "⟨b̃,b_{t−1}⟩/‖b_{t−1}‖²", "{:.3f}"),
-           ("frac_candidate_positive", "share ⟨b̃,b_{t−1}⟩ > 0", "{:.3f}")]
+           ("frac_candidate_positive", "share ⟨b̃,b_{t−1}⟩ > 0", "{:.3f}"),
+           ("filler_max_mean", "mean max_n f_t", "{:.3f}"), ("frac_filler_max_gt_0.9", "share max_n f_t > 0.9", "{:.3f}")]
 
 
 @dataclass

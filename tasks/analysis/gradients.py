@@ -124,9 +124,11 @@ def spectrum(J: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.linalg.svdvals(J64)[:, 0], torch.linalg.eigvals(J64).abs().amax(-1)
 
 
-def candidate_overlap(unit: nn.Module, x: torch.Tensor, states: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor | None:
-    """TPRU family: ⟨b̃_t, b_{t−1}⟩/‖b_{t−1}‖² at real steps t ≥ 2 (b̃_t = R f_t, the candidate);
-    None for units without role matrices and fillers."""
+def candidate_overlap(unit: nn.Module, x: torch.Tensor, states: torch.Tensor,
+                      lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """TPRU family: ⟨b̃_t, b_{t−1}⟩/‖b_{t−1}‖² at real steps t ≥ 2 (b̃_t = R f_t, the candidate),
+    and the largest filler max_n f_t,n at every real step and slice (Mod III's argument: softmax
+    puts no penalty on extreme fillers); None for units without role matrices and fillers."""
     if not (hasattr(unit, "role_matrices") and hasattr(unit, "fillers") and hasattr(unit, "_slice_T")):
         return None
     with torch.no_grad(), reference_path(unit):
@@ -139,7 +141,8 @@ def candidate_overlap(unit: nn.Module, x: torch.Tensor, states: torch.Tensor, le
         prev, cur = states[:, :-1], cand[:, 1:]
         proj = (cur * prev).sum(-1) / prev.pow(2).sum(-1).clamp_min(1e-12)
         real = (torch.arange(1, x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1))
-        return proj[real]
+        steps = torch.arange(x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
+        return proj[real], f.amax(-1)[steps].flatten()
 
 
 @dataclass
@@ -154,6 +157,7 @@ class GradientStats:
     update_cos: np.ndarray          # every cos(s_t − s_{t−1}, s_{t−1})
     candidate_proj: np.ndarray | None  # every ⟨b̃_t, b_{t−1}⟩/‖b_{t−1}‖² (TPRU family)
     state_size: int
+    filler_max: np.ndarray | None = None  # every max_n f_t,n (TPRU family, per real step and slice)
     extras: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, float]:
@@ -174,6 +178,9 @@ class GradientStats:
         if self.candidate_proj is not None and len(self.candidate_proj):
             out["candidate_proj_mean"] = _f(np.mean(self.candidate_proj))
             out["frac_candidate_positive"] = _f(np.mean(self.candidate_proj > 0))
+        if self.filler_max is not None and len(self.filler_max):
+            out["filler_max_mean"] = _f(np.mean(self.filler_max))
+            out["frac_filler_max_gt_0.9"] = _f(np.mean(self.filler_max > 0.9))
         return out
 
 
@@ -196,7 +203,7 @@ def analyse(unit: nn.Module, calls: list[Recorded], max_pairs: int = 4096) -> Gr
     D = calls[0].layout.size
     norm_sum, counts = np.zeros(T), np.zeros(T)
     sig_sum, sig_cnt = np.zeros(T), np.zeros(T)
-    sig_all, rad_all, cos_all, cand_all = [], [], [], []
+    sig_all, rad_all, cos_all, cand_all, fmax_all = [], [], [], [], []
     budget = max_pairs
     for c in calls:
         S = c.stacked_states()                                       # [B, T, D]
@@ -223,15 +230,16 @@ def analyse(unit: nn.Module, calls: list[Recorded], max_pairs: int = 4096) -> Gr
             rad_all.append(rad.numpy())
             np.add.at(sig_sum, t_index[:take].numpy(), sig.numpy())
             np.add.at(sig_cnt, t_index[:take].numpy(), 1)
-        proj = candidate_overlap(unit, c.x, S, c.lengths)
-        if proj is not None:
-            cand_all.append(proj.double().numpy())
+        got = candidate_overlap(unit, c.x, S, c.lengths)
+        if got is not None:
+            cand_all.append(got[0].double().numpy())
+            fmax_all.append(got[1].double().numpy())
     with np.errstate(invalid="ignore", divide="ignore"):
         grad_norm = norm_sum / counts
         sigma = sig_sum / sig_cnt
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
     return GradientStats(grad_norm, counts, sigma, cat(sig_all), cat(rad_all), cat(cos_all),
-                         cat(cand_all) if cand_all else None, D)
+                         cat(cand_all) if cand_all else None, D, cat(fmax_all) if fmax_all else None)
 
 
 def state_gradients(unit: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, loss_fn: Any,
