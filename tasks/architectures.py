@@ -182,8 +182,24 @@ class PairModel(nn.Module):
         outputs, state = self.encoder(emb, mask)
         if self.arch == "bidaf":
             outputs, state = self._bidaf(outputs, emb, mask)
+        self._aux_losses_per_pair()
         z = pool(outputs, state, mask, self.pooling)
         return z.chunk(2, 0)
+
+    def _aux_losses_per_pair(self) -> None:
+        """Rescale the units' auxiliary losses from per sequence to per pair (× 2).
+
+        A unit's `aux_loss` is a mean over its batch of per-sequence sums (TPRN's quantisation
+        penalty). Both sides of a pair run as one batch of 2B sequences, so that mean is half the
+        papers' per-example definition, which sums over both sentences of an example and averages
+        over the B examples: the TPRN authors' basic/model.py adds `reduce_mean` over the question
+        batch (`reg_u`) and `reduce_mean` over the passage batch (`reg_h`). With × 2 the weight
+        (`quantization`) means what it means in the paper and the code (1e−5)."""
+        parts = [self.encoder] + ([self.modelling] if self.arch == "bidaf" else [])
+        for part in parts:
+            for module in part.modules():
+                if torch.is_tensor(getattr(module, "aux_loss", None)):
+                    module.aux_loss = module.aux_loss * 2
 
     def _bidaf(self, h: torch.Tensor, emb: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Bi-directional attention between the two halves of the batch, then the modelling layer."""

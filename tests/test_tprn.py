@@ -342,3 +342,76 @@ def test_gated_stacks_and_runs_under_the_wrappers():
     out, state = module(x, torch.ones(2, 4, dtype=torch.bool))
     assert out.shape == (2, 4, 4 * D) and state.shape == (2, 4 * D)
     assert module.layers[1].fwd.input_size == 4 * D
+
+
+# the quantisation penalty in training ---------------------------------------------------------
+def test_aux_loss_is_declared_before_the_first_forward():
+    """The training loop lists the modules with an `aux_loss` attribute when it builds the model,
+    before any forward: a unit that set it only in forward would never be penalised."""
+    unit = TPRN(3, 4, symbols=2, roles=2, role_dim=2)
+    assert hasattr(unit, "aux_loss") and unit.aux_loss is None
+
+
+@pytest.fixture(scope="module")
+def logic_adapter(tmp_path_factory):
+    from tasks.registry import get_task
+
+    task = get_task("logic")({"train_size": 64, "eval_size": 16, "preset": "exam"}, "generated",
+                             tmp_path_factory.mktemp("cache"))
+    task.prepare()
+    return task
+
+
+@pytest.mark.parametrize("quantization", [0.01, 0.0])
+def test_the_training_loop_adds_and_logs_the_penalty(logic_adapter, quantization):
+    from tasks.training import TrainConfig, train
+
+    unit = f"tprn[symbols=3,roles=2,role_dim=2,quantization={quantization}]"
+    result = train(logic_adapter, TrainConfig(unit=unit, arch="plain", dim=4, input_dim=4, epochs=1, seed=0,
+                                              hparams={"lr": 1e-2, "batch_size": 32}))
+    assert result.status == "finished"
+    aux = result.history[0]["train_aux"]
+    assert (aux > 0) if quantization else (aux == 0.0)
+
+
+@pytest.mark.parametrize("arch", ["plain", "bidaf"])
+def test_pair_models_weigh_the_penalty_per_pair_as_the_code(arch):
+    """Both sides of a pair run as one batch of 2B; the authors' basic/model.py adds the batch mean
+    over the questions and the batch mean over the passages, so the model's auxiliary loss is
+    Σ over both sides' sequences / B: the unit run on each side alone (a mean over B) summed."""
+    from tasks.architectures import PairModel
+
+    spec = f"tprn[symbols={N_S},roles={N_R},role_dim={D_R},quantization=0.1,layers=1,bidirectional=true]"
+    torch.manual_seed(0)
+    model = PairModel(spec, arch, vocab_size=11, dim=D, input_dim=DIN, classes=3, attention="trilinear",
+                      modelling_unit="lstm" if arch == "bidaf" else None).double()
+    gen = torch.Generator().manual_seed(7)
+    a, b = torch.randint(1, 11, (3, 5), generator=gen), torch.randint(1, 11, (3, 4), generator=gen)
+    a_mask, b_mask = _mask([5, 2, 4], 5), _mask([4, 4, 1], 4)
+    with torch.no_grad():
+        model(a * a_mask, a_mask, b * b_mask, b_mask)
+        total = sum(m.aux_loss for m in model.modules() if torch.is_tensor(getattr(m, "aux_loss", None)))
+        expected = 0.0
+        for ids, mask in ((a, a_mask), (b, b_mask)):  # each side alone, B sequences
+            model.encoder(model.embed(ids * mask), mask)
+            expected += sum(m.aux_loss for m in model.encoder.modules() if isinstance(m, TPRN))
+    assert total.item() == pytest.approx(expected.item(), rel=1e-12)
+    assert total.item() > 0
+
+
+# the CLI ------------------------------------------------------------------------------------
+def test_tprbench_units_shows_tprn_counts(capsys):
+    """`tprbench units` lists tprn with its formula and total counts: at the default d = 64, which
+    role_dim = 10 does not divide, sized by `bench units`' rule; named at d = 100, the paper's sizes."""
+    from harness.cli import main
+
+    assert main(["units"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "tprn[" in line)
+    formula = TPRN.formula_params(64, 64, symbols=160, roles=32, role_dim=8)  # (64 + 64)(160 + 32) + 160·8 + 32·8
+    assert "tprn[role_dim=8,roles=32,symbols=160]" in row
+    assert f"{formula:,}" in row and f"{formula + 160 + 32:,}" in row
+    assert main(["units", "tprn", "--dim", "100", "--input-dim", "200"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "tprn" in line)
+    assert "37,200" in row and "37,320" in row
+    assert main(["units", "tprn"]) == 2  # a spec the user names is counted as written, or refused: one line
+    assert "role_dim=10 must divide the hidden size 64" in capsys.readouterr().err

@@ -94,6 +94,9 @@ class TPRN(RecurrentUnit):
             self.b_lstm = nn.Parameter(torch.zeros(4 * hidden_size))
         else:
             self.W_lstm = self.b_lstm = None
+        # Declared here, not only in forward: the training loop lists the modules that have an
+        # `aux_loss` attribute when it builds the model (tasks/training.py `_build`), before any forward.
+        self.aux_loss: torch.Tensor | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

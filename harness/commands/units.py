@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col, justify="right" if "params" in col else "left")
     for spec in args.specs or units.available():
         try:
-            resolved = units.resolve(spec, d)
+            resolved, hidden = _resolve_listed(spec, d, given=bool(args.specs))
         except units.UnitSpecError as exc:
             if args.specs:
                 raise
@@ -36,10 +36,30 @@ def run(args: argparse.Namespace) -> int:
             continue
         opts = units.unit_options(resolved.cls)
         opt_text = ", ".join(f"{k}={v.default}" for k, v in opts.items() if v.default is not inspect.Parameter.empty)
-        counts = units.param_counts(resolved, din, d)
+        counts = units.param_counts(resolved, din, hidden)
         doc = (inspect.getdoc(resolved.cls) or "").splitlines()[0]
+        if hidden != d:
+            doc = f"(hidden {hidden}) {doc}"
         formula = f"{counts.formula:,}" if counts.formula is not None else "n/a"
         table.add_row(escape(str(resolved.spec)), opt_text + ("; " if opt_text else "") + "layers=1, bidirectional=false",
                       formula, f"{counts.total:,}", doc)
     Console(width=160).print(table)
     return 0
+
+
+def _resolve_listed(spec: str, d: int, given: bool):
+    """A unit resolved at hidden size d, and that size. A registered unit listed by name whose
+    defaults cannot be built at d (TPRN: role_dim=10 must divide d; TPR-RNN: d = E·R·E) is sized
+    by `tprbench bench units`' rule for it instead (harness/bench_units.py SIZE_RULES), so every
+    unit's counts show; a spec the user names is counted as written."""
+    import units
+
+    try:
+        return units.resolve(spec, d), d
+    except units.UnitSpecError:
+        from ..bench_units import SIZE_RULES, sized_spec
+
+        if given or units.resolve(spec).spec.name not in SIZE_RULES:
+            raise
+        sized, hidden = sized_spec(spec, d)
+        return units.resolve(sized, hidden), hidden

@@ -49,7 +49,8 @@ class NLIOptions(PairArchOptions):
     vocab_size: int | None = pydantic.Field(30000, ge=10, description="most frequent training words kept")
     min_count: int = pydantic.Field(1, ge=1)
     max_train: int | None = pydantic.Field(None, ge=10, description="use only the first N training pairs")
-    max_eval: int | None = pydantic.Field(None, ge=10, description="use only the first N pairs of each validation/test split")
+    max_eval: int | None = pydantic.Field(None, ge=10, description=(
+        "use only the first N pairs of every validation and test split (CPU-sized studies; reports must say so)"))
     vectors: str | None = pydantic.Field(None, description="GloVe/fastText text file of pretrained word vectors")
     freeze_vectors: bool = False
 
