@@ -20,6 +20,8 @@ COMMANDS = {
     "record": "record",
     "train": "train",
     "transfer": "transfer",
+    "gradients": "gradients",
+    "interpret": "interpret",
     "units": "units",
     "tasks": "tasks",
     "data": "data",
