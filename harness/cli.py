@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # name → module in harness.commands; order is the order of `tprbench --help`.
@@ -16,8 +17,11 @@ COMMANDS = {
     "study": "study",
     "report": "report",
     "compare": "compare",
+    "record": "record",
     "train": "train",
     "transfer": "transfer",
+    "gradients": "gradients",
+    "interpret": "interpret",
     "units": "units",
     "tasks": "tasks",
     "data": "data",
@@ -44,7 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args._run(args) or 0)
+        code = int(args._run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _closed_pipe()
     except KeyboardInterrupt:
         print("tprbench: interrupted; everything finished so far is recorded, rerun the same command to resume", file=sys.stderr)
         return 130
@@ -52,7 +60,26 @@ def main(argv: list[str] | None = None) -> int:
         if is_user_error(exc):
             print(f"tprbench {args.command}: error: {exc}", file=sys.stderr)
             return 2
+        from harness.diskfull import disk_full_error, is_disk_full
+
+        if is_disk_full(exc):  # wherever the write was (data cache, store, journal): one line, not a traceback
+            where = os.path.abspath(getattr(args, "root", None) or os.getcwd())
+            print(f"tprbench {args.command}: error: {disk_full_error(exc, where)}", file=sys.stderr)
+            return 2
         raise
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (`tprbench study show --json | head`): stop quietly.
+
+    Python's own advice (docs: signal, "Note on SIGPIPE"): point stdout at /dev/null so the
+    interpreter's final flush cannot raise again, and exit with the shell's code for SIGPIPE."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout already closed or not a real file: nothing left to flush
+        pass
+    return 141
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Figures of a report (matplotlib, Agg, PNG + SVG), from the record alone and byte-deterministic.
 
-- `curves_roles`: training loss and validation score per epoch, one line per number of roles
-  (mean over the counted seed runs; TPRU family, one slice) — like the TPRU paper's Fig. 1.
+- `curves_roles`: training loss, training score and validation score per epoch (the papers'
+  panels), one line per number of roles (mean over the counted seed runs; TPRU family, one
+  slice) — like the workshop paper's Fig. 1 and the ICLR paper's Fig. 2.
 - `curves_slices`: the same with one slice vs several (solid: 1 slice, dashed: more) — Fig. 2.
 - `speed`: median seconds per epoch per unit (every recorded run), and with `--bench CSV`
   (from `tprbench bench units --csv`) the forward+backward milliseconds and the ratio to GRU.
@@ -62,9 +63,14 @@ def _mean_curves(history: Any, run_ids: list[str], key: str) -> Any:
     return h.groupby("step", sort=True)["value"].mean()
 
 
-def _panel_keys(metric: str) -> list[tuple[str, str, float]]:
+def _panel_keys(metric: str, history: Any = None) -> list[tuple[str, str, float]]:
+    """The papers' panels (workshop Fig. 1, ICLR Fig. 2): training loss, training accuracy and
+    validation accuracy per epoch; the training-score panel only when the runs logged it."""
     scale, _, desc = metric_scale(metric)
-    return [("train_loss", "training loss", 1.0), (f"valid_{metric}", f"validation {desc}", scale)]
+    keys = [("train_loss", "training loss", 1.0)]
+    if history is None or (history["key"] == f"train_{metric}").any():
+        keys.append((f"train_{metric}", f"training {desc}", scale))
+    return keys + [(f"valid_{metric}", f"validation {desc}", scale)]
 
 
 def _groups(cells: Any) -> list[tuple[tuple, Any]]:
@@ -129,10 +135,11 @@ def _plot_lines(ax: Any, lines: list, history: Any, key: str, scale: float, grou
 def _draw(panels: list, history: Any, color_by_group: bool = False) -> Any:
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = _figure(len(panels), 2)
+    columns = max(len(_panel_keys(metric, history)) for _title, metric, _lines in panels)
+    fig, axes = _figure(len(panels), columns)
     for row, (title, metric, lines) in enumerate(panels):
         groups = list(dict.fromkeys(ln[3] for ln in lines)) if color_by_group else None
-        for col, (key, ylabel, scale) in enumerate(_panel_keys(metric)):
+        for col, (key, ylabel, scale) in enumerate(_panel_keys(metric, history)):
             ax = axes[row][col]
             _plot_lines(ax, lines, history, key, scale, groups)
             ax.set_xlabel("epoch")

@@ -4,7 +4,9 @@
     ├── study run   tags: kind=study, study, git_commit
     └── cell run    tags: kind=cell, study, cell_id, task, arch, unit, dim, input_dim, label,
         │                 metric, direction, valid_split, test_splits (JSON list, the task's order),
-        │                 final_params_hash, final_params (JSON)
+        │                 final_params_hash, final_params (JSON), final_trials (how many search
+        │                 trials had ended when the final params were chosen: they are current while
+        │                 that count is)
         │           params: unit, unit_canonical, task, arch, dim, input_dim, epochs, data, task_options
         └── run     tags: kind=run, study, cell_id, run_key, phase (search|final), seed, trial, status,
                           reason, params_hash, params_formula, params_total, git_commit, host,
@@ -19,11 +21,12 @@ be carried out — an import error, out of memory, a lost node after retries, a 
 a result about the unit). Records written before this schema say `failed` for both of the last
 two; readers treat `failed` as diverged, as tables always did.
 
-Every reader goes through `RecordReader`: one MLflow query per study and kind of run, turned
-into pandas frames here and nowhere else (`runs(cell_ids)`, `cells(cell_ids)`, `history(...)`),
-so a cached columnar summary of finished runs can later stand in for the queries without any
-reader changing. Records without the cell tags above (before issue 11) still read: the frame
-columns are then missing (None) and the report infers the metric and splits as it used to.
+Every reader goes through `RecordReader`: a few queries per read whatever the number of cells
+asked for (plain SQL on a SQL store, `search_runs` on a tracking server: harness.record_sources),
+ended runs through the study's columnar summary (harness.summary), turned into pandas frames
+here and nowhere else (`runs(cell_ids)`, `cells(cell_ids)`, `history(...)`). Records without
+the cell tags above (before issue 11) still read: the frame columns are then missing (None) and
+the report infers the metric and splits as it used to.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ EXPERIMENT_PREFIX = "tprbench/"
 KIND, STUDY, CELL, RUN_KEY, PHASE, STATUS = (TAG + k for k in ("kind", "study", "cell_id", "run_key", "phase", "status"))
 REASON, SEED, TRIAL, LABEL, GIT_COMMIT, HOST = (TAG + k for k in ("reason", "seed", "trial", "label", "git_commit", "host"))
 PARAMS_HASH, PARAMS_FORMULA, PARAMS_TOTAL = (TAG + k for k in ("params_hash", "params_formula", "params_total"))
-FINAL_PARAMS_HASH, FINAL_PARAMS = TAG + "final_params_hash", TAG + "final_params"
+FINAL_PARAMS_HASH, FINAL_PARAMS, FINAL_TRIALS = TAG + "final_params_hash", TAG + "final_params", TAG + "final_trials"
 METRIC, DIRECTION, VALID_SPLIT, TEST_SPLITS = (TAG + k for k in ("metric", "direction", "valid_split", "test_splits"))
 REPRODUCIBLE, NOTES = TAG + "reproducible", TAG + "notes"
 
@@ -236,113 +239,154 @@ def cast_columns(df: Any, cols: Iterable[str], int_cols: Iterable[str] = ()) -> 
     return df
 
 
-def _sqlite_path(tracking_uri: str) -> Path | None:
-    if not tracking_uri.startswith("sqlite:"):
-        return None
-    rest = tracking_uri[len("sqlite:"):]
-    if rest.startswith("///"):
-        rest = rest[3:]
-        return Path(rest if rest.startswith("/") else rest)
-    return None
+def runs_frame(cols: dict[str, list[Any]]) -> Any:
+    """Columns of ended trial/seed runs (harness.record_sources) → the frame `RecordReader.runs` returns."""
+    import numpy as np
+
+    data = {k: [np.nan if v is None else v for v in values] for k, values in cols.items() if k != "end_time"}
+    import pandas as pd
+
+    df = pd.DataFrame(data)
+    for col in RUN_COLUMNS:
+        if col not in df.columns:
+            df[col] = None
+    param_cols = sorted(c for c in df.columns if c.startswith("param."))
+    df = cast_columns(df, [*INT_TAGS, *param_cols], int_cols=INT_TAGS)
+    # One row per run key (the tracker guarantees it; keep the latest if a store was merged by hand).
+    df = df.sort_values(["run_key", "start_time", "run_id"], kind="stable")
+    df = df.drop_duplicates("run_key", keep="last")
+    order = list(RUN_COLUMNS) + sorted(c for c in df.columns if c not in RUN_COLUMNS)
+    return df[order].reset_index(drop=True)
+
+
+def run_records(cols: dict[str, list[Any]]) -> dict[str, RunRecord]:
+    """Columns → RunRecord by run key (the latest run of a key if a store holds two)."""
+    names = [k for k in cols if k not in ("run_id", "mlflow_status", "start_time", "end_time")]
+    order = sorted(range(len(cols["run_id"])), key=lambda i: (cols["start_time"][i] or 0, cols["run_id"][i]))
+    out: dict[str, RunRecord] = {}
+    for i in order:
+        tags, params, metrics = {}, {}, {}
+        for name in names:
+            v = cols[name][i]
+            if v is None:
+                continue
+            if name.startswith("param."):
+                params[name[6:]] = v
+            elif name.startswith("metric."):
+                metrics[name[7:]] = v
+            else:
+                tags[TAG + name] = v
+        key = tags.get(RUN_KEY, "")
+        out[key] = RunRecord(cols["run_id"][i], key, tags.get(STATUS, ""), tags, params, metrics)
+    return out
+
+
+def summary_dir(tracking_uri: str, root: str | Path | None = None) -> Path | None:
+    """Where a study's summary of ended runs lives: `<root>/cache/summary` (the run directory the
+    command was given), else next to a SQLite store; None (no summary) for a server without a root."""
+    from .record_sources import sqlite_path
+
+    if root is not None:
+        return Path(root).expanduser().resolve() / "cache" / "summary"
+    path = sqlite_path(tracking_uri)
+    return None if path is None else path.resolve().parent / "cache" / "summary"
 
 
 class RecordReader:
     """Read one study's record. Every frame a reader (report, study show, compare, transfer, the
-    driver's resume) needs comes from here. `cell_ids` restricts a read to the asked cells."""
+    driver's resume) needs comes from here. `cell_ids` restricts a read to the asked cells, and
+    every read is a few queries whatever their number (harness.record_sources). Ended runs go
+    through the study's summary (harness.summary) when there is a place for it (`root`)."""
 
-    def __init__(self, tracking_uri: str, study: str, must_exist: bool = True) -> None:
-        self.uri, self.study = tracking_uri, study
-        path = _sqlite_path(tracking_uri)
+    def __init__(self, tracking_uri: str, study: str, must_exist: bool = True, root: str | Path | None = None,
+                 client: Any = None) -> None:
+        from .record_sources import open_source, sqlite_path
+
+        self.uri, self.study, self.root = tracking_uri, study, root
+        path = sqlite_path(tracking_uri)
         if path is not None and not path.exists():
             if must_exist:
                 raise ReportError(f"no MLflow store at {tracking_uri} ({path} does not exist): "
                                   "check --root / --tracking-uri, or run the study first")
-            self.client, self.experiment_id = None, None  # never create an empty SQLite file for a wrong --root
+            self.source, self.experiment_id = None, None  # never create an empty SQLite file for a wrong --root
+            self._summary = None
             return
-        from mlflow import MlflowClient
-
-        self.client = MlflowClient(tracking_uri=tracking_uri)
-        exp = self.client.get_experiment_by_name(EXPERIMENT_PREFIX + study)
-        if exp is None and must_exist:
+        self.source = open_source(tracking_uri, client)
+        self.experiment_id = self.source.experiment_id(EXPERIMENT_PREFIX + study)
+        if self.experiment_id is None and must_exist:
             raise ReportError(self._unknown_study())
-        self.experiment_id = None if exp is None else exp.experiment_id
+        self._summary = None
 
     @classmethod
-    def of_client(cls, client: Any, tracking_uri: str, study: str, experiment_id: str | None) -> RecordReader:
-        """A reader sharing a writer's client (harness.tracking.Tracker reads through it)."""
+    def of_client(cls, client: Any, tracking_uri: str, study: str, experiment_id: str | None,
+                  root: str | Path | None = None, source: Any = None) -> RecordReader:
+        """A reader sharing a writer's client or source (harness.tracking.Tracker reads through it)."""
+        from .record_sources import open_source
+
         reader = cls.__new__(cls)
-        reader.uri, reader.study, reader.client, reader.experiment_id = tracking_uri, study, client, experiment_id
+        reader.uri, reader.study, reader.root, reader.experiment_id = tracking_uri, study, root, experiment_id
+        reader.source = source if source is not None else open_source(tracking_uri, client)
+        reader._summary = None
         return reader
 
     def _unknown_study(self) -> str:
         import difflib
 
         name = EXPERIMENT_PREFIX + self.study
-        known = sorted(e.name[len(EXPERIMENT_PREFIX):] for e in self.client.search_experiments()
-                       if e.name.startswith(EXPERIMENT_PREFIX))
+        known = sorted(n[len(EXPERIMENT_PREFIX):] for n in self.source.experiment_names() if n.startswith(EXPERIMENT_PREFIX))
         close = difflib.get_close_matches(self.study, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return (f"study {self.study!r} has no record in {self.uri} (no experiment {name!r}){hint} "
                 f"(studies recorded there: {', '.join(known) or 'none'})")
 
-    # -- raw runs ------------------------------------------------------------------------------
-    def search(self, kind: str, extra: str = "") -> list[Any]:
-        """Every active MLflow run of the study of one kind (paged); `extra` is AND-ed to the filter."""
-        if self.experiment_id is None:
-            return []
-        flt = f"tags.`{KIND}` = '{kind}'" + (f" and {extra}" if extra else "")
-        runs, token = [], None
-        while True:
-            page = self.client.search_runs([self.experiment_id], filter_string=flt, max_results=1000, page_token=token)
-            runs.extend(page)
-            token = page.token
-            if not token:
-                return runs
+    @property
+    def summary(self) -> Any:
+        from .summary import Summary, enabled, summary_path
 
-    def _ended_runs(self, cell_ids: Iterable[str] | None) -> list[Any]:
-        wanted = None if cell_ids is None else set(cell_ids)
-        extra = f"tags.`{CELL}` = '{next(iter(wanted))}'" if wanted is not None and len(wanted) == 1 else ""
-        return [r for r in self.search(KIND_RUN, extra) if r.info.status in MLFLOW_ENDED
-                and (wanted is None or r.data.tags.get(CELL) in wanted)]
+        if self._summary is None:
+            where = summary_dir(self.uri, self.root) if enabled() and self.experiment_id is not None else None
+            self._summary = Summary(None if where is None else summary_path(where, self.uri, self.experiment_id, self.study))
+        return self._summary
+
+    # -- ended trial/seed runs -----------------------------------------------------------------
+    def ended(self, cell_ids: Iterable[str] | None = None) -> dict[str, list[Any]]:
+        """Ended trial/seed runs of the asked cells as columns (harness.record_sources.Columns)."""
+        from .record_sources import empty_columns
+        from .summary import ended_runs
+
+        if self.experiment_id is None:
+            return empty_columns()
+        ids = None if cell_ids is None else sorted(set(cell_ids))
+        if ids is not None and not ids:
+            return empty_columns()
+        return ended_runs(self.source, self.experiment_id, ids, self.summary)
 
     def run_records(self, cell_ids: Iterable[str] | None = None) -> dict[str, RunRecord]:
         """Ended trial/seed runs by run key (one per key: duplicates are what the writer prevents)."""
-        return {rec.run_key: rec for rec in map(RunRecord.from_run, self._ended_runs(cell_ids))}
+        return run_records(self.ended(cell_ids))
 
     # -- frames ------------------------------------------------------------------------------
     def runs(self, cell_ids: Iterable[str] | None = None) -> Any:
         """One row per ended trial/seed run of the asked cells (all when None). Columns: RUN_COLUMNS,
         `param.<name>` (hyperparameters, numbers cast) and `metric.<name>` (final metrics at step 0,
         and the last value of each per-epoch metric)."""
-        records, param_cols = [], set()
-        for run in self._ended_runs(cell_ids):
-            tags = run.data.tags
-            rec: dict[str, Any] = {"run_id": run.info.run_id, "mlflow_status": run.info.status,
-                                   "start_time": run.info.start_time}
-            rec.update({k[len(TAG):]: v for k, v in tags.items() if k.startswith(TAG) and k != KIND})
-            rec.update({f"param.{k}": v for k, v in run.data.params.items()})
-            param_cols.update(f"param.{k}" for k in run.data.params)
-            rec.update({f"metric.{k}": float(v) for k, v in run.data.metrics.items()})
-            records.append(rec)
-        df = frame(records, RUN_COLUMNS)
-        df = cast_columns(df, [*INT_TAGS, *sorted(param_cols)], int_cols=INT_TAGS)
-        # One row per run key (the tracker guarantees it; keep the latest if a store was merged by hand).
-        df = df.sort_values(["run_key", "start_time", "run_id"], kind="stable")
-        df = df.drop_duplicates("run_key", keep="last")
-        order = list(RUN_COLUMNS) + sorted(c for c in df.columns if c not in RUN_COLUMNS)
-        return df[order].reset_index(drop=True)
+        return runs_frame(self.ended(cell_ids))
+
+    def cell_runs(self, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Cell runs as dicts: run_id, status, start_time, tags (bare names), params."""
+        if self.experiment_id is None:
+            return []
+        ids = None if cell_ids is None else sorted(set(cell_ids))
+        return self.source.cell_runs(self.experiment_id, ids) if ids is None or ids else []
 
     def cells(self, cell_ids: Iterable[str] | None = None) -> Any:
         """One row per cell run: what was crossed, the planned final parameters and, for records
         with issue 11's schema, the metric, direction and splits (CELL_SCHEMA_COLUMNS)."""
-        wanted = None if cell_ids is None else set(cell_ids)
         records, schema = [], set()
-        for run in self.search(KIND_CELL):
-            tags, params = run.data.tags, run.data.params
-            if wanted is not None and tags.get(CELL) not in wanted:
-                continue
-            rec = {"run_id": run.info.run_id, "start_time": run.info.start_time}
-            rec.update({k[len(TAG):]: v for k, v in tags.items() if k.startswith(TAG) and k != KIND})
+        for run in self.cell_runs(cell_ids):
+            tags, params = run["tags"], run["params"]
+            rec = {"run_id": run["run_id"], "start_time": run["start_time"]}
+            rec.update(tags)
             for key in ("unit_canonical", "epochs", "data", "task_options"):
                 rec[key] = params.get(key)
             for key in ("unit", "task", "arch", "dim", "input_dim"):
@@ -354,44 +398,32 @@ class RecordReader:
         df = df.sort_values(["cell_id", "start_time", "run_id"], kind="stable").drop_duplicates("cell_id", keep="first")
         return df[list(CELL_COLUMNS) + [c for c in CELL_SCHEMA_COLUMNS if c in schema]].reset_index(drop=True)
 
-    def cell_tags(self) -> dict[str, dict[str, str]]:
-        """Tags of every cell run by cell id (e.g. the final-parameters hash)."""
-        return {r.data.tags.get(CELL, ""): dict(r.data.tags) for r in self.search(KIND_CELL)}
+    def cell_tags(self, cell_ids: Iterable[str] | None = None) -> dict[str, dict[str, str]]:
+        """Tags of the cell runs by cell id (e.g. the final-parameters hash), with their prefix."""
+        out: dict[str, dict[str, str]] = {}
+        for run in sorted(self.cell_runs(cell_ids), key=lambda r: (r["start_time"] or 0, r["run_id"]), reverse=True):
+            out[run["tags"].get("cell_id", "")] = {TAG + k: v for k, v in run["tags"].items()}
+        return out
 
     def history(self, run_ids: Iterable[str] | None = None, keys: Iterable[str] | None = None) -> Any:
         """Per-epoch metrics as a long frame: run_id, key, step (= epoch), value; sorted.
 
-        One query per metric key for all runs (the SQL store's bulk history), falling back to
-        `get_metric_history` per run and key on other stores. Measured on SQLite, 16 runs × 6 keys:
-        bulk 0.02 s, per run and key 0.15 s (≈1.5 ms a call, growing with runs × keys).
-        """
+        One query per 500 runs for all keys on a SQL store; per run and key through a tracking
+        server (which has no bulk history call), 8 calls at a time."""
         import pandas as pd
 
         if run_ids is None or keys is None:
-            found = self._ended_runs(None)
+            cols = self.ended(None)
             if run_ids is None:
-                run_ids = [r.info.run_id for r in found]
+                run_ids = list(cols["run_id"])
             if keys is None:
                 wanted = set(run_ids)
-                keys = sorted({k for r in found if r.info.run_id in wanted for k in r.data.metrics if per_epoch(k)})
+                keys = sorted({k[len("metric."):] for k, values in cols.items() if k.startswith("metric.")
+                               and per_epoch(k[len("metric."):])
+                               and any(v is not None and r in wanted for r, v in zip(cols["run_id"], values))})
         run_ids, keys = sorted(set(run_ids)), list(keys)
-        rows = self._history_rows(run_ids, keys)
+        rows = self.source.history(run_ids, keys) if self.source is not None and run_ids and keys else []
         df = pd.DataFrame(rows, columns=["run_id", "key", "step", "value", "timestamp"])
         df = df.sort_values(["run_id", "key", "step", "timestamp"], kind="stable")
         df = df.drop_duplicates(["run_id", "key", "step"], keep="last").drop(columns="timestamp")
         return df.reset_index(drop=True)
-
-    def _history_rows(self, run_ids: list[str], keys: list[str]) -> list[tuple[str, str, int, float, int]]:
-        rows: list[tuple[str, str, int, float, int]] = []
-        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
-        bulk = getattr(store, "get_metric_history_bulk", None)
-        for key in keys:
-            if bulk is not None:
-                for i in range(0, len(run_ids), 500):
-                    rows += [(m.run_id, key, int(m.step), float(m.value), int(m.timestamp))
-                             for m in bulk(run_ids[i:i + 500], key, max_results=10**9)]
-            else:
-                for run_id in run_ids:
-                    rows += [(run_id, key, int(m.step), float(m.value), int(m.timestamp))
-                             for m in self.client.get_metric_history(run_id, key)]
-        return rows

@@ -29,6 +29,7 @@ from .record import (
     ERRORED,
     FINAL_PARAMS,
     FINAL_PARAMS_HASH,
+    FINAL_TRIALS,
     GIT_COMMIT,
     HOST,
     NOTES,
@@ -39,10 +40,12 @@ from .record import (
     PRUNED,
     REPRODUCIBLE,
     SEED,
+    TAG,
     TRIAL,
     is_failure,
+    split_tags,
 )
-from .storage import default_storage_url, open_storage
+from .storage import default_storage_url, open_storage, trial_states
 from .tracking import Tracker, cell_tags, default_tracking_uri, git_commit, with_retry
 
 
@@ -101,7 +104,7 @@ def cell_status(trials_done: int, trials_wanted: int, trials_running: int, trial
 @dataclass
 class CellState:
     cell: Any
-    study: Any  # optuna.Study
+    study: Any  # optuna.Study, opened on first use (StudyRunner._study): a done cell never opens it
     trials_wanted: int
     seeds_wanted: int
     trials_done: int = 0
@@ -110,13 +113,14 @@ class CellState:
     seeds_done: int = 0
     seeds_failed: int = 0
     running: int = 0
-    stale: list[Any] = field(default_factory=list)  # optuna trials left RUNNING by a dead driver
+    stale: list[tuple[int, int]] = field(default_factory=list)  # (number, trial id) left RUNNING by a dead driver
     to_ask: int = 0
     final_params: dict[str, Any] | None = None
     final_todo: list[int] = field(default_factory=list)
     note: str = ""
     running_search: int = 0
     records: dict[str, Any] = field(default_factory=dict)  # MLflow records of this cell by run key
+    tags: dict[str, str] = field(default_factory=dict)  # the cell run's tags as recorded (prefixed)
 
     @property
     def status(self) -> str:
@@ -218,22 +222,31 @@ class StudyRunner:
         self.timings: list[dict[str, Any]] = []
         self.dispatch_started = self.dispatch_ended = 0.0
         self._splits_tagged: set[str] = set()  # cells whose run names its splits (this driver's session)
+        self._logged: set[str] = set()  # run keys recorded by this driver
+        self.snapshots: Any = None  # harness.record_guard.Snapshots, set when the record is opened
+        self.recovered = 0  # ended runs logged again from their run directories (a restored record)
 
     # -- setup -----------------------------------------------------------------------------
+    def _optuna_name(self, cell: Any) -> str:
+        return f"{self.study.name}/{cell.id}"
+
     def _optuna_study(self, cell: Any):
+        """The cell's Optuna study, created if it does not exist (one journal append)."""
         import optuna
 
         from .search_space import make_pruner
 
-        name = f"{self.study.name}/{cell.id}"
-        if self.force:
-            try:
-                optuna.delete_study(study_name=name, storage=self.storage)
-            except KeyError:
-                pass
-        return optuna.create_study(study_name=name, storage=self.storage, direction=cell.direction,
-                                   sampler=self._sampler(cell, 0),
-                                   pruner=make_pruner(self.study.pruner), load_if_exists=True)
+        return with_retry(lambda: optuna.create_study(
+            study_name=self._optuna_name(cell), storage=self.storage, direction=cell.direction,
+            sampler=self._sampler(cell, 0), pruner=make_pruner(self.study.pruner), load_if_exists=True),
+            f"Optuna storage {self.storage_url}", self._say)
+
+    def _study(self, st: CellState):
+        """The cell's Optuna study, opened (or created) when first needed: a rerun with nothing
+        to do, and a study without search trials, never open one per cell."""
+        if st.study is None:
+            st.study = self._optuna_study(st.cell)
+        return st.study
 
     @staticmethod
     def _sampler(cell: Any, number: int):
@@ -278,35 +291,70 @@ class StudyRunner:
             except DataError as exc:
                 raise DataError(f"{self.study.path}: task {cell.task_label!r}: {exc}") from None
 
-    def _cell_state(self, cell: Any, records: dict[str, Any]) -> CellState:
-        """A cell's Optuna study and its records (`records`: this cell's, by run key)."""
-        st = CellState(cell, self._optuna_study(cell), self.study.study.trials, self.study.study.seeds)
+    def _cell_state(self, cell: Any, records: dict[str, Any], trials: list[tuple[int, int, str]],
+                    tags: dict[str, str]) -> CellState:
+        """A cell's state from what the record holds: its runs by run key, its Optuna trials as
+        (number, trial id, state) and its cell run's tags — all read in bulk by `_open_record`."""
+        st = CellState(cell, None, self.study.study.trials, self.study.study.seeds)
         if self.force:
+            import optuna
+
             for rec in records.values():
                 self.tracker.retry(lambda run_id=rec.run_id: self.tracker.client.delete_run(run_id), "delete run")
-            records = {}
+            records, trials = {}, []
+            tags = {k: v for k, v in tags.items() if k not in (FINAL_PARAMS, FINAL_PARAMS_HASH, FINAL_TRIALS)}
+            try:
+                optuna.delete_study(study_name=self._optuna_name(cell), storage=self.storage)
+            except KeyError:
+                pass
             # The cell's checkpoints and result.json files go too: a finished run directory is
             # returned as is by `train`, so without this --force recomputed nothing.
             shutil.rmtree(self.work_dir / cell.id, ignore_errors=True)
-        st.trials_done, st.trials_failed, st.trials_pruned, st.stale = count_trials(st.study.get_trials(deepcopy=False))
+        st.trials_done, st.trials_failed, st.trials_pruned, st.stale = count_trials(trials)
         st.to_ask = max(st.trials_wanted - st.trials_done - len(st.stale), 0)
         st.trials_wanted = max(st.trials_wanted, st.trials_done + len(st.stale))
         st.records = records
+        st.tags = dict(tags)
         return st
+
+    def _cell_run(self, st: CellState, extra_tags: dict[str, Any] | None = None) -> str:
+        """The cell's run id; created on first need (its first dispatch or plan), with `extra_tags`."""
+        cid = st.cell.id
+        if cid not in self.cell_runs:
+            self.cell_runs[cid] = self.tracker.create_cell_run(st.cell, self.study_run_id, extra_tags)
+            st.tags.update({k: str(v) for k, v in (extra_tags or {}).items()})
+        return self.cell_runs[cid]
+
+    def _set_cell_tags(self, st: CellState, tags: dict[str, Any]) -> None:
+        """Write the cell run's tags that differ from what it records (nothing on a no-op rerun)."""
+        changed = {k: str(v) for k, v in tags.items() if st.tags.get(k) != str(v)}
+        if not changed:
+            return
+        if st.cell.id not in self.cell_runs:
+            self._cell_run(st, changed)
+            return
+        self.tracker.set_tags(self.cell_runs[st.cell.id], changed)
+        st.tags.update(changed)
 
     # -- planning --------------------------------------------------------------------------
     def _final_params(self, st: CellState) -> dict[str, Any] | None:
-        from optuna.trial import TrialState
-
         from .search_space import defaults
 
         space = st.cell.search
         if st.trials_wanted == 0:
             return defaults(space)
-        complete = [t for t in st.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+        # Chosen once from the search: recorded with the number of trials it saw, and current
+        # while that number is (trials are only ever added), so a rerun opens no Optuna study.
+        recorded = st.tags.get(FINAL_PARAMS)
+        if recorded and st.tags.get(FINAL_TRIALS) == str(st.trials_done) and st.tags.get(FINAL_PARAMS_HASH):
+            return json.loads(recorded)
+        from optuna.trial import TrialState
+
+        study = self._study(st)
+        complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
         if not complete:
             return None
-        best = st.study.best_trial
+        best = study.best_trial
         return {**defaults(space), **best.params, **best.user_attrs.get("fixed", {})}
 
     def _plan_final(self, st: CellState) -> None:
@@ -317,8 +365,8 @@ class StudyRunner:
         st.final_params = params
         h = params_hash(params)
         # The report reads which seed runs are current from the cell's record.
-        self.tracker.set_tag(self.cell_runs[st.cell.id], FINAL_PARAMS_HASH, h)
-        self.tracker.set_tag(self.cell_runs[st.cell.id], FINAL_PARAMS, json.dumps(params, sort_keys=True))
+        self._set_cell_tags(st, {FINAL_PARAMS_HASH: h, FINAL_PARAMS: json.dumps(params, sort_keys=True),
+                                 FINAL_TRIALS: st.trials_done})
         done = [s for s in range(st.seeds_wanted) if f"{st.cell.id}/seed/{s}/{h}" in st.records]
         st.seeds_done = len(done)
         st.seeds_failed = sum(is_failure(st.records[f"{st.cell.id}/seed/{s}/{h}"].status) for s in done)
@@ -337,11 +385,12 @@ class StudyRunner:
         cell = st.cell
         t0 = time.perf_counter()
         if st.stale:
-            trial = st.stale.pop(0)
-            return self._trial_job(st, trial.number, trial._trial_id, t0)
+            number, trial_id = st.stale.pop(0)
+            return self._trial_job(st, number, trial_id, t0)
         if st.to_ask:
             st.to_ask -= 1
-            trial = st.study.ask()
+            study = self._study(st)
+            trial = with_retry(study.ask, f"Optuna storage {self.storage_url}", self._say)
             return self._trial_job(st, trial.number, trial._trial_id, t0)
         if st.running_search or st.trials_done < st.trials_wanted or st.note:
             return None
@@ -366,16 +415,18 @@ class StudyRunner:
 
         from .search_space import suggest
 
+        study = self._study(st)
+
         def propose() -> dict[str, Any]:  # idempotent: stored values come back for a re-dispatched trial
-            st.study.sampler = self._sampler(st.cell, number)
-            trial = optuna.trial.Trial(st.study, trial_id)
+            study.sampler = self._sampler(st.cell, number)
+            trial = optuna.trial.Trial(study, trial_id)
             params = suggest(trial, st.cell.search)
             trial.set_user_attr("fixed", {k: v for k, v in params.items() if k not in trial.params})
             return params
 
         params = with_retry(propose, f"Optuna storage {self.storage_url}", self._say)
         st.running_search += 1
-        ref = TrialRef(self.storage_url, st.study.study_name, trial_id, _dump(self.study.pruner))
+        ref = TrialRef(self.storage_url, study.study_name, trial_id, _dump(self.study.pruner))
         work = self._work(st.cell, SEARCH_SEED_OFFSET + number, params,
                           self.work_dir / st.cell.id / f"trial-{number:04d}", ref)
         job = Job(st.cell, "search", f"{st.cell.id}/trial/{number}", work, number)
@@ -384,7 +435,7 @@ class StudyRunner:
 
     def _tell(self, st: CellState, job: Job, value: float | None = None, state: Any = None) -> None:
         """Optuna `tell`, retried while the storage is unavailable (skip_if_finished: idempotent)."""
-        with_retry(lambda: st.study.tell(job.trial_number, value, state=state, skip_if_finished=True),
+        with_retry(lambda: self._study(st).tell(job.trial_number, value, state=state, skip_if_finished=True),
                    f"Optuna storage {self.storage_url}", self._say)
 
     # -- results ---------------------------------------------------------------------------
@@ -392,11 +443,13 @@ class StudyRunner:
         """Log one result to MLflow, then tell Optuna (in that order: a crash in between loses nothing)."""
         cell = st.cell
         t0 = time.perf_counter()
-        self._tag_splits(cell, result)
+        self._tag_splits(st, result)
         params = {**(result.get("hparams") or job.hparams), "seed": job.seed}
         best = job.run_dir / "best.pt"
-        self.tracker.log_run(self.cell_runs[cell.id], job.run_key, self._run_tags(job, result), params, result,
-                             best if result.get("status") == "finished" else None)
+        self.tracker.log_run(self._cell_run(st), job.run_key, self._run_tags(job, result), params, result,
+                             best if result.get("status") == "finished" else None,
+                             new=job.run_key not in st.records and job.run_key not in self._logged)
+        self._logged.add(job.run_key)
         t1 = time.perf_counter()
         status = result.get("status")
         if job.phase == "search":
@@ -427,12 +480,13 @@ class StudyRunner:
             tags[NOTES] = json.dumps(result["notes"])
         return tags
 
-    def _tag_splits(self, cell: Any, result: dict[str, Any]) -> None:
-        """The cell run names its validation and test splits once a worker has seen the data."""
+    def _tag_splits(self, st: CellState, result: dict[str, Any]) -> None:
+        """The cell run names its validation and test splits once a worker has seen the data
+        (written when they differ from what it records)."""
         splits = result.get("splits")
-        if splits and cell.id not in self._splits_tagged:
-            self.tracker.set_splits(self.cell_runs[cell.id], splits["valid"], splits["test"])
-            self._splits_tagged.add(cell.id)
+        if splits and st.cell.id not in self._splits_tagged:
+            self._set_cell_tags(st, split_tags(splits["valid"], splits["test"]))
+            self._splits_tagged.add(st.cell.id)
 
     def _tell_result(self, st: CellState, job: Job, result: dict[str, Any]) -> None:
         """Optuna hears the run's best value of the cell's metric — the value the trainer chose
@@ -478,25 +532,75 @@ class StudyRunner:
                 self._dispatch(states)
             else:
                 self._say("nothing to do: every cell is done (use --force to rerun)")
+            self.snapshots.take()  # the record as this driver leaves it (only if it wrote anything)
             return {"cells": len(states), "seconds": time.time() - self.started,
                     "states": {st.cell.id: st.status for st in states}}
 
     def _open_record(self) -> list[CellState]:
-        """Optuna storage, the MLflow study and cell runs, and each cell's state as recorded."""
+        """Optuna storage, the MLflow study run, and each cell's state as recorded — read in bulk:
+        a few queries per store whatever the number of cells. Cell runs and Optuna studies that
+        do not exist yet are created when their cell is first dispatched."""
         import optuna
 
-        self.storage = with_retry(lambda: open_storage(self.storage_url), f"Optuna storage {self.storage_url}", self._say)
-        self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts")
-        self.tracker.on_retry = self._say
-        study_run = self.tracker.study_run(self.commit)
-        self.cell_runs = {c.id: self.tracker.cell_run(c, study_run) for c in self.cells}
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        ids = [c.id for c in self.cells]
-        found = self.tracker.retry(lambda: self.tracker.reader.run_records(ids), "read records")  # one query, all cells
+        self.storage = with_retry(lambda: open_storage(self.storage_url, notify=self._say), f"Optuna storage {self.storage_url}", self._say)
+        self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts", root=self.root)
+        self.tracker.on_retry = self._say
+        self.study_run_id = self.tracker.study_run(self.commit)
+        self.tracker.delete_pending()
+        reader, ids = self.tracker.reader, [c.id for c in self.cells]
+        cell_runs = self.tracker.retry(lambda: reader.cell_runs(ids), "read cell runs")
+        self.cell_runs, tags = {}, {}
+        for run in sorted(cell_runs, key=lambda r: (r["start_time"] or 0, r["run_id"]), reverse=True):
+            cid = run["tags"].get("cell_id", "")
+            self.cell_runs[cid] = run["run_id"]  # the first created wins (as the report reads it)
+            tags[cid] = {TAG + k: v for k, v in run["tags"].items()}
+        found = self.tracker.retry(lambda: reader.run_records(ids), "read records")
         by_cell: dict[str, dict[str, Any]] = {c.id: {} for c in self.cells}
         for key, rec in found.items():
             by_cell.setdefault(rec.cell_id, {})[key] = rec
-        return [self._cell_state(c, by_cell[c.id]) for c in self.cells]
+        names = [self._optuna_name(c) for c in self.cells]
+        trials = with_retry(lambda: trial_states(self.storage, names), f"Optuna storage {self.storage_url}", self._say)
+        states = [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {}))
+                  for c, name in zip(self.cells, names)]
+        from .record_guard import Snapshots
+        from .record_sources import sqlite_path
+
+        self.snapshots = Snapshots(sqlite_path(self.tracking_uri), self.root, note=self._say)
+        if not self.force:
+            for st, name in zip(states, names):
+                self._recover_trials(st, trials.get(name, []))
+        if self.recovered:
+            self._say(f"recorded {self.recovered} ended search trial(s) again from their run directories' result.json "
+                      "(the record lacked them: restored from an older snapshot?)")
+        return states
+
+    def _recover_trials(self, st: CellState, trials: list[tuple[int, int, str]]) -> None:
+        """Log again the search trials that ended (Optuna says so) but that the record lacks —
+        a record restored from a snapshot older than them (harness.record_guard) — from the
+        result.json their run directory holds. Nothing is trained again. (Missing seed runs
+        need nothing here: they are dispatched, and their worker returns the result.json.)"""
+        for number, trial_id, state in trials:
+            key = f"{st.cell.id}/trial/{number}"
+            done = self.work_dir / st.cell.id / f"trial-{number:04d}" / "result.json"  # tasks.training.RESULT
+            if state not in ("COMPLETE", "PRUNED", "FAIL") or key in st.records or not done.exists():
+                continue
+            try:
+                result = json.loads(done.read_text())
+            except (OSError, ValueError):
+                continue  # unreadable: the trial stays unrecorded, as it was
+            frozen = with_retry(lambda t=trial_id: self.storage.get_trial(t), f"Optuna storage {self.storage_url}", self._say)
+            proposed = {**frozen.params, **frozen.user_attrs.get("fixed", {})}
+            work = self._work(st.cell, SEARCH_SEED_OFFSET + number, proposed, done.parent)
+            job = Job(st.cell, "search", key, work, number)
+            result.pop("fingerprint", None)
+            params = {**(result.get("hparams") or proposed), "seed": job.seed}
+            best = done.parent / "best.pt"
+            self.tracker.log_run(self._cell_run(st), key, self._run_tags(job, result), params, result,
+                                 best if result.get("status") == "finished" else None, new=True)
+            self._logged.add(key)
+            self.recovered += 1
+            self.snapshots.changed()
 
     def _dispatch(self, states: list[CellState]) -> None:
         """Keep every slot busy (fill slots, submit), collect results as they come, until no work is left."""
@@ -547,10 +651,11 @@ class StudyRunner:
                 idle_rounds += 1
                 continue
             idle_rounds = 0
-            in_flight[self._submit(job)] = (st, job)
+            in_flight[self._submit(job, st)] = (st, job)
             st.running += 1
 
-    def _submit(self, job: Job) -> Any:
+    def _submit(self, job: Job, st: CellState) -> Any:
+        self._cell_run(st)  # the MLflow UI shows a cell from its first dispatch
         job.run_dir.mkdir(parents=True, exist_ok=True)
         job.started = time.time()
         return self._remote.remote(job.work)
@@ -568,11 +673,15 @@ class StudyRunner:
             except Exception as exc:  # worker/node lost after all retries
                 result = {"status": ERRORED, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
                           "history": [], "test": {}}
+            _stop_if_disk_full(job, result)
             result.setdefault("worker", {})["ready_at"] = ready_at
             result["worker"]["get_seconds"] = time.time() - ready_at
             self._record(st, job, result)
             del in_flight[ref]  # only once recorded: an error above leaves it to be cancelled
             st.running -= 1
+            self.snapshots.changed()
+            if st.status in ("done", "failed") or st.note:
+                self.snapshots.cell_done()
 
     # -- progress --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -586,27 +695,22 @@ class StudyRunner:
         return live_view(self, states)
 
 
-def count_trials(trials: list[Any]) -> tuple[int, int, int, list[Any]]:
-    """(finished, failed, pruned, unfinished) of a cell's Optuna trials; finished counts all three
-    end states. Unfinished ones are running, or were left running by a driver that died."""
-    from optuna.trial import TrialState
+def _stop_if_disk_full(job: Job, result: dict[str, Any]) -> None:
+    """A run that ran out of disk space is not a result: it is not recorded (its trial stays
+    running in Optuna, its seed to do) and the driver stops with one line (harness.diskfull)."""
+    from .diskfull import disk_full_error, is_disk_full
 
-    ended = [t for t in trials if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)]
-    return (len(ended), sum(t.state == TrialState.FAIL for t in ended), sum(t.state == TrialState.PRUNED for t in ended),
-            [t for t in trials if t.state in (TrialState.RUNNING, TrialState.WAITING)])
+    if result.get("disk_full") is not None or (is_failure(result.get("status")) and is_disk_full(result.get("reason"))):
+        raise disk_full_error(None, result.get("disk_full") or job.run_dir, f"run {job.run_key}")
 
 
-def _trial_counts(storage: Any, study_name: str) -> dict[str, int]:
-    import optuna
-
-    if storage is None:
-        return {"done": 0, "failed": 0, "pruned": 0, "running": 0}
-    try:
-        trials = optuna.load_study(study_name=study_name, storage=storage).get_trials(deepcopy=False)
-    except KeyError:
-        trials = []
-    done, failed, pruned, unfinished = count_trials(trials)
-    return {"done": done, "failed": failed, "pruned": pruned, "running": len(unfinished)}
+def count_trials(trials: list[tuple[int, int, str]]) -> tuple[int, int, int, list[tuple[int, int]]]:
+    """(finished, failed, pruned, unfinished) of a cell's Optuna trials given as (number, trial id,
+    state name) (harness.storage.trial_states); finished counts all three end states. Unfinished
+    ones, as (number, trial id), are running, or were left running by a driver that died."""
+    ended = [t for t in trials if t[2] in ("COMPLETE", "PRUNED", "FAIL")]
+    return (len(ended), sum(t[2] == "FAIL" for t in ended), sum(t[2] == "PRUNED" for t in ended),
+            [(t[0], t[1]) for t in trials if t[2] in ("RUNNING", "WAITING")])
 
 
 def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
@@ -617,17 +721,25 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
     from .record import RecordReader
 
     root = Path(root).resolve()
-    reader = RecordReader(tracking_uri or default_tracking_uri(root), study.name, must_exist=False)
-    records = reader.run_records([c.id for c in cells])
-    tags_by_cell = reader.cell_tags()
+    ids = [c.id for c in cells]
+    reader = RecordReader(tracking_uri or default_tracking_uri(root), study.name, must_exist=False, root=root)
+    records = reader.run_records(ids)
+    tags_by_cell = reader.cell_tags(ids)
     journal = storage_url or default_storage_url(root)
-    storage = open_storage(journal) if not journal.startswith("journal://") or Path(journal[10:]).exists() else None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    names = [f"{study.name}/{c.id}" for c in cells]
+    exists = not journal.startswith("journal://") or Path(journal[10:]).exists()
+    trials = trial_states(open_storage(journal, repair=False), names) if exists else {}
+    seeds_by_cell: dict[str, list[Any]] = {}
+    for key, rec in records.items():
+        if "/seed/" in key:
+            seeds_by_cell.setdefault(rec.cell_id, []).append((key, rec))
     rows = []
-    for cell in cells:
-        counts = _trial_counts(storage, f"{study.name}/{cell.id}")
+    for cell, name in zip(cells, names):
+        done, failed, pruned, unfinished = count_trials(trials.get(name, []))
+        counts = {"done": done, "failed": failed, "pruned": pruned, "running": len(unfinished)}
         final_hash = tags_by_cell.get(cell.id, {}).get(FINAL_PARAMS_HASH)
-        seeds = [r for k, r in records.items() if final_hash and k.startswith(f"{cell.id}/seed/") and k.endswith("/" + final_hash)]
+        seeds = [r for k, r in seeds_by_cell.get(cell.id, []) if final_hash and k.endswith("/" + final_hash)]
         seeds_done = len(seeds)  # records are keyed by run key: one per seed
         status = cell_status(counts["done"], study.trials, counts["running"], counts["failed"] + counts["pruned"],
                              seeds_done, study.seeds)

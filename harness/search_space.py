@@ -8,6 +8,7 @@ A study file writes each hyperparameter as a fixed value or a distribution::
     layers = { int = [1, 3] }               # suggest_int; optional step = k
     batch_size = { choice = [32, 64] }      # suggest_categorical
     clip = 5.0                              # fixed: returned as is, never searched
+    betas = { fixed = [0.9, 0.999] }        # fixed, for a list-valued hyperparameter
 
     [search.defaults]                       # optional: values used when study.trials = 0
     lr = 1e-3
@@ -74,7 +75,18 @@ def _round6(x: float) -> float:
     return float(f"{x:.6g}")
 
 
+def _parse_fixed(path: str, value: Any, problems: list[Problem]) -> dict[str, Any] | None:
+    """`{ fixed = [a, b] }`: a list-valued hyperparameter (e.g. betas) held at that value."""
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(_is_scalar(v) for v in items):
+        problems.append((f"{path}.fixed", f"expected a value or a list of values, got {show(value)}"))
+        return None
+    return {"kind": "fixed", "value": value}
+
+
 def _parse_param(path: str, value: Any, problems: list[Problem]) -> dict[str, Any] | None:
+    if isinstance(value, Mapping) and list(value) == ["fixed"]:
+        return _parse_fixed(path, value["fixed"], problems)
     if isinstance(value, Mapping):
         keys = list(value)
         kinds = [k for k in keys if k in KINDS]
@@ -102,7 +114,7 @@ def _parse_param(path: str, value: Any, problems: list[Problem]) -> dict[str, An
         return _parse_range(path, kind, arg, value.get("step"), problems)
     if isinstance(value, list):
         problems.append((path, f"a plain list is ambiguous: write {{ choice = {show(value)} }} to search over it, "
-                               "or one value to fix it"))
+                               f"one value to fix it, or {{ fixed = {show(value)} }} to fix a list-valued one (betas)"))
         return None
     if not _is_scalar(value):
         problems.append((path, f"expected a number, string, true/false or a distribution table, got {show(value)}"))

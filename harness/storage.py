@@ -8,22 +8,140 @@ Ray workers can open it themselves (they report intermediate values for pruning)
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 JOURNAL_PREFIX = "journal://"
+
+
+class JournalError(RuntimeError):
+    """The Optuna journal cannot be read (a damaged line inside it). One line, exit 2."""
+
+    user_error = True
 
 
 def default_storage_url(root: Path) -> str:
     return JOURNAL_PREFIX + str((root / "optuna.journal").resolve())
 
 
-def open_storage(url: str):
+def repair_journal(path: str | Path) -> str | None:
+    """Cut an incomplete last record off a journal file; returns what was done (None: nothing).
+
+    A writer killed mid-append (or out of space) leaves a last line without its newline. Optuna
+    reads past it (`JournalFileBackend.read_logs` skips an incomplete last line) but the next
+    append lands on the same line, and from then on every read fails with a JSONDecodeError;
+    Optuna has no repair of its own (optuna/optuna#5138). Optuna appends a whole record, newline
+    included, in one write, so a complete record always ends with a newline: the bytes after
+    the last newline are the torn record. A copy of the file is kept beside it, then the tail
+    is cut — under Optuna's own journal lock, so no writer appends meanwhile. Nothing finished
+    is lost: the MLflow record holds every finished run, and a trial whose last journal record
+    was torn is dispatched again and finds its result in its run directory."""
+    from optuna.storages.journal import JournalFileSymlinkLock
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return None
+    if size == 0:
+        return None
+    lock = JournalFileSymlinkLock(str(path))
+    lock.acquire()
+    try:
+        with open(path, "rb") as fh:
+            size = fh.seek(0, 2)
+            start = max(size - (1 << 20), 0)
+            fh.seek(start)
+            tail = fh.read()
+            while b"\n" not in tail and start > 0:  # a torn record longer than 1 MB
+                start = max(start - (1 << 20), 0)
+                fh.seek(start)
+                tail = fh.read(size - start)
+        if tail.endswith(b"\n"):
+            return None
+        keep = start + tail.rfind(b"\n") + 1  # 0 when the file is one torn line
+        copy = path.with_name(f"{path.name}.torn-{time.strftime('%Y%m%d-%H%M%S')}")
+        import shutil
+
+        shutil.copy2(path, copy)
+        with open(path, "r+b") as fh:
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+    finally:
+        lock.release()
+    return (f"{path}: its last record was cut off ({size - keep} bytes without an end of line: a writer stopped "
+            f"mid-line, e.g. killed or out of space); dropped it and kept the file as it was in {copy.name}. "
+            "Finished runs are in the MLflow record: a trial whose last record was torn runs again from its checkpoint")
+
+
+def open_storage(url: str, repair: bool = True, notify: Callable[[str], None] | None = None):
+    """Optuna storage for a URL. A journal file is read once here: a torn last record is cut off
+    first (`repair_journal`, when `repair`; read-only commands leave the file alone, Optuna
+    skips that record when reading) and a damaged record inside the file is one clear error."""
+    import json
+
     import optuna
     from optuna.storages.journal import JournalFileBackend
 
     if url.startswith(JOURNAL_PREFIX):
         path = url[len(JOURNAL_PREFIX):]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return optuna.storages.JournalStorage(JournalFileBackend(path))
+        if repair:
+            note = repair_journal(path)
+            if note and notify is not None:
+                notify(note)
+        try:
+            storage = optuna.storages.JournalStorage(JournalFileBackend(path))  # replays the file
+            storage.get_all_studies()  # so damage is found here
+        except (json.JSONDecodeError, ValueError) as exc:
+            raise JournalError(f"{path}: the Optuna journal has a damaged record ({exc}); move it aside and restore "
+                               f"a copy (docs/reliability.md: a damaged Optuna journal)") from None
+        return storage
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     return optuna.storages.RDBStorage(url, engine_kwargs=kwargs)
+
+
+def trial_states(storage, study_names: list[str]) -> dict[str, list[tuple[int, int, str]]]:
+    """(number, trial id, state name) of every trial of the named studies, in a few reads:
+    a journal is replayed once and read from memory; a database is asked one query per 500
+    studies (Optuna's own tables), not one round trip per study. Studies that do not exist are
+    absent from the result."""
+    import optuna
+
+    if isinstance(storage, optuna.storages.RDBStorage):
+        try:
+            return _rdb_trial_states(storage, study_names)
+        except ImportError:  # pragma: no cover - Optuna moved its models: fall back to the public API
+            pass
+    ids = {s.study_name: s._study_id for s in storage.get_all_studies()}
+    out = {}
+    for name in study_names:
+        if name in ids:
+            out[name] = [(t.number, t._trial_id, t.state.name) for t in storage.get_all_trials(ids[name], deepcopy=False)]
+    return out
+
+
+def _rdb_trial_states(storage, study_names: list[str]) -> dict[str, list[tuple[int, int, str]]]:
+    from optuna.storages._rdb import models
+
+    out: dict[str, list[tuple[int, int, str]]] = {}
+    session = storage.scoped_session()
+    try:
+        for i in range(0, len(study_names), 500):
+            chunk = study_names[i:i + 500]
+            rows = (session.query(models.StudyModel.study_name, models.TrialModel.number, models.TrialModel.trial_id,
+                                  models.TrialModel.state)
+                    .outerjoin(models.TrialModel, models.TrialModel.study_id == models.StudyModel.study_id)
+                    .filter(models.StudyModel.study_name.in_(chunk)).all())
+            for name, number, trial_id, state in rows:
+                trials = out.setdefault(name, [])
+                if trial_id is not None:
+                    trials.append((number, trial_id, state.name))
+    finally:
+        session.close()
+    for trials in out.values():
+        trials.sort()
+    return out

@@ -25,13 +25,18 @@ Schema (every table rejects unknown keys, with a did-you-mean; see docs/study-fi
 
     [matrix]
     arch = ["plain"]         # a name or a list; each in every task's `archs`; default: each task's first arch
-    dim = [64, 128]          # required: hidden sizes d (an int or a list)
+    dim = [64, 128]          # hidden sizes d (an int or a list); required unless every unit's options fix
+                             # its size (tpr3: entity·relation·entity), which is then the cell's d
     input_dim = 300          # optional: embedding sizes d' (an int or a list); default: = dim
     units = ["lstm", "tpru[roles=32]"]   # unit specs
     [[matrix.grid]]          # a unit spec × the product of option lists (scalars count as one-item lists)
     unit = "tpru"
     roles = [8, 32]
     slices = [1, 8]
+
+    Several `[[matrix]]` tables (instead of one `[matrix]`) each cross their own archs × dims ×
+    units, and the study is their union: e.g. TPR-RNN with its own unit next to baselines that
+    share another architecture and size. The same cell twice is an error.
 
     [search]                 # see harness/search_space.py: fixed values or distributions; names are
     lr = { log_uniform = [1e-4, 1e-2] }   # tasks.hparams.HParams fields (plus the task's own), checked here
@@ -149,12 +154,42 @@ class GridEntry(BaseModel):
     unit: NonEmptyStr
 
 
+def _size_free(specs: list[str]) -> str | None:
+    """The first unit spec in `specs` that takes any hidden size (so its matrix needs `dim`); None
+    when every unit fixes its own (tpr3). A spec that does not parse is reported on its own."""
+    import units
+
+    for text in specs:
+        try:
+            cls = units.lookup(units.parse_spec(text).name)
+        except ValueError:  # UnitSpecError
+            continue
+        if getattr(cls, "implied_hidden_size", None) is None:
+            return text
+    return None
+
+
 class Matrix(_Model):
+    # units and grid come first: `dim` is checked against them (it may be left out only for units
+    # whose options fix their size, e.g. tpr3)
     arch: Annotated[list[NonEmptyStr], BeforeValidator(_as_list), Field(min_length=1)] | None = None
-    dim: Annotated[list[PosInt], BeforeValidator(_as_list), Field(min_length=1)]
-    input_dim: Annotated[list[PosInt], BeforeValidator(_as_list), Field(min_length=1)] | None = None
     units: Annotated[list[NonEmptyStr], Field(min_length=1)] | None = None
     grid: Annotated[list[GridEntry], Field(min_length=1)] | None = None
+    dim: Annotated[list[PosInt], BeforeValidator(_as_list), Field(min_length=1)] | None = Field(None, validate_default=True)
+    input_dim: Annotated[list[PosInt], BeforeValidator(_as_list), Field(min_length=1)] | None = None
+
+    @pydantic.field_validator("dim", mode="after")
+    @classmethod
+    def _dim_needed(cls, value: list[int] | None, info: pydantic.ValidationInfo) -> list[int] | None:
+        specs = list(info.data.get("units") or []) + [g.unit for g in info.data.get("grid") or []]
+        if value is not None:
+            return value
+        free = _size_free(specs) if specs else None
+        if not specs or free is not None:
+            whose = f": unit {free!r} takes any size" if free else ""
+            raise ValueError(f"required key is missing{whose} (only units whose options fix their size, e.g. tpr3, "
+                             "may leave it out)")
+        return value
 
 
 class Pruner(_Model):
@@ -172,10 +207,15 @@ class Resources(_Model):
     retries: int = Field(3, ge=0)
 
 
+def _as_matrices(value: Any) -> Any:
+    """`[matrix]` (one table) or `[[matrix]]` (several): always a list here."""
+    return [value] if isinstance(value, dict) else value
+
+
 class StudyFile(_Model):
     study: StudySection
     tasks: Annotated[list[TaskEntry], Field(min_length=1)]
-    matrix: Matrix
+    matrix: Annotated[list[Matrix], BeforeValidator(_as_matrices), Field(min_length=1)]
     search: dict[str, Any] = Field(default_factory=dict)
     pruner: Pruner = Field(default_factory=Pruner)
     resources: Resources = Field(default_factory=Resources)
@@ -316,6 +356,23 @@ class UnitEntry:
     canonical: str  # every option spelled out
     where: str  # key path in the study file, e.g. "matrix.grid[0]"
     identity: str = ""  # only non-default options: what cell ids hash
+    implied_dim: int | None = None  # the hidden size the unit's options fix (tpr3), when the matrix gives no dim
+
+
+@dataclass(frozen=True)
+class MatrixConfig:
+    """One `[matrix]` table, resolved: its archs × dims × input dims × units."""
+
+    archs: tuple[str, ...] | None  # None: each task's first arch
+    dims: tuple[int, ...] | None  # None: each unit's implied size
+    input_dims: tuple[int, ...] | None  # None: input_dim = dim
+    units: tuple[UnitEntry, ...]
+    where: str = "matrix"
+
+    def dims_of(self, unit: UnitEntry) -> list[tuple[int, int]]:
+        """(dim, input_dim) pairs this unit is crossed with."""
+        dims = self.dims if self.dims is not None else (unit.implied_dim,)
+        return [(d, e) for d in dims for e in (self.input_dims or (d,))]
 
 
 @dataclass(frozen=True)
@@ -329,10 +386,7 @@ class Study:
     metric: str | None  # as written (None: each task's default; see TaskConfig.metric)
     direction: str | None
     tasks: tuple[TaskConfig, ...]
-    archs: tuple[str, ...] | None  # None: each task's first arch
-    dims: tuple[int, ...]
-    input_dims: tuple[int, ...] | None  # None: input_dim = dim
-    units: tuple[UnitEntry, ...]
+    matrices: tuple[MatrixConfig, ...]
     search: dict[str, dict[str, Any]]  # normalised (harness.search_space)
     pruner: Pruner
     resources: Resources
@@ -341,6 +395,11 @@ class Study:
     @property
     def cells(self) -> list[Cell]:
         return expand(self)
+
+    @property
+    def units(self) -> tuple[UnitEntry, ...]:
+        """Every unit entry of every matrix, in file order."""
+        return tuple(u for m in self.matrices for u in m.units)
 
     @property
     def study(self) -> StudySection:
@@ -396,6 +455,7 @@ class Cell:
     metric: str
     direction: str
     unit_identity: str = ""  # only non-default options (what the id hashes); "" = use unit_canonical
+    where: str = field(default="matrix", compare=False)  # the study file's key path of its unit (for messages)
     id: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -541,10 +601,10 @@ def _grid_values(path: str, key: str, raw: Any, unit: str, given: dict[str, str]
     return values if ok else None
 
 
-def _grid_units(i: int, entry: GridEntry, problems: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _grid_units(i: int, entry: GridEntry, problems: list[tuple[str, str]], prefix: str = "matrix") -> list[tuple[str, str]]:
     import units
 
-    where = f"matrix.grid[{i}]"
+    where = f"{prefix}.grid[{i}]"
     try:
         base = units.parse_spec(entry.unit)
     except units.UnitSpecError as exc:
@@ -558,39 +618,63 @@ def _grid_units(i: int, entry: GridEntry, problems: list[tuple[str, str]]) -> li
     return [(str(base.with_options(**dict(zip(keys, combo)))), where) for combo in itertools.product(*lists.values())]
 
 
-def _resolve_units(matrix: Matrix, dims: list[int], problems: list[tuple[str, str]]) -> list[UnitEntry]:
+def _implied_dim(resolved: Any, where: str, prefix: str, problems: list[tuple[str, str]]) -> int | None:
+    """The hidden size a unit's options fix (a matrix without `dim`); a problem for other units."""
+    implied = resolved.implied_hidden_size
+    if implied is None:
+        problems.append((where, f"unit {str(resolved.spec)!r} needs a hidden size: give {prefix}.dim (only units whose "
+                                f"options fix their size, e.g. tpr3, may leave it out)"))
+    return implied
+
+
+def _unit_entry(spec: str, where: str, dims: list[int] | None, prefix: str,
+                problems: list[tuple[str, str]]) -> UnitEntry | None:
+    """One unit spec resolved and checked at every dim of its matrix (or the size it implies)."""
+    import units
+
+    try:
+        resolved = units.resolve(spec)
+    except units.UnitSpecError as exc:
+        message = str(exc)
+        problems.append((where, message if spec in message else f"{spec}: {message}"))
+        return None
+    implied = None
+    if dims is None:
+        implied = _implied_dim(resolved, where, prefix, problems)
+        if implied is None:
+            return None
+    bad = False
+    for d in dims or [implied]:
+        try:
+            units.resolve(spec, d)
+        except units.UnitSpecError as exc:
+            problems.append((where, f"{exc} ({prefix}.dim = {d})" if dims else str(exc)))
+            bad = True
+    return None if bad else UnitEntry(spec, resolved.canonical, where, resolved.identity, implied)
+
+
+def _resolve_units(matrix: Matrix, dims: list[int] | None, problems: list[tuple[str, str]],
+                   prefix: str = "matrix") -> list[UnitEntry]:
+    """The matrix's unit entries, each checked at every dim (or at the size its options imply)."""
     import units
 
     if matrix.units is None and matrix.grid is None:
-        problems.append(("matrix", "no units: give matrix.units = [...] and/or [[matrix.grid]] tables"))
+        problems.append((prefix, f"no units: give {prefix}.units = [...] and/or [[{prefix.split('[')[0]}.grid]] tables"))
         return []
     candidates: list[tuple[str, str]] = []
     for i, text in enumerate(matrix.units or []):
         try:
-            candidates.append((str(units.parse_spec(text)), f"matrix.units[{i}]"))
+            candidates.append((str(units.parse_spec(text)), f"{prefix}.units[{i}]"))
         except units.UnitSpecError as exc:
-            problems.append((f"matrix.units[{i}]", str(exc)))
+            problems.append((f"{prefix}.units[{i}]", str(exc)))
     for i, entry in enumerate(matrix.grid or []):
-        candidates.extend(_grid_units(i, entry, problems))
+        candidates.extend(_grid_units(i, entry, problems, prefix))
     entries: list[UnitEntry] = []
     seen: dict[str, UnitEntry] = {}
     for spec, where in candidates:
-        try:
-            resolved = units.resolve(spec)
-        except units.UnitSpecError as exc:
-            message = str(exc)
-            problems.append((where, message if spec in message else f"{spec}: {message}"))
+        entry = _unit_entry(spec, where, dims, prefix, problems)
+        if entry is None:
             continue
-        bad = False
-        for d in dims:
-            try:
-                units.resolve(spec, d)
-            except units.UnitSpecError as exc:
-                problems.append((where, f"{exc} (matrix.dim = {d})"))
-                bad = True
-        if bad:
-            continue
-        entry = UnitEntry(spec, resolved.canonical, where, resolved.identity)
         if entry.canonical in seen:
             first = seen[entry.canonical]
             same = "" if first.spec == spec else f" (both are {entry.canonical})"
@@ -670,15 +754,52 @@ def _resolve_tasks(parsed: StudyFile, space: dict[str, Any], problems: list[tupl
     return tasks
 
 
-def _check_archs(archs: tuple[str, ...] | None, tasks: list[TaskConfig], problems: list[tuple[str, str]]) -> None:
+def _check_archs(archs: tuple[str, ...] | None, tasks: list[TaskConfig], problems: list[tuple[str, str]],
+                 prefix: str = "matrix") -> None:
     if archs is None:
         problems += [(f"tasks[{i}]", f"task {task.name!r} declares no architectures")
                      for i, task in enumerate(tasks) if not task.archs]
         return
-    _duplicates(list(archs), "matrix.arch", problems)
-    problems += [(f"matrix.arch[{j}]", f"task {task.name!r} has no architecture {arch!r}{did_you_mean(arch, task.archs)}; "
-                                       f"it has {', '.join(task.archs) or 'none'}")
+    _duplicates(list(archs), f"{prefix}.arch", problems)
+    problems += [(f"{prefix}.arch[{j}]", f"task {task.name!r} has no architecture {arch!r}{did_you_mean(arch, task.archs)}; "
+                                         f"it has {', '.join(task.archs) or 'none'}")
                  for task in tasks for j, arch in enumerate(archs) if arch not in task.archs]
+
+
+def _resolve_matrix(matrix: Matrix, prefix: str, tasks: list[TaskConfig],
+                    problems: list[tuple[str, str]]) -> MatrixConfig:
+    archs = tuple(matrix.arch) if matrix.arch is not None else None
+    _check_archs(archs, tasks, problems, prefix)
+    if matrix.dim is not None:
+        _duplicates(matrix.dim, f"{prefix}.dim", problems)
+    if matrix.input_dim is not None:
+        _duplicates(matrix.input_dim, f"{prefix}.input_dim", problems)
+    dims = list(dict.fromkeys(matrix.dim)) if matrix.dim is not None else None
+    unit_entries = _resolve_units(matrix, dims, problems, prefix)
+    return MatrixConfig(archs, tuple(matrix.dim) if matrix.dim is not None else None,
+                        tuple(matrix.input_dim) if matrix.input_dim is not None else None, tuple(unit_entries), prefix)
+
+
+def _check_cells(cells: list[Cell], tasks: list[TaskConfig], problems: list[tuple[str, str]]) -> None:
+    """Every cell once, and each arch × unit one its task can build (`TaskAdapter.check_unit`)."""
+    from tasks.registry import get_task
+
+    seen: dict[str, Cell] = {}
+    checked: set[tuple[str, str, str]] = set()
+    for cell in cells:
+        if cell.id in seen:
+            problems.append(("matrix", f"duplicate cells: {cell.label} and {seen[cell.id].label} are the same cell ({cell.id})"))
+        seen[cell.id] = cell
+        key = (cell.task, cell.arch, cell.unit)
+        if key in checked:
+            continue
+        checked.add(key)
+        check = getattr(get_task(cell.task), "check_unit", None)
+        try:
+            if check is not None:
+                check(cell.arch, cell.unit)
+        except ValueError as exc:  # TaskError
+            problems.append((cell.where, f"{exc} (cell {cell.label})"))
 
 
 def _check_task_units(parsed: StudyFile, tasks: list[TaskConfig], unit_entries: list[UnitEntry],
@@ -701,34 +822,28 @@ def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
         parsed = StudyFile.model_validate(raw)
     except pydantic.ValidationError as exc:
         problems = validation_problems(exc, root=StudyFile)
+        if isinstance(raw.get("matrix"), dict):  # one [matrix] table: its keys read matrix.x, not matrix[0].x
+            problems = [(re.sub(r"^matrix\[0\]", "matrix", where), message) for where, message in problems]
         problems += [p for p in search_problems if not any(p[0] == q[0] for q in problems)]
         raise StudyError(path, problems) from None
     problems: list[tuple[str, str]] = list(search_problems)
-    section, matrix = parsed.study, parsed.matrix
+    section = parsed.study
     name = section.name or Path(path).stem
     _check_sections(parsed, name, space, not search_problems, problems)
     tasks = _resolve_tasks(parsed, space, problems)
-    archs = tuple(matrix.arch) if matrix.arch is not None else None
-    _check_archs(archs, tasks, problems)
-    _duplicates(matrix.dim, "matrix.dim", problems)
-    if matrix.input_dim is not None:
-        _duplicates(matrix.input_dim, "matrix.input_dim", problems)
-    unit_entries = _resolve_units(matrix, list(dict.fromkeys(matrix.dim)), problems)
-    _check_task_units(parsed, tasks, unit_entries, problems)
+    single = isinstance(raw.get("matrix"), dict)
+    matrices = [_resolve_matrix(m, "matrix" if single else f"matrix[{k}]", tasks, problems)
+                for k, m in enumerate(parsed.matrix)]
+    _check_task_units(parsed, tasks, [u for m in matrices for u in m.units], problems)
     if problems:
         raise StudyError(path, problems)
     study = Study(
         path=path, name=name, description=section.description, trials=section.trials, seeds=section.seeds,
-        epochs=section.epochs, metric=section.metric, direction=section.direction, tasks=tuple(tasks), archs=archs,
-        dims=tuple(matrix.dim), input_dims=tuple(matrix.input_dim) if matrix.input_dim is not None else None,
-        units=tuple(unit_entries), search=space, pruner=parsed.pruner, resources=parsed.resources,
+        epochs=section.epochs, metric=section.metric, direction=section.direction, tasks=tuple(tasks),
+        matrices=tuple(matrices), search=space, pruner=parsed.pruner, resources=parsed.resources,
         deterministic=section.deterministic,
     )
-    seen: dict[str, Cell] = {}
-    for cell in expand(study):  # a last guard: every cell once
-        if cell.id in seen:
-            problems.append(("matrix", f"duplicate cells: {cell.label} and {seen[cell.id].label} are the same cell ({cell.id})"))
-        seen[cell.id] = cell
+    _check_cells(expand(study), tasks, problems)  # a last guard: every cell once, and buildable
     if problems:
         raise StudyError(path, problems)
     return study
@@ -752,17 +867,22 @@ def expand(study: Study) -> list[Cell]:
     """The study's cells in a deterministic order: task, arch, dim, input_dim, unit (file order)."""
     cells: list[Cell] = []
     for task in study.tasks:
-        archs = study.archs if study.archs is not None else task.archs[:1]
-        dims = [(d, e) for d in study.dims for e in (study.input_dims or (d,))]
-        task_units = [u for u in study.units if task.runs_unit(u)]
-        for arch, (dim, input_dim), unit in itertools.product(archs, dims, task_units):
-            cells.append(Cell(
-                study=study.name, task=task.name, task_label=task.label,
-                task_options=copy.deepcopy(task.options), data=task.data, data_source=task.data_source,
-                arch=arch, unit=unit.spec, unit_canonical=unit.canonical, unit_identity=unit.identity, dim=dim,
-                input_dim=input_dim, epochs=study.epochs, search=copy.deepcopy(study.search), metric=task.metric,
-                direction=task.direction,
-            ))
+        for matrix in study.matrices:
+            archs = matrix.archs if matrix.archs is not None else task.archs[:1]
+            if matrix.dims is not None:  # dim, input_dim, then unit (as before several matrices existed)
+                combos = [(d, e, unit) for d, e in matrix.dims_of(matrix.units[0])
+                          for unit in matrix.units if task.runs_unit(unit)] if matrix.units else []
+            else:  # each unit at its own size
+                combos = [(d, e, unit) for unit in matrix.units if task.runs_unit(unit)
+                          for d, e in matrix.dims_of(unit)]
+            for arch, (dim, input_dim, unit) in itertools.product(archs, combos):
+                cells.append(Cell(
+                    study=study.name, task=task.name, task_label=task.label,
+                    task_options=copy.deepcopy(task.options), data=task.data, data_source=task.data_source,
+                    arch=arch, unit=unit.spec, unit_canonical=unit.canonical, unit_identity=unit.identity, dim=dim,
+                    input_dim=input_dim, epochs=study.epochs, search=copy.deepcopy(study.search), metric=task.metric,
+                    direction=task.direction, where=unit.where,
+                ))
     return cells
 
 

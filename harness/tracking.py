@@ -10,10 +10,13 @@ and written again. Reports are regenerated from these records alone.
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,7 +39,7 @@ from .record import (
     split_tags,
 )
 
-__all__ = ["PHASE", "TAG", "RunRecord", "StoreUnavailable", "Tracker", "cell_params", "cell_tags", "default_tracking_uri",
+__all__ = ["PHASE", "TAG", "BulkRun", "RunRecord", "StoreUnavailable", "Tracker", "cell_params", "cell_tags", "default_tracking_uri",
            "final_metrics", "git_commit", "with_retry"]
 MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch limits
 RETRY_ENV = "TPRBENCH_STORE_RETRY_SECONDS"  # how long a write waits for an unavailable store
@@ -61,7 +64,12 @@ def retry_seconds() -> float:
 
 
 def is_transient(exc: BaseException) -> bool:
-    """An error a store may recover from: database locked/unreachable, connection refused, 5xx."""
+    """An error a store may recover from: database locked/unreachable, connection refused, 5xx.
+    Out of disk space is not one, whatever its shape (harness.diskfull): waiting does not free space."""
+    from .diskfull import is_disk_full
+
+    if is_disk_full(exc):
+        return False
     try:
         from mlflow.exceptions import MlflowException
     except ImportError:  # pragma: no cover
@@ -120,32 +128,61 @@ def default_tracking_uri(root: Path) -> str:
 
 
 class Tracker:
-    """The driver's handle on MLflow for one study."""
+    """The driver's handle on MLflow for one study.
 
-    def __init__(self, tracking_uri: str, study: str, artifact_root: Path | None = None, create: bool = True) -> None:
-        import logging
+    Reads go through `self.reader` (harness.record: plain SQL on a SQL store); the MLflow client
+    is created on the first write, so a rerun with nothing to write never imports MLflow."""
 
-        from mlflow import MlflowClient
+    def __init__(self, tracking_uri: str, study: str, artifact_root: Path | None = None, create: bool = True,
+                 root: Path | None = None) -> None:
+        from .record_sources import SqlSource, is_sql_uri, sqlite_path
 
-        for name in ("mlflow", "alembic"):  # schema-creation chatter on a fresh store
-            logging.getLogger(name).setLevel(logging.WARNING)
-        self.uri = tracking_uri
-        self.client = MlflowClient(tracking_uri=tracking_uri)
-        name = experiment_name(study)
-        experiment = with_retry(lambda: self.client.get_experiment_by_name(name), f"MLflow tracking store {tracking_uri}")
-        if experiment is None and not create:
-            self.experiment_id = None
-        elif experiment is None:
-            location = artifact_root.resolve().as_uri() if artifact_root is not None else None
-            self.experiment_id = with_retry(lambda: self.client.create_experiment(name, artifact_location=location),
-                                            f"MLflow tracking store {tracking_uri}")
-        else:
-            self.experiment_id = experiment.experiment_id
-        self.study = study
-        self.reader = RecordReader.of_client(self.client, tracking_uri, study, self.experiment_id)
+        self.uri, self.study, self.root = tracking_uri, study, root
+        self.artifact_root = artifact_root
+        self._client: Any = None
         self._parents: dict[str, str] = {}
         self.on_retry: Callable[[str], None] | None = None  # told about each retry (the driver logs it)
         self.retries = 0
+        name = experiment_name(study)
+        where = f"MLflow tracking store {tracking_uri}"
+        source: Any = None
+        path = sqlite_path(tracking_uri)
+        if path is not None and (not path.exists() or path.stat().st_size == 0):
+            with_retry(lambda: create_sqlite_store(path), where)
+        if is_sql_uri(tracking_uri) and (path is None or path.exists()):
+            try:  # an existing SQL store: found without starting MLflow
+                source = SqlSource(tracking_uri)
+                exp_id = with_retry(lambda: source.experiment_id(name), where)
+            except Exception as exc:
+                from .record_guard import RecordCorrupt
+
+                if isinstance(exc, RecordCorrupt) or (is_transient(exc) and not _no_schema(exc)):
+                    raise
+                source = None  # not an MLflow store yet (empty file, no tables): MLflow creates it
+        if source is None:
+            exp_id = with_retry(lambda: self.client.get_experiment_by_name(name), where)
+            exp_id = None if exp_id is None else exp_id.experiment_id
+        if exp_id is None and create:
+            location = artifact_root.resolve().as_uri() if artifact_root is not None else None
+            exp_id = with_retry(lambda: self.client.create_experiment(name, artifact_location=location), where)
+        self.experiment_id = exp_id
+        if source is None and is_sql_uri(tracking_uri) and (path is None or path.exists()):
+            source = SqlSource(tracking_uri)
+        self.reader = RecordReader.of_client(None if source is not None else self.client, tracking_uri, study,
+                                             exp_id, root, source=source)
+
+    @property
+    def client(self) -> Any:
+        """MLflow's client, created on first use (importing MLflow costs seconds)."""
+        if self._client is None:
+            import logging
+
+            from mlflow import MlflowClient
+
+            for name in ("mlflow", "alembic"):  # schema-creation chatter on a fresh store
+                logging.getLogger(name).setLevel(logging.WARNING)
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
 
     def retry(self, fn: Callable[[], T], what: str = "") -> T:
         """`fn()` with retries while the tracking store is transiently unavailable."""
@@ -158,6 +195,11 @@ class Tracker:
 
     def set_tag(self, run_id: str, key: str, value: Any) -> None:
         self.retry(lambda: self.client.set_tag(run_id, key, value), "set_tag")
+
+    def set_tags(self, run_id: str, tags: dict[str, Any]) -> None:
+        """Several tags of one run in one write."""
+        if tags:
+            self.retry(lambda: self._log(run_id, tags=tags), "set tags")
 
     # -- queries ---------------------------------------------------------------------------
     def search(self, filter_string: str = "") -> list[Any]:
@@ -174,37 +216,57 @@ class Tracker:
         """Ended trial/seed runs by run key (harness.record.RecordReader.run_records)."""
         return self.reader.run_records(None if cell_id is None else [cell_id])
 
-    # -- parents ---------------------------------------------------------------------------
-    def _find_or_create(self, key: str, tags: dict[str, str], parent: str | None, name: str) -> tuple[str, bool]:
-        """A parent run found by its tags, or created; returns (run id, created now)."""
-        if key in self._parents:
-            return self._parents[key], False
-        found = self.search(" and ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items()))
-        created = not found
-        if found:
-            run_id = min(found, key=lambda r: r.info.start_time).info.run_id
-        else:
-            all_tags = dict(tags, **({"mlflow.parentRunId": parent} if parent else {}))
-            run_id = self.client.create_run(self.experiment_id, tags=all_tags, run_name=name).info.run_id
-        self._parents[key] = run_id
-        return run_id, created
+    def delete_pending(self) -> int:
+        """Delete what a killed driver left half-written (its runs are written again). One query."""
+        if self.experiment_id is None:
+            return 0
+        ids = self.retry(lambda: self.reader.source.pending(self.experiment_id), "find half-written runs")
+        for run_id in ids:
+            self.retry(lambda r=run_id: self.client.delete_run(r), "delete a half-written run")
+        return len(ids)
 
+    # -- parents ---------------------------------------------------------------------------
     def cell_tags_by_id(self) -> dict[str, dict[str, str]]:
         """Tags of every cell run of the study (e.g. the final-phase parameters hash)."""
         return self.reader.cell_tags()
 
     def study_run(self, commit: str) -> str:
-        run_id, _ = self.retry(lambda: self._find_or_create("study", {KIND: KIND_STUDY, STUDY: self.study}, None, self.study))
-        self.set_tag(run_id, TAG + "git_commit", commit)
+        """The study run (found, else created); its git_commit tag is written only when it changes."""
+        found = self.retry(lambda: self.reader.source.study_run(self.experiment_id, self.study), "find the study run")
+        if found is None:
+            run_id = self.retry(lambda: self.client.create_run(
+                self.experiment_id, tags={KIND: KIND_STUDY, STUDY: self.study}, run_name=self.study).info.run_id)
+            recorded = None
+        else:
+            run_id, tags = found
+            recorded = tags.get("git_commit")
+        if recorded != commit:
+            self.set_tag(run_id, TAG + "git_commit", commit)
+        self._parents["study"] = run_id
+        return run_id
+
+    def create_cell_run(self, cell: Any, study_run_id: str, extra_tags: dict[str, Any] | None = None) -> str:
+        """A new cell run holding the cell's record (and `extra_tags`): two writes."""
+        record = CellRecord.of_cell(cell)
+        tags = {KIND: KIND_CELL, STUDY: self.study, CELL: cell.id, "mlflow.parentRunId": study_run_id,
+                **record.tags(), **(extra_tags or {})}
+        run_id = self.retry(lambda: self.client.create_run(
+            self.experiment_id, tags={k: str(v)[:5000] for k, v in tags.items()}, run_name=cell.label).info.run_id,
+            "create a cell run")
+        self.retry(lambda: self._log(run_id, params=record.params()), "cell params")
+        self._parents[f"cell/{cell.id}"] = run_id
         return run_id
 
     def cell_run(self, cell: Any, study_run_id: str) -> str:
-        tags = {KIND: KIND_CELL, STUDY: self.study, CELL: cell.id}
-        run_id, created = self.retry(lambda: self._find_or_create(f"cell/{cell.id}", tags, study_run_id, cell.label))
-        if created:
-            record = CellRecord.of_cell(cell)
-            self.retry(lambda: self._log(run_id, params=record.params(), tags=record.tags()))
-        return run_id
+        """The cell's run, found by its tags or created (one query: use `reader.cell_runs` for many)."""
+        key = f"cell/{cell.id}"
+        if key not in self._parents:
+            found = self.retry(lambda: self.reader.cell_runs([cell.id]), "find a cell run")
+            if found:
+                self._parents[key] = min(found, key=lambda r: (r["start_time"] or 0, r["run_id"]))["run_id"]
+            else:
+                self.create_cell_run(cell, study_run_id)
+        return self._parents[key]
 
     def set_splits(self, cell_run_id: str, valid_split: str, test_splits: list[str]) -> None:
         """Name the cell's validation split and ordered test splits (known once a worker prepared the data)."""
@@ -218,46 +280,185 @@ class Tracker:
         metrics = list(metrics)
         params_l = [Param(k, param_text(v)[:6000]) for k, v in (params or {}).items()]
         tags_l = [RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()]
-        for i in range(0, max(len(params_l), len(tags_l)), MAX_BATCH["params"]):
-            self.client.log_batch(run_id, params=params_l[i:i + MAX_BATCH["params"]], tags=tags_l[i:i + MAX_BATCH["tags"]])
-        for i in range(0, len(metrics), MAX_BATCH["metrics"]):
-            self.client.log_batch(run_id, metrics=metrics[i:i + MAX_BATCH["metrics"]])
+        i_p = i_t = i_m = 0
+        while True:
+            p, t = params_l[i_p:i_p + MAX_BATCH["params"]], tags_l[i_t:i_t + MAX_BATCH["tags"]]
+            m = metrics[i_m:i_m + MAX_BATCH["metrics"] - len(p) - len(t)]  # at most 1,000 entities a batch
+            if not (p or t or m):
+                return
+            self.client.log_batch(run_id, metrics=m, params=p, tags=t)
+            i_p, i_t, i_m = i_p + len(p), i_t + len(t), i_m + len(m)
 
     def log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                result: dict[str, Any], artifact: Path | None = None) -> str:
+                result: dict[str, Any], artifact: Path | None = None, new: bool = False) -> str:
         """Record one trial/seed run. Idempotent by `run_key`; returns the MLflow run id.
 
-        A transient store error (locked, unreachable) retries the whole record with backoff: a
-        half-written attempt is found by its key and replaced, so nothing is written twice."""
-        return self.retry(lambda: self._log_run(cell_run_id, run_key, tags, params, result, artifact), f"record {run_key}")
+        `new=True`: the caller knows no run with this key exists (the driver read its cells'
+        records and deleted half-written runs when it opened the record), so the first attempt
+        skips the search by key. A transient store error (locked, unreachable) retries the whole
+        record with backoff, searching by key again: a half-written attempt is found and
+        replaced, so nothing is written twice."""
+        attempt = [0]
+
+        def once() -> str:
+            attempt[0] += 1
+            return self._log_run(cell_run_id, run_key, tags, params, result, artifact, search=not (new and attempt[0] == 1))
+
+        return self.retry(once, f"record {run_key}")
 
     def _log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                 result: dict[str, Any], artifact: Path | None = None) -> str:
+                 result: dict[str, Any], artifact: Path | None = None, search: bool = True) -> str:
+        if search:
+            for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
+                if run.info.status in ("FINISHED", "FAILED", "KILLED"):
+                    return run.info.run_id  # already recorded: never twice
+                self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
+        all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result)
+        # Readers see only ended runs: one created with its tags, then given its metrics and
+        # params, then ended, is either complete or invisible (and deleted by the next driver).
+        run_id = self.client.create_run(self.experiment_id, tags={k: str(v)[:5000] for k, v in all_tags.items()},
+                                        run_name=run_key.split("/", 1)[-1]).info.run_id
+        self._log(run_id, metrics, params=params)
+        if artifact is not None and artifact.exists():
+            self.client.log_artifact(run_id, str(artifact))
+        self.client.set_terminated(run_id, mlflow_status(result["status"]))
+        return run_id
+
+    def run_payload(self, cell_run_id: str, run_key: str, tags: dict[str, Any], result: dict[str, Any],
+                    now: int | None = None) -> tuple[dict[str, Any], list[Any]]:
+        """(tags, metrics) of a trial/seed run record: what `log_run` and `log_bulk` write."""
         from mlflow.entities import Metric
 
-        for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
-            if run.info.status in ("FINISHED", "FAILED", "KILLED"):
-                return run.info.run_id  # already recorded: never twice
-            self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
         status = result["status"]
         all_tags = {**tags, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study, STATUS: status,
                     "mlflow.parentRunId": cell_run_id}
         if result.get("reason"):
             all_tags[REASON] = result["reason"]
-        run_id = self.client.create_run(self.experiment_id, tags={RUN_KEY: run_key, KIND: "pending"},
-                                        run_name=run_key.split("/", 1)[-1]).info.run_id
-        now = int(time.time() * 1000)
+        now = int(time.time() * 1000) if now is None else now
         metrics = []
         for row in result.get("history", []):
             epoch = int(row["epoch"])
             metrics += [Metric(k, float(v), now, epoch) for k, v in row.items() if k != "epoch" and v is not None]
-        final = final_metrics(result)
-        metrics += [Metric(k, v, now, 0) for k, v in final.items()]
-        self._log(run_id, metrics, params=params, tags=all_tags)
-        if artifact is not None and artifact.exists():
-            self.client.log_artifact(run_id, str(artifact))
-        self.client.set_terminated(run_id, mlflow_status(status))
-        return run_id
+        metrics += [Metric(k, v, now, 0) for k, v in final_metrics(result).items()]
+        return all_tags, metrics
+
+    # -- bulk ------------------------------------------------------------------------------
+    def log_bulk(self, runs: list[BulkRun]) -> None:
+        """Write many complete runs at once: one transaction on a SQL store (the rows MLflow's own
+        store writes for create_run + log_batch + set_terminated), else run by run through the
+        client. For building benchmark records and restoring a record, not for the driver's loop."""
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        if store is not None and hasattr(store, "ManagedSessionMaker") and hasattr(store, "engine"):
+            self.retry(lambda: _bulk_sql(store, self.experiment_id, runs), "bulk write")
+            return
+        for run in runs:
+            self.retry(lambda r=run: self._log_one(r), "write")
+
+    def _log_one(self, run: BulkRun) -> None:
+        run_id = self.client.create_run(self.experiment_id, start_time=run.start_time,
+                                        tags={k: str(v)[:5000] for k, v in run.tags.items()}, run_name=run.name).info.run_id
+        run.run_id = run_id
+        self._log(run_id, run.metrics, params=run.params)
+        if run.status != "RUNNING":
+            self.client.set_terminated(run_id, run.status, end_time=run.end_time)
+
+
+@dataclass
+class BulkRun:
+    """One complete run for `Tracker.log_bulk` (run_id is filled in when written)."""
+
+    name: str
+    tags: dict[str, Any]
+    params: dict[str, Any] = field(default_factory=dict)
+    metrics: list[Any] = field(default_factory=list)  # mlflow.entities.Metric
+    status: str = "FINISHED"  # RUNNING for a cell run
+    start_time: int = 0
+    end_time: int | None = None
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+def _sanitize(value: float) -> tuple[bool, float]:
+    """What MLflow's SQL store stores for a metric value (NaN → 0 flagged; ±inf → ±max float)."""
+    if math.isnan(value):
+        return True, 0.0
+    if math.isinf(value):
+        return False, 1.7976931348623157e308 if value > 0 else -1.7976931348623157e308
+    return False, value
+
+
+def _bulk_sql(store: Any, experiment_id: str, runs: list[BulkRun]) -> None:
+    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlParam, SqlRun, SqlTag
+    from mlflow.utils.uri import append_to_uri_path
+
+    location = store.get_experiment(experiment_id).artifact_location
+    run_rows, tag_rows, param_rows, metric_rows, latest_rows = [], [], [], [], []
+    for run in runs:
+        run_rows.append({"run_uuid": run.run_id, "name": run.name, "source_type": "UNKNOWN", "source_name": "",
+                         "entry_point_name": "", "user_id": "unknown", "status": run.status, "start_time": run.start_time,
+                         "end_time": run.end_time, "deleted_time": None, "source_version": "",
+                         "lifecycle_stage": "active", "artifact_uri": append_to_uri_path(location, run.run_id, "artifacts"),
+                         "experiment_id": int(experiment_id)})
+        tags = {"mlflow.runName": run.name, **{k: str(v)[:5000] for k, v in run.tags.items()}}
+        tag_rows += [{"key": k, "value": v, "run_uuid": run.run_id} for k, v in tags.items()]
+        param_rows += [{"key": k, "value": param_text(v)[:6000], "run_uuid": run.run_id} for k, v in run.params.items()]
+        latest: dict[str, dict[str, Any]] = {}
+        for m in run.metrics:
+            is_nan, value = _sanitize(float(m.value))
+            row = {"key": m.key, "value": value, "timestamp": m.timestamp, "step": m.step, "is_nan": is_nan,
+                   "run_uuid": run.run_id}
+            metric_rows.append(row)
+            old = latest.get(m.key)
+            if old is None or (row["step"], row["timestamp"], row["value"]) > (old["step"], old["timestamp"], old["value"]):
+                latest[m.key] = row
+        latest_rows += list(latest.values())
+    with store.ManagedSessionMaker() as session:
+        for model, rows in ((SqlRun, run_rows), (SqlTag, tag_rows), (SqlParam, param_rows), (SqlMetric, metric_rows),
+                            (SqlLatestMetric, latest_rows)):
+            if rows:
+                session.execute(model.__table__.insert(), rows)
+
+
+def create_sqlite_store(path: Path) -> None:
+    """Create a new SQLite MLflow store whole or not at all: MLflow's schema migrations run on a
+    temporary file that is renamed into place when they are done. (Run in place, a migration
+    stopped half-way — a full disk, a kill — leaves a file MLflow cannot open again: "table …
+    already exists".)"""
+    import logging
+
+    from mlflow import MlflowClient
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    for name in ("mlflow", "alembic"):  # schema-creation chatter
+        if logging.getLogger(name).level < logging.WARNING:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    try:
+        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments()
+        _dispose_engine(f"sqlite:///{tmp}")
+        if path.exists() and path.stat().st_size > 0:  # another process created it meanwhile
+            return
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _dispose_engine(uri: str) -> None:
+    """Close MLflow's cached engine of a URI (its file is renamed next)."""
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        engine = SqlAlchemyStore._engine_map.pop(uri, None)
+        if engine is not None:
+            engine.dispose()
+    except Exception:  # nothing cached, or MLflow moved it: the file is closed with the process
+        pass
+
+
+def _no_schema(exc: BaseException) -> bool:
+    """A SQL store file that MLflow has not initialised yet (no experiments table)."""
+    return "no such table" in str(exc)
 
 
 def param_text(value: Any) -> str:

@@ -34,6 +34,17 @@ def _value(text: str) -> Any:
 
 def load_tracked_model(client: Any, run_id: str, cache_dir: Path):
     """(adapter, model, run) for a tracked trial/seed run, weights from its best.pt artifact."""
+    adapter, model, run, _config = rebuild_tracked_run(client, run_id, cache_dir, sentence_encoder=True)
+    return adapter, model, run
+
+
+def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_encoder: bool = False,
+                        trained: bool = True, adapters: dict | None = None):
+    """(adapter, model, run, TrainConfig) for a tracked trial/seed run: the model built exactly as
+    the run built it (same seed, so `trained=False` gives the run's own initial weights), with the
+    weights of its best.pt artifact when `trained`. `sentence_encoder`: refuse tasks without one.
+    `adapters`: a dict shared between calls, so runs with the same task, options and data share
+    one prepared adapter (the analyses read many runs of one study)."""
     import torch
 
     from tasks.registry import get_task
@@ -51,8 +62,13 @@ def load_tracked_model(client: Any, run_id: str, cache_dir: Path):
     cell = client.get_run(tags["mlflow.parentRunId"]).data.params
     options = json.loads(cell["task_options"])
     task = tags[TAG + "task"]
-    adapter = get_task(task)(options, os.path.expandvars(cell["data"]), cache_dir)
-    if not hasattr(adapter, "encode_sentences"):
+    key = (task, json.dumps(options, sort_keys=True), os.path.expandvars(cell["data"]))
+    adapter = adapters.get(key) if adapters is not None else None
+    if adapter is None:
+        adapter = get_task(task)(options, os.path.expandvars(cell["data"]), cache_dir)
+        if adapters is not None:
+            adapters[key] = adapter
+    if sentence_encoder and not hasattr(adapter, "encode_sentences"):
         raise TransferError(f"run {run_id}: task {task!r} has no sentence encoder (SentEval needs an NLI-style task)")
     # The run's params are its resolved hyperparameters (records before issue 11: the study's values).
     hparams = adapter.resolve_hparams({k: _value(v) for k, v in run.data.params.items() if k != "seed"})
@@ -62,13 +78,15 @@ def load_tracked_model(client: Any, run_id: str, cache_dir: Path):
     adapter.prepare()
     torch.manual_seed(config.seed)
     model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim, config.hparams)
+    if not trained:
+        return adapter, model, run, config
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = client.download_artifacts(run_id, "best.pt", tmp)
         except Exception as exc:
             raise TransferError(f"run {run_id}: no best.pt artifact ({str(exc).splitlines()[0]})") from None
         model.load_state_dict(load_checkpoint(Path(path)))
-    return adapter, model, run
+    return adapter, model, run, config
 
 
 def evaluate_run(tracking_uri: str, run_id: str, tasks: list[str], task_path: str | None, kfold: int,

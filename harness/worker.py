@@ -130,6 +130,10 @@ def run_job(job: WorkerJob) -> dict[str, Any]:
     except Exception as exc:  # a raising trial is an errored trial, not a dead study
         out = {"status": ERRORED, "reason": f"{type(exc).__name__}: {exc}", "history": [], "test": {},
                "notes": notes, "traceback": traceback.format_exc(limit=8)}
+        from .diskfull import failed_path, is_disk_full
+
+        if is_disk_full(exc):  # not a result: the driver stops and the run is dispatched again later
+            out["disk_full"] = failed_path(exc) or job.run_dir
     info["worker_seconds"] = time.perf_counter() - started
     info["end"] = time.time()
     out["worker"] = info

@@ -27,6 +27,8 @@ The contract, in the order the trainer uses it:
   default). `evaluate(model, split, batch_size)` returns them for a split. The trainer logs
   them per epoch as `train_<name>` and `valid_<name>`; the study's metric must be one of the
   `valid_<name>` keys, where `<name>` is a key of `metrics` (name → direction).
+- `summarize_tests(results)` may add metrics over the test splits (bAbI: mean error, failed tasks),
+  computed from the splits' metrics after the test; they are logged as `test_<name>_<metric>`.
 - Modules of the model may set a tensor `aux_loss` during forward (already weighted and masked;
   set anew on every forward): the trainer adds their sum to the task loss and logs it per epoch
   as `train_aux`.
@@ -60,7 +62,7 @@ def _option_problem(task: str, model: type[pydantic.BaseModel], err: dict[str, A
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         return f"unknown option {key!r}{hint}; task {task!r} accepts {', '.join(names) or 'no options'}"
-    return f"{key}: {err['msg']}"
+    return f"{key}: {err['msg']}" if key else err["msg"]  # a check across options has no single key
 
 
 def _prepare_once(prepare: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -96,6 +98,9 @@ class TaskAdapter(ABC):
     metrics: ClassVar[dict[str, str]] = {"loss": "minimize", "acc": "maximize"}
     # Training defaults of the papers for this task (HParams names); a study's search space overrides them.
     defaults: ClassVar[dict[str, Any]] = {}
+    # Published numbers that reports print beside the measured ones: {column title: {row: text}},
+    # rows named as the test splits (or a layout's summary rows, e.g. bAbI's "mean error").
+    references: ClassVar[dict[str, dict[str, str]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -165,6 +170,12 @@ class TaskAdapter(ABC):
         return iter(self._eval_cache[key])
 
     # -- model -----------------------------------------------------------------------------
+    @classmethod  # noqa: B027 (optional hook: by default every unit fits every architecture)
+    def check_unit(cls, arch: str, unit: str) -> None:
+        """Raise TaskError when architecture `arch` cannot be built around unit spec `unit` (e.g.
+        bAbI's tpr-rnn needs tpr3). The study reader calls it for every cell, so a study that pairs
+        them wrongly stops when it is read; `build_model` should call it too."""
+
     def check_arch(self, arch: str) -> None:
         if arch not in self.archs:
             raise TaskError(f"task {self.name!r} has no architecture {arch!r} (choose one of {', '.join(self.archs)})")
@@ -204,6 +215,12 @@ class TaskAdapter(ABC):
             for k, v in stats.items():
                 counts[k] = counts.get(k, 0) + v
         return self.metrics_from_counts(loss_sum, counts)
+
+    def summarize_tests(self, results: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+        """Metrics over the test splits, computed from their metrics: {name: {metric: value}}, logged
+        like a split's (`test_<name>_<metric>`) but not a split of the task. Default: none. bAbI
+        returns {"summary": {"mean_error": …, "failed": …}} (the papers' two summary rows)."""
+        return {}
 
     def describe(self) -> dict[str, Any]:
         """Facts about the prepared data, for logs and the CLI (sizes per split, vocab size...)."""

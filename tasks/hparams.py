@@ -21,7 +21,7 @@ from typing import Any, Literal
 import pydantic
 from pydantic import ConfigDict, Field
 
-OPTIMIZERS = ("adam", "nadam", "sgd", "adadelta")
+OPTIMIZERS = ("adam", "nadam", "nadam-tf", "sgd", "adadelta")
 SCHEDULES = ("step", "plateau", "threshold", "none")
 
 
@@ -40,7 +40,9 @@ class HParams(pydantic.BaseModel):
     # optimiser
     lr: float = Field(1e-3, gt=0, description="learning rate")
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay of the optimiser")
-    optimizer: Literal["adam", "nadam", "sgd", "adadelta"] = Field("adam", description="adam | nadam | sgd | adadelta")
+    optimizer: Literal["adam", "nadam", "nadam-tf", "sgd", "adadelta"] = Field(
+        "adam", description="adam | nadam (torch's: Dozat's momentum schedule, as Keras) | nadam-tf (constant β1 "
+                            "momentum, as tf.contrib.opt.NadamOptimizer) | sgd | adadelta")
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam/Nadam betas")
     momentum: float = Field(0.0, ge=0, description="SGD momentum")
     eps: float | None = Field(None, gt=0, description="optimiser eps (None: torch's default for the optimiser)")
@@ -60,6 +62,11 @@ class HParams(pydantic.BaseModel):
     warmup_steps: int = Field(0, ge=0, description="first optimiser steps at lr × warmup_factor")
     warmup_factor: float = Field(1.0, gt=0, description="learning-rate multiplier during warm-up")
     nan_restarts: int = Field(0, ge=0, description="re-initialise model and optimiser when the loss is NaN during warm-up, at most this often")
+    # stopping before `epochs` (both off by default)
+    stop_value: float | None = Field(None, description="end the run once the run's validation metric reaches this value "
+                                                       "(e.g. valid_acc 1.0: no later epoch could then be chosen as best)")
+    stop_patience: int = Field(0, ge=0, description="end the run after this many epochs without a better validation "
+                                                    "metric (0 = never)")
     # model
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout of the architecture around the unit")
     mlp_hidden: int | None = Field(None, ge=1, description="classifier hidden size (None: the architecture's default)")
@@ -114,6 +121,20 @@ def resolve_hparams(values: dict[str, Any] | HParams | None, defaults: dict[str,
         raise HParamsError("hyperparameters: " + "; ".join(f"{k}: {m}" for k, m in _problems(exc))) from None
 
 
+#: Fields added after runs were first fingerprinted: hashed only when set to something other than
+#: their default, so every run (and checkpoint) written before they existed keeps its fingerprint.
+ADDED_LATER = ("stop_value", "stop_patience")
+
+
 def as_params(hp: HParams) -> dict[str, Any]:
-    """The resolved values as plain JSON-able data (what the fingerprint hashes and MLflow logs)."""
+    """The resolved values as plain JSON-able data (what MLflow logs and the result records)."""
     return hp.model_dump(mode="json")
+
+
+def fingerprint_params(hp: HParams) -> dict[str, Any]:
+    """`as_params` less the `ADDED_LATER` fields at their default: what a run's fingerprint hashes."""
+    out = as_params(hp)
+    for name in ADDED_LATER:
+        if name in out and getattr(hp, name) == type(hp).model_fields[name].default:
+            del out[name]
+    return out

@@ -1,6 +1,6 @@
 """Optimisers, learning-rate schedules and warm-up, as the resolved `HParams` ask for them.
 
-Built on torch.optim (no hand-written optimiser). The one piece written here is the "threshold"
+Built on torch.optim (no hand-written optimiser; `nadam-tf` is torch's NAdam configured as TF's). The one piece written here is the "threshold"
 schedule (×factor once when a validation metric crosses a value: TPR-RNN's "lr ×0.5 once when
 valid loss < 0.1", TPR-FAMILY.md §1.1), which torch has no scheduler for, and the warm-up
 multiplier, applied around each optimiser step so it composes with any schedule.
@@ -8,6 +8,7 @@ multiplier, applied around each optimiser step so it composes with any schedule.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -24,6 +25,13 @@ def make_optimizer(params: list[torch.nn.Parameter], hp: HParams) -> torch.optim
         return torch.optim.Adam(params, lr=hp.lr, betas=hp.betas, weight_decay=hp.weight_decay, **eps)
     if hp.optimizer == "nadam":
         return torch.optim.NAdam(params, lr=hp.lr, betas=hp.betas, weight_decay=hp.weight_decay, **eps)
+    if hp.optimizer == "nadam-tf":
+        # tf.contrib.opt.NadamOptimizer (TPR-RNN's train code) is Adam with a Nesterov step and a
+        # *constant* momentum β1; torch's NAdam follows Dozat's schedule μ_t = β1(1 − ½·0.96^{ψt}),
+        # ψ = momentum_decay. ψ = ∞ makes μ_t = β1 for every t: the same update as TF's from the
+        # first steps on (only the bias correction of the first ~10 steps differs; tests/test_babi.py).
+        return torch.optim.NAdam(params, lr=hp.lr, betas=hp.betas, weight_decay=hp.weight_decay,
+                                 momentum_decay=math.inf, **eps)
     if hp.optimizer == "sgd":
         return torch.optim.SGD(params, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
     if hp.optimizer == "adadelta":

@@ -12,6 +12,8 @@ would run code is refused (tasks/checkpoint.py).
 
 `train` reads as its four jobs: restore (`_read_checkpoint`, `_apply_checkpoint`), one epoch
 (`_train_epoch`), checkpoint (`_save_checkpoint`) and evaluate (`_end_of_epoch`, `_test`).
+`stop_value` / `stop_patience` end a run before `epochs`, decided from the history alone (a
+resumed run stops where it would have).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .base import TaskAdapter
 from .checkpoint import CheckpointCorrupt, CheckpointMismatch, CheckpointRefused, atomic_save, load_checkpoint, set_aside
 from .determinism import Determinism, is_nondeterminism_error, rng_state, set_rng_state
 from .errors import DataError
-from .hparams import HParams, as_params
+from .hparams import HParams, as_params, fingerprint_params
 from .optim import Schedule, make_optimizer, optimizer_step
 from .registry import TaskError
 
@@ -66,7 +68,7 @@ class TrainConfig:
     def fingerprint(self, task: str, task_options: dict[str, Any], hp: HParams, metric: str, direction: str) -> str:
         """What a checkpoint or result must match to be reused: everything that changes the run."""
         blob = {"task": task, "options": task_options, "unit": self.unit, "arch": self.arch, "dim": self.dim,
-                "input_dim": self.input_dim, "epochs": self.epochs, "seed": self.seed, "hparams": as_params(hp),
+                "input_dim": self.input_dim, "epochs": self.epochs, "seed": self.seed, "hparams": fingerprint_params(hp),
                 "metric": metric, "direction": direction}
         return _digest(blob)
 
@@ -393,6 +395,10 @@ def _clear_run_files(ctx: _Context) -> None:
 
 def _epochs(ctx: _Context, s: _Session, result: RunResult, start: int, report: Any, progress: Any) -> None:
     for epoch in range(start + 1, ctx.config.epochs + 1):
+        stop = _stop_reason(ctx, result)  # from the history alone, so a resumed run stops where it would have
+        if stop:
+            ctx.say(stop)
+            return
         t0 = time.perf_counter()
         train_metrics = _train_epoch(ctx, s, result, epoch)
         if train_metrics is None:
@@ -404,6 +410,20 @@ def _epochs(ctx: _Context, s: _Session, result: RunResult, start: int, report: A
         if report is not None and report(epoch, result.history[-1]):
             result.status, result.reason = "pruned", f"pruned after epoch {epoch}"
             return
+
+
+def _stop_reason(ctx: _Context, result: RunResult) -> str | None:
+    """Why the run ends before `epochs` (hparams stop_value / stop_patience), or None."""
+    if not result.history or result.best_epoch is None:
+        return None
+    last = int(result.history[-1]["epoch"])
+    target = ctx.hp.stop_value
+    if target is not None and (result.best_valid >= target if ctx.direction == "maximize" else result.best_valid <= target):
+        return f"stopped after epoch {last}: {ctx.metric} reached {target:g} at epoch {result.best_epoch} (stop_value)"
+    if ctx.hp.stop_patience and last - result.best_epoch >= ctx.hp.stop_patience:
+        return (f"stopped after epoch {last}: no better {ctx.metric} for {last - result.best_epoch} epochs since "
+                f"epoch {result.best_epoch} (stop_patience)")
+    return None
 
 
 def _train_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> dict[str, float] | None:
@@ -500,8 +520,14 @@ def _save_checkpoint(ctx: _Context, s: _Session, result: RunResult, epoch: int) 
 
 
 def _test(ctx: _Context, model: torch.nn.Module) -> dict[str, dict[str, float]]:
-    """The best model's metrics on every test split, in the task's order."""
-    return {split: ctx.adapter.evaluate(model, split, ctx.eval_batch_size) for split in ctx.adapter.test_splits}
+    """The best model's metrics on every test split, in the task's order, then the task's summaries
+    over them (e.g. bAbI's mean error and failed tasks: `TaskAdapter.summarize_tests`)."""
+    results = {split: ctx.adapter.evaluate(model, split, ctx.eval_batch_size) for split in ctx.adapter.test_splits}
+    summaries = ctx.adapter.summarize_tests(results)
+    clash = sorted(set(summaries) & set(results))
+    if clash:
+        raise TaskError(f"task {ctx.adapter.name!r}: summary names {clash} are also test split names")
+    return {**results, **summaries}
 
 
 def load_best_model(adapter: TaskAdapter, config: TrainConfig, run_dir: str | Path) -> torch.nn.Module:

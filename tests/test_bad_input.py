@@ -291,6 +291,9 @@ CASES = [
          "cannot parse unit spec 'tpru[roles='", touches_root=False),
     Case("units_slices_do_not_divide_d", lambda e: ["units", "tpru[slices=3]", "--dim", "8"],
          "unit spec 'tpru[slices=3]' with hidden size 8: slices=3 must divide the hidden size 8", touches_root=False),
+    Case("units_hrr_isometric_too_wide", lambda e: ["units", "lstm", "--dim", "8", "--hrr-fillers", "5", "--hrr-basis",
+                                                    "isometric"],
+         "--hrr-fillers 5: the isometric basis needs N·d' <= d", touches_root=False),
     Case("tasks_unknown_task", lambda e: ["tasks", "logik"], "unknown task 'logik'; did you mean 'logic'",
          touches_root=False),
 ]

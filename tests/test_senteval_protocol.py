@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -210,7 +209,6 @@ def test_relatedness_regression_learns_a_linear_signal():
 
 
 def test_protocol_on_tiny_tree(tree):
-    start = time.perf_counter()
     res = evaluate(hashing_encoder(256), tree, kfold=3, use_senteval=False)
     assert set(res) == set(TASKS)
     for t in ("MR", "CR", "SUBJ", "MPQA", "SST2"):
@@ -231,7 +229,6 @@ def test_protocol_on_tiny_tree(tree):
     # Deterministic: same numbers again (and with parallel folds).
     again = evaluate(hashing_encoder(256), tree, tasks=["MR", "TREC"], kfold=3, use_senteval=False, n_jobs=2)
     assert again["MR"]["acc"] == res["MR"]["acc"] and again["TREC"]["acc"] == res["TREC"]["acc"]
-    assert time.perf_counter() - start < 60
 
 
 def test_prepare_and_string_encoders(tree):

@@ -163,6 +163,13 @@ def test_nli_real_counts(data_root, tmp_path):
 
 
 @pytest.mark.realdata
+def test_nli_max_eval_keeps_the_first_pairs_of_each_eval_split(data_root, tmp_path):
+    task = get_task("nli")({"max_train": 50, "max_eval": 30}, str(data_root), tmp_path)
+    facts = task.describe()
+    assert (facts["train_pairs"], facts["snli_dev_pairs"], facts["mnli_dev_matched_pairs"]) == (50, 30, 30)
+
+
+@pytest.mark.realdata
 def test_lm_real_wikitext2_counts(data_root, tmp_path):
     task = get_task("lm")({"corpus": "wikitext2"}, str(data_root / "wikitext2"), tmp_path)
     facts = task.describe()

@@ -101,6 +101,13 @@ class ResolvedUnit:
         return str(UnitSpec(self.spec.name, tuple(sorted((k, format_value(v)) for k, v in opts.items()))))
 
     @property
+    def implied_hidden_size(self) -> int | None:
+        """The hidden size this unit's options fix (a class method `implied_hidden_size(**options)`,
+        e.g. tpr3: entity·relation·entity), or None for units that take any size."""
+        implied = getattr(self.cls, "implied_hidden_size", None)
+        return None if implied is None else int(implied(**self.options))
+
+    @property
     def identity(self) -> str:
         """Only the options that differ from their defaults, sorted: what cell ids hash.
 

@@ -141,6 +141,11 @@ class TPR3(RecurrentUnit):
         return entity * relation * entity
 
     @classmethod
+    def implied_hidden_size(cls, entity: int = 15, relation: int = 10, **_: object) -> int:
+        """The only hidden size tpr3 takes: a study matrix without `dim` gives its cells this size."""
+        return cls.width(entity, relation)
+
+    @classmethod
     def check_options(cls, hidden_size: int, entity: int = 15, relation: int = 10, mlp_hidden: int = 0,
                       ops: str = "wmb", **_: object) -> None:
         if entity < 1 or relation < 1:

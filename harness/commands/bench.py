@@ -1,11 +1,12 @@
-"""`tprbench bench units|train|harness`: measured speed, not guesses."""
+"""`tprbench bench units|train|harness|record`: measured speed, not guesses."""
 
 from __future__ import annotations
 
 import argparse
 
 HELP = ("benchmarks: `bench units` times every unit against torch's GRU/LSTM, `bench train` the training "
-        "throughput of a logic epoch, `bench harness` the study driver's overhead")
+        "throughput of a logic epoch, `bench harness` the study driver's overhead, `bench record` the commands that "
+        "read a study's record at 1k-100k runs")
 
 
 def _ints(text: str) -> list[int]:
@@ -68,9 +69,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     h.add_argument("--cpus-per-node", type=int, default=1)
     h.add_argument("--root", default=None, help="run directory (default: a temporary one)")
     h.set_defaults(_bench="harness")
+    r = sub.add_parser("record", help="run/study show/report/compare on synthetic records of 1k, 10k, 100k runs")
+    r.add_argument("--sizes", default="quickstart,1k,10k",
+                   help="comma-separated sizes (quickstart, 1k, 10k, 100k) or case names (default quickstart,1k,10k)")
+    r.add_argument("--root", default=None, help="where the records are built (kept, and reused when already built; "
+                   "default: a temporary folder, deleted afterwards)")
+    r.add_argument("--keep", action="store_true", help="keep the temporary records")
+    r.add_argument("--code", default=None, metavar="DIR", help="also time another checkout of tprbench on the same records")
+    r.add_argument("--code-label", default="before", help="its label in the output (default before)")
+    r.add_argument("--only", default=None, help="comma-separated substrings of the commands to time (default all)")
+    r.add_argument("--repeat", type=int, default=1, help="times each command is run (default 1)")
+    r.add_argument("--csv", default=None, help="also write the timings to this CSV file")
+    r.set_defaults(_bench="record")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args._bench == "record":
+        from harness.bench_record import run_record_bench
+
+        return run_record_bench(args)
     if args._bench == "units":
         from harness.bench_units import run_unit_bench
 

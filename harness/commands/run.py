@@ -57,11 +57,13 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     from rich.console import Console
 
+    from harness.logs import route_library_logs
     from harness.runner import StudyRunner
 
     console = Console()
     study, cells = load_cells(args)
     root = check_root(args.root)
+    route_library_logs(root)  # SQLAlchemy tracebacks of a failing store go to <root>/logs, not the terminal
     runner = StudyRunner(study, cells, root, args.tracking_uri, args.storage, force=args.force,
                          console=None if args.quiet else console)
     console.print(f"[bold]tprbench run[/] {args.study}: {len(cells)} cells · root {root}")

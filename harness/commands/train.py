@@ -22,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="logic", help="task name (see `tprbench tasks`; default logic)")
     p.add_argument("--unit", required=True, help="unit spec, e.g. 'tpru[roles=64]', 'gru'")
     p.add_argument("--arch", default=None, help="architecture (plain, bidaf, ...; default: the task's first)")
-    p.add_argument("--dim", type=int, default=64, help="hidden size d (default 64)")
+    p.add_argument("--dim", type=int, default=None,
+                   help="hidden size d (default: the size the unit's options fix, e.g. tpr3's E·R·E; else 64)")
     p.add_argument("--input-dim", type=int, default=None, help="embedding size d' (default = --dim)")
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--data", default=None, help="data directory (default: the task's generated data)")
@@ -62,12 +63,15 @@ def _setup(args: argparse.Namespace):
     from tasks.registry import get_task
     from tasks.training import TrainConfig, fingerprint_of, run_metric
 
+    if args.dim is None:
+        args.dim = units.resolve(args.unit).implied_hidden_size or 64
     units.resolve(args.unit, args.dim)
     adapter_cls = get_task(args.task)
     root = Path(args.root)
     adapter = adapter_cls({k: _value(v) for k, v in args.set}, args.data or "generated", root / "cache")
     arch = args.arch or adapter_cls.archs[0]
     adapter.check_arch(arch)
+    adapter_cls.check_unit(arch, args.unit)
     hparams = {k: _value(v) for k, v in args.hp}
     for key in ("lr", "batch_size", "dropout"):
         if getattr(args, key) is not None:
@@ -90,8 +94,9 @@ def _print_result(console, args: argparse.Namespace, adapter, config, result) ->
     name = result.metric.removeprefix("valid_")
     table.add_column(name, justify="right")
     table.add_row(adapter.valid_split, f"{result.best_valid:.4f}")
-    for split, values in result.test.items():
-        table.add_row(split, f"{values[name]:.4f}" if name in values else "-")
+    for split, values in result.test.items():  # test splits, then the task's summaries over them
+        table.add_row(split, f"{values[name]:.4f}" if name in values else
+                      ", ".join(f"{k} {v:.4g}" for k, v in values.items()))
     console.print(table)
     console.print(f"parameters of the unit: {result.params_formula:,} (papers' formula, no biases), "
                   f"{result.params_total:,} (total)" if result.params_formula is not None else

@@ -10,6 +10,11 @@ HELP = "list registered units with their options and parameter counts"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dim", type=int, default=64, help="hidden size d for the counts (default 64)")
     p.add_argument("--input-dim", type=int, default=None, help="input size d' (default: same as --dim)")
+    p.add_argument("--hrr-fillers", type=int, default=None, metavar="D'",
+                   help="also count Luo et al.'s HRR word embedding with d' basis fillers per role (width --input-dim)")
+    p.add_argument("--hrr-roles", type=int, default=2, metavar="N", help="HRR roles (default 2)")
+    p.add_argument("--hrr-basis", choices=("fixed", "isometric"), default="fixed", help="HRR bases (default fixed)")
+    p.add_argument("--vocab", type=int, default=10_000, help="vocabulary size for the embedding counts (default 10,000: PTB)")
     p.add_argument("specs", nargs="*", help="unit specs to count instead of every registered name, e.g. 'tpru[roles=32]'")
 
 
@@ -43,8 +48,33 @@ def run(args: argparse.Namespace) -> int:
         formula = f"{counts.formula:,}" if counts.formula is not None else "n/a"
         table.add_row(escape(str(resolved.spec)), opt_text + ("; " if opt_text else "") + "layers=1, bidirectional=false",
                       formula, f"{counts.total:,}", doc)
+    embedding = None
+    if args.hrr_fillers is not None:  # checked before anything is printed
+        embedding = _embedding_table(args.vocab, din, args.hrr_fillers, args.hrr_roles, args.hrr_basis)
     Console(width=160).print(table)
+    if embedding is not None:
+        Console(width=160).print(embedding)
     return 0
+
+
+def _embedding_table(vocab: int, dim: int, fillers: int, roles: int, basis: str) -> object:
+    """The HRR embedding's parameter counts beside the plain embedding it replaces (issue 14)."""
+    from rich.table import Table
+
+    from tasks.lm.hrr import HRRWordEmbedding
+    from tasks.registry import TaskError
+
+    try:
+        counts = HRRWordEmbedding(vocab, dim, fillers, roles=roles, basis=basis, anneal_steps=0).param_counts()
+    except ValueError as exc:
+        raise TaskError(f"--hrr-fillers {fillers}: {exc}") from None
+    table = Table(title=f"word embedding (V={vocab:,}, d={dim})")
+    for col in ("embedding", "params", "formula"):
+        table.add_column(col, justify="right" if col == "params" else "left")
+    trained = " + N·d'·d + N·d (trained bases)" if basis == "isometric" else " (fixed bases are not trained)"
+    table.add_row("plain", f"{counts.plain:,}", "V·d")
+    table.add_row(f"hrr (N={roles}, d'={fillers}, {basis})", f"{counts.formula:,}", "V·N·d'" + trained)
+    return table
 
 
 def _resolve_listed(spec: str, d: int, given: bool):

@@ -174,60 +174,98 @@ def _task_tables(cell_rows: list[dict[str, Any]], runs_by_cell: dict[str, Any], 
     return out
 
 
-def _search_stats(search: Any, metric: str, direction: str) -> dict[str, Any]:
+def _present(v: Any) -> bool:
+    return not _is_missing(v)
+
+
+def _search_stats(search: list[dict[str, Any]], metric: str, direction: str) -> dict[str, Any]:
+    """Search-phase statistics of one cell from its search runs (dicts): the best trial is the
+    first with the best value in trial order (as pandas' idxmax/idxmin over trials sorted stably)."""
     best_col = f"metric.best_valid_{metric}"
-    s_fin = search[search["status"] == "finished"]
+    s_fin = [r for r in search if r.get("status") == "finished"]
     best_search, best_trial = float("nan"), None
-    if best_col in s_fin.columns and s_fin[best_col].notna().any():
-        vals = s_fin[[best_col, "trial"]].dropna(subset=[best_col]).sort_values("trial", kind="stable")
-        idx = vals[best_col].idxmin() if direction == "minimize" else vals[best_col].idxmax()
-        best_search, best_trial = float(vals.loc[idx, best_col]), vals.loc[idx, "trial"]
+    vals = [r for r in s_fin if _present(r.get(best_col))]
+    if vals:
+        vals.sort(key=lambda r: (0, float(r["trial"])) if _present(r.get("trial")) else (1, 0.0))
+        best = vals[0]
+        for r in vals[1:]:
+            if (r[best_col] < best[best_col]) if direction == "minimize" else (r[best_col] > best[best_col]):
+                best = r
+        best_search, best_trial = float(best[best_col]), best.get("trial")
     return {"trials": len(search), "trials_finished": len(s_fin),
-            "trials_pruned": int((search["status"] == "pruned").sum()),
-            "trials_failed": int(search["status"].map(is_failure).sum()) if len(search) else 0,
+            "trials_pruned": sum(r.get("status") == "pruned" for r in search),
+            "trials_failed": sum(bool(is_failure(r.get("status"))) for r in search),
             "best_search": best_search, "best_trial": None if _is_missing(best_trial) else int(best_trial)}
 
 
-def _first_count(frames: list[Any], col: str) -> int | None:
+def _first_count(rows: list[dict[str, Any]], col: str) -> int | None:
     """A parameter count as the runs record it (tag, else the final metric)."""
-    import pandas as pd
-
-    src = pd.concat(frames) if len(frames) > 1 else frames[0]
     for c in (col, f"metric.{col}"):
-        if c in src.columns:
-            v = src[c].dropna()
-            if len(v):
-                return int(v.iloc[0])
+        for r in rows:
+            if _present(r.get(c)):
+                return int(r[c])
     return None
 
 
-def _cell_base(order: int, cell: dict[str, Any], mine: Any, cur: Any, seeds_wanted: int, table: tuple) -> dict:
-    """The per-cell columns of the aggregated frame (shared by its split rows)."""
-    import pandas as pd
+def _summaries(finished: list[dict[str, Any]]) -> str:
+    """Means over the counted finished runs of the metrics a task logs over its test splits
+    (`TaskAdapter.summarize_tests`, logged as test_summary_<name>): JSON {name: mean}."""
+    prefix = "metric.test_summary_"
+    names = sorted({k for r in finished for k in r if k.startswith(prefix)})
+    out = {}
+    for key in names:
+        vals = [float(r[key]) for r in finished if _present(r.get(key))]
+        if vals:
+            out[key[len(prefix):]] = sum(vals) / len(vals)
+    return json.dumps(out, sort_keys=True)
 
+
+def _by_seed(finished: list[dict[str, Any]], col: str) -> str:
+    """JSON {seed: value} of one metric column over the counted finished runs (reports that pair
+    seeds across cells, e.g. bAbI's per-run mean error over single-task models, read it)."""
+    pairs = [(int(r["seed"]), float(r[col])) for r in finished if _present(r.get(col))]
+    return json.dumps(dict(sorted(pairs)), sort_keys=True)
+
+
+def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur: list[dict[str, Any]],
+               seeds_wanted: int, table: tuple) -> dict:
+    """The per-cell columns of the aggregated frame (shared by its split rows), from the cell's
+    runs and counted runs as dicts: plain Python, since a dozen pandas operations on each
+    cell's small frames cost ~40 ms a cell — minutes at 5,000 cells (issue 24)."""
     metric, direction, _ = table
-    finished, failed = cur[cur["status"] == "finished"], cur[cur["status"] != "finished"]
-    present = {int(s) for s in cur["seed"]}
+    failed = [r for r in cur if r.get("status") != "finished"]
+    finished = len(cur) - len(failed)
+    present = {int(r["seed"]) for r in cur}
     missing = [s for s in range(seeds_wanted) if s not in present]
-    search = mine[mine["phase"] == "search"]
-    commits = sorted({str(c) for c in pd.concat([cur["git_commit"], search["git_commit"]]).dropna()})
-    reasons = [f"seed {int(s)}: {r}" for s, r in zip(failed["seed"], failed["reason"]) if not _is_missing(r)]
+    search = [r for r in mine if r.get("phase") == "search"]
+    commits = sorted({str(r["git_commit"]) for r in cur + search if _present(r.get("git_commit"))})
+    reasons = [f"seed {int(r['seed'])}: {r['reason']}" for r in failed if _present(r.get("reason"))]
+    counts = cur + mine if cur else mine
     return {
         "order": order, "cell_id": cell["cell_id"], "task": cell.get("task"), "task_label": cell["task_label"],
         "label": cell.get("label"), "arch": cell.get("arch"), "dim": cell.get("dim"), "input_dim": cell.get("input_dim"),
         "unit": cell.get("unit"), "unit_short": cell["unit_short"], "unit_name": cell["unit_name"],
         "unit_canonical": cell.get("unit_canonical"), "roles": cell["roles"], "slices": cell["slices"],
-        "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": len(finished),
+        "task_options": cell.get("task_options"),
+        "summary": _summaries([r for r in cur if r.get("status") == "finished"]),
+        "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": finished,
         "seeds_failed": len(failed), "seeds_missing": len(missing),
-        "failed_seeds": ",".join(str(int(s)) for s in failed["seed"]), "missing_seeds": ",".join(map(str, missing)),
+        "failed_seeds": ",".join(str(int(r["seed"])) for r in failed), "missing_seeds": ",".join(map(str, missing)),
         "failure_reasons": "; ".join(reasons),
-        "params_formula": _first_count([cur, mine] if len(cur) else [mine], "params_formula"),
-        "params_total": _first_count([cur, mine] if len(cur) else [mine], "params_total"),
+        "params_formula": _first_count(counts, "params_formula"),
+        "params_total": _first_count(counts, "params_total"),
         "final_params": None if _is_missing(cell.get("final_params")) else cell.get("final_params"),
         "final_params_hash": None if _is_missing(cell.get("final_params_hash")) else cell.get("final_params_hash"),
         **_search_stats(search, metric, direction),
         "git_commits": ",".join(commits),
     }
+
+
+def _records_by_cell(frame: Any) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for rec in frame.to_dict("records") if len(frame) else []:
+        out.setdefault(rec["cell_id"], []).append(rec)
+    return out
 
 
 def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_params: bool = False) -> Any:
@@ -247,23 +285,23 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
     cell_rows.sort(key=_sort_key)
     # Grouped once: filtering the frames per cell would be cells × runs work.
     runs_by_cell = {cid: g for cid, g in runs.groupby("cell_id", sort=False)} if len(runs) else {}
-    counted_by_cell = {cid: g for cid, g in counted.groupby("cell_id", sort=False)} if len(counted) else {}
     tables = _task_tables(cell_rows, runs_by_cell, runs)
 
+    runs_recs, counted_recs = _records_by_cell(runs), _records_by_cell(counted)
     out = []
     for order, cell in enumerate(cell_rows):
         cid = cell["cell_id"]
         table = tables[cell["task_label"] or ""]
-        cur = counted_by_cell.get(cid, counted.iloc[0:0])
-        base = _cell_base(order, cell, runs_by_cell.get(cid, runs.iloc[0:0]), cur, seeds_wanted, table)
-        finished = cur[cur["status"] == "finished"]
+        cur = counted_recs.get(cid, [])
+        base = _cell_base(order, cell, runs_recs.get(cid, []), cur, seeds_wanted, table)
+        finished = [r for r in cur if r.get("status") == "finished"]
         for split_order, (split, col) in enumerate(table[2]):
-            vals = finished[col].dropna().to_numpy(dtype=float) if col in finished.columns else np.array([])
+            vals = np.array([float(r[col]) for r in finished if _present(r.get(col))], dtype=float)
             n = len(vals)
             mean = float(np.mean(vals)) if n else float("nan")
             std = float(np.std(vals, ddof=1)) if n > 1 else float("nan")
             out.append({**base, "split": split, "split_order": split_order, "metric_key": col[len("metric."):],
-                        "mean": mean, "std": std, "n": n})
+                        "mean": mean, "std": std, "n": n, "by_seed": _by_seed(finished, col)})
     df = pd.DataFrame(out)
     if len(df):
         for col in ("dim", "input_dim", "roles", "slices", "params_formula", "params_total", "best_trial"):

@@ -1,3 +1,3 @@
 """Task package: autoencode (sentence → encoder → plan vector → decoder regenerates it).
 
-Data and metrics so far; the adapter comes with the new training loop."""
+Data (`data.py`), BLEU (`metrics.py`) and the adapter (`adapter.py`)."""

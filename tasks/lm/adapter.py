@@ -7,6 +7,13 @@ state carried across windows (`forward_carry`), perplexity per split (per BPE to
 plus word-level perplexity). The train stream is cut into `batch_size` rows read left to right,
 so the windows of an epoch are in a fixed order; the carry restarts at each epoch and each
 evaluation.
+
+`contiguous=false` reads one sentence (line) per row instead, right-padded, the state starting from
+zero for every sentence: the non-contiguous rows of Luo et al.'s Table 1.
+
+`embedding="hrr"` replaces the embedding and the tied decoder by Luo et al.'s HRR word embedding
+and its readout (tasks/lm/hrr.py), around any registered unit; the unit's output is projected to
+the embedding width d (the `projection` Linear, or none when the widths agree) before the readout.
 """
 
 from __future__ import annotations
@@ -27,7 +34,12 @@ from ..base import TaskAdapter
 from ..errors import DataError
 from ..hparams import HParams
 from ..registry import TaskError, register_task
-from .data import CORPORA, batchify, bptt_batches, load_lm_corpus
+from .data import CORPORA, batchify, bptt_batches, load_lm_corpus, sentence_batches, split_sentences
+from .hrr import EmbeddingParamCounts, HRRWordEmbedding
+
+# lingvo's role-annealing steps (lingvo/tasks/lm/params/ptb_word_level.py): `HRRify` sets 15000 and the
+# contiguous PTB config keeps it; the sentence-level configs set 3000.
+HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES = 15000, 3000
 
 
 class LMOptions(pydantic.BaseModel):
@@ -42,18 +54,72 @@ class LMOptions(pydantic.BaseModel):
     eval_batch_size: int = pydantic.Field(10, ge=1)
     projection: bool = pydantic.Field(True, description="Linear(d, d_embed) before the tied decoder, as the authors' lm.py "
                                                         "(false: none, allowed only when d = d_embed)")
+    contiguous: bool = pydantic.Field(True, description="true: the split as one stream, truncated BPTT, state carried "
+                                                        "across windows; false: one sentence per row, state reset per sentence")
+    embedding: Literal["plain", "hrr"] = pydantic.Field(
+        "plain", description="plain: nn.Embedding with a tied decoder; hrr: Luo et al.'s HRR embedding and readout (word level)")
+    hrr_roles: int = pydantic.Field(2, ge=1, description="hrr: roles N (the paper: 2)")
+    hrr_fillers: int | None = pydantic.Field(None, ge=1, description="hrr: basis fillers per role d' (required with hrr)")
+    hrr_basis: Literal["fixed", "isometric"] = pydantic.Field(
+        "fixed", description="hrr: fixed = frozen N(0, 1/d) bases; isometric = trained bases with the isometry loss (N·d' <= d)")
+    hrr_beta: float = pydantic.Field(
+        100.0, ge=0, description="hrr isometric: β against the cross-entropy summed over each sequence's tokens (lingvo's "
+                                 "loss); applied as β·B/tokens against the per-token mean loss")
+    hrr_anneal_steps: int | list[int] | None = pydantic.Field(
+        None, description="hrr: updates over which role i > 1 fades in (N − 1 values for N > 2; 0 = off; "
+                          f"None = the authors': {HRR_ANNEAL_CONTIGUOUS} contiguous, {HRR_ANNEAL_SENTENCES} per sentence)")
+    hrr_filler_dropout: float = pydantic.Field(0.5, ge=0, lt=1, description="hrr: dropout on the decoded fillers "
+                                                                              "(the authors' code, not in the paper)")
+
+    @pydantic.model_validator(mode="after")
+    def _hrr_options(self) -> LMOptions:
+        fields = type(self).model_fields
+        hrr_set = sorted(name for name in fields
+                         if name.startswith("hrr_") and getattr(self, name) != fields[name].default)
+        if self.embedding != "hrr":
+            if hrr_set:
+                raise ValueError(f"{', '.join(hrr_set)}: HRR options need embedding = \"hrr\"")
+            return self
+        if self.bpe_vocab_size is not None:
+            raise ValueError("embedding = \"hrr\" is word level only (Luo et al. decompose words); "
+                             "drop bpe_vocab_size or use embedding = \"plain\"")
+        if self.hrr_fillers is None:
+            raise ValueError("embedding = \"hrr\" needs hrr_fillers (d', basis fillers per role; the paper: 320 at d = 650)")
+        steps = self.hrr_anneal_steps
+        if isinstance(steps, list) and len(steps) != self.hrr_roles - 1:
+            raise ValueError(f"hrr_anneal_steps: {self.hrr_roles} roles need {self.hrr_roles - 1} step counts, got {steps}")
+        if isinstance(steps, int) and steps and self.hrr_roles > 2:
+            raise ValueError(f"hrr_anneal_steps: with {self.hrr_roles} roles give one step count per role after the "
+                             f"first (a list of {self.hrr_roles - 1}), or 0 to turn annealing off")
+        if steps is not None and any(s < 0 for s in (steps if isinstance(steps, list) else [steps])):
+            raise ValueError(f"hrr_anneal_steps: step counts must be >= 0, got {steps}")
+        return self
+
+    def hrr_anneal(self) -> int | list[int]:
+        """The annealing steps this run uses (the authors' value for the mode when not given)."""
+        if self.hrr_anneal_steps is not None:
+            return self.hrr_anneal_steps
+        if self.hrr_roles > 2:  # the authors' 4-role configs; no contiguous one exists
+            return [HRR_ANNEAL_SENTENCES + 1000 * i for i in range(self.hrr_roles - 1)]
+        return HRR_ANNEAL_CONTIGUOUS if self.contiguous else HRR_ANNEAL_SENTENCES
 
 
 class LanguageModel(nn.Module):
     """Embedding → unit (stacked) → projection Linear(d, d_embed) → decoder tied to the embedding.
 
     As the authors' models/lm.py: embedding and projection weights orthogonal (`init_weights`),
-    projection bias 0, the decoder an nn.Linear (default bias init) sharing the embedding matrix."""
+    projection bias 0, the decoder an nn.Linear (default bias init) sharing the embedding matrix.
+    With `hrr` (HRRWordEmbedding's keyword arguments) the embedding is Luo et al.'s HRR embedding
+    and the decoder its tied readout `logits(h)`, h being the projected unit output."""
 
-    def __init__(self, unit: str, vocab_size: int, dim: int, input_dim: int, dropout: float, projection: bool = True) -> None:
+    def __init__(self, unit: str, vocab_size: int, dim: int, input_dim: int, dropout: float, projection: bool = True,
+                 hrr: dict[str, Any] | None = None) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, input_dim)
-        nn.init.orthogonal_(self.embed.weight)
+        if hrr is None:
+            self.embed = nn.Embedding(vocab_size, input_dim)
+            nn.init.orthogonal_(self.embed.weight)
+        else:
+            self.embed = HRRWordEmbedding(vocab_size, input_dim, **hrr)
         self.encoder = units.build(unit, input_dim, dim)
         width = self.encoder.output_size
         if projection:
@@ -65,13 +131,31 @@ class LanguageModel(nn.Module):
         else:
             raise TaskError(f"lm: projection=false needs the unit's output size ({width}) to equal the embedding size "
                             f"({input_dim}): the decoder is tied to the embedding")
-        self.decoder = nn.Linear(input_dim, vocab_size)
-        self.decoder.weight = self.embed.weight  # tied input/output embeddings
+        if hrr is None:
+            self.decoder = nn.Linear(input_dim, vocab_size)
+            self.decoder.weight = self.embed.weight  # tied input/output embeddings
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, tokens: torch.Tensor, carry: Any = None) -> tuple[torch.Tensor, Any]:
-        outputs, carry = self.encoder.forward_carry(self.dropout(self.embed(tokens)), carry)
-        return self.decoder(self.dropout(self.project(outputs))), carry
+    @property
+    def hrr(self) -> HRRWordEmbedding | None:
+        return self.embed if isinstance(self.embed, HRRWordEmbedding) else None
+
+    def forward(self, tokens: torch.Tensor, carry: Any = None, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, Any]:
+        """Logits [B, T, V] and the carry. With `mask` (whole sentences) the unit runs from a zero
+        state over the padded batch and the carry is None; without, it continues from `carry`."""
+        hrr = self.hrr
+        if hrr is None:
+            x = self.embed(tokens)
+        else:  # lingvo's loss is summed over each sequence's tokens: β weighs against that (ARCHITECTURE.md)
+            tokens_per_row = (mask.sum() if mask is not None else tokens.numel()) / max(tokens.shape[0], 1)
+            x = hrr.embed(tokens, loss_scale=1.0 / max(float(tokens_per_row), 1.0))
+        if mask is None:
+            outputs, carry = self.encoder.forward_carry(self.dropout(x), carry)
+        else:
+            outputs, _ = self.encoder(self.dropout(x), mask)
+            carry = None
+        h = self.dropout(self.project(outputs))
+        return (self.decoder(h) if hrr is None else hrr.logits(h)), carry
 
 
 def detach(carry: Any) -> Any:
@@ -113,6 +197,7 @@ class LMTask(TaskAdapter):
                 streams[split] = streams[split][: opts.max_eval_tokens]
         self.streams = streams
         self._rows: dict[tuple[str, int], torch.Tensor] = {}
+        self._split_sentences: dict[str, list[torch.Tensor]] = {}
 
     @property
     def valid_split(self) -> str:
@@ -128,14 +213,28 @@ class LMTask(TaskAdapter):
             self._rows[key] = batchify(self.streams[split], batch_size)
         return self._rows[key]
 
+    def _sentences(self, split: str) -> list[torch.Tensor]:
+        if split not in self._split_sentences:
+            self._split_sentences[split] = split_sentences(self.streams[split], self.corpus.eos_id)
+        return self._split_sentences[split]
+
     def _windows(self, split: str, batch_size: int) -> Iterator[dict[str, Any]]:
         for i, (x, y) in enumerate(bptt_batches(self._batched(split, batch_size), self.options.bptt)):
             yield {"input": x, "target": y, "first": i == 0}
 
+    def _sentence_batches(self, split: str, batch_size: int, generator: torch.Generator | None) -> Iterator[dict[str, Any]]:
+        for x, y, mask in sentence_batches(self._sentences(split), batch_size, generator, self.corpus.eos_id):
+            yield {"input": x, "target": y, "mask": mask}
+
     def train_batches(self, batch_size: int, generator: torch.Generator, epoch: int) -> Iterator[dict[str, Any]]:
+        if not self.options.contiguous:
+            return self._sentence_batches("train", batch_size, generator)
         return self._windows("train", batch_size)
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, Any]]:
+        if not self.options.contiguous:
+            return self.cached_eval_batches(split, self.options.eval_batch_size,
+                                            lambda: self._sentence_batches(split, self.options.eval_batch_size, None))
         return self._windows(split, self.options.eval_batch_size)
 
     def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
@@ -144,16 +243,37 @@ class LMTask(TaskAdapter):
         if resolved.bidirectional:
             raise TaskError(f"lm: unit {unit!r} is bidirectional; a language model reads left to right")
         spec = resolved.spec if "layers" in resolved.spec.option_dict else resolved.spec.with_options(layers=self.options.layers)
-        model = LanguageModel(str(spec), self.corpus.vocab_size, dim, input_dim, hparams.dropout,
-                              projection=self.options.projection)
-        if not hasattr(model.encoder, "forward_carry"):
-            raise TaskError(f"lm: unit {unit!r} cannot carry state across BPTT windows (no forward_carry)")
+        try:
+            model = LanguageModel(str(spec), self.corpus.vocab_size, dim, input_dim, hparams.dropout,
+                                  projection=self.options.projection, hrr=self.hrr_kwargs())
+        except ValueError as exc:  # HRRWordEmbedding's checks that need d (e.g. isometric N·d' <= d)
+            if isinstance(exc, TaskError) or self.options.embedding != "hrr":
+                raise
+            raise TaskError(f"lm: embedding = \"hrr\" at input_dim {input_dim}: {exc}") from None
+        if self.options.contiguous and not hasattr(model.encoder, "forward_carry"):
+            raise TaskError(f"lm: unit {unit!r} cannot carry state across BPTT windows (no forward_carry); "
+                            "use contiguous = false")
         return model
 
+    def hrr_kwargs(self) -> dict[str, Any] | None:
+        """HRRWordEmbedding's arguments from the options (None for the plain embedding)."""
+        o = self.options
+        if o.embedding != "hrr":
+            return None
+        return {"fillers": o.hrr_fillers, "roles": o.hrr_roles, "basis": o.hrr_basis, "beta": o.hrr_beta,
+                "anneal_steps": o.hrr_anneal(), "filler_dropout": o.hrr_filler_dropout}
+
     def loss_with_carry(self, model: nn.Module, batch: dict[str, Any], carry: Any) -> tuple[torch.Tensor, dict[str, float], Any]:
-        """One BPTT window continuing from `carry` (the trainer passes it along; None at a pass's start)."""
-        logits, carry = model(batch["input"], None if batch["first"] else carry)
+        """One BPTT window continuing from `carry` (the trainer passes it along; None at a pass's start),
+        or one batch of whole sentences (`mask` present: padding is not predicted, no carry)."""
         target = batch["target"]
+        mask = batch.get("mask")
+        if mask is not None:
+            logits, _ = model(batch["input"], mask=mask)
+            target = target.masked_fill(~mask, -100)  # cross_entropy's ignore_index
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
+            return loss, {"count": int(mask.sum())}, None
+        logits, carry = model(batch["input"], None if batch["first"] else carry)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
         return loss, {"count": int(target.numel())}, detach(carry)
 
@@ -170,6 +290,28 @@ class LMTask(TaskAdapter):
         if self.corpus.tokenizer == "bpe" and not (self.options.max_eval_tokens or self.options.max_train_tokens):
             metrics["word_ppl"] = self.corpus.word_perplexity(split, metrics["loss"])
         return metrics
+
+    def report_notes(self, arch: str) -> list[str]:
+        """The embedding (HRR: its parameter counts against the plain V·d) and the reading mode."""
+        o = self.options
+        mode = ("contiguous (one stream, truncated BPTT, state carried)" if o.contiguous
+                else "per sentence (padded, state reset for each sentence)")
+        notes = [f"lm: {mode}"]
+        if o.embedding == "hrr":
+            notes.append(f"lm: HRR embedding (Luo et al.), N = {o.hrr_roles} roles, d' = {o.hrr_fillers}, {o.hrr_basis} "
+                         f"bases, annealing {o.hrr_anneal()}, decoded-filler dropout {o.hrr_filler_dropout}"
+                         + (f", β = {o.hrr_beta} (per sequence)" if o.hrr_basis == "isometric" else ""))
+        return notes
+
+    def embedding_param_counts(self, input_dim: int) -> EmbeddingParamCounts:
+        """Parameters of the embedding and its tied readout at width `input_dim`: the HRR count
+        (V·N·d' + bases when trained) against the plain V·d; `total` adds the readout bias b_w."""
+        self.prepare()
+        v = self.corpus.vocab_size
+        kwargs = self.hrr_kwargs()
+        if kwargs is None:
+            return EmbeddingParamCounts(v * input_dim, v * input_dim, v * input_dim + v)
+        return HRRWordEmbedding(v, input_dim, **kwargs).param_counts()
 
     def describe(self) -> dict[str, Any]:
         self.prepare()

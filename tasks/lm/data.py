@@ -6,6 +6,8 @@ Public API (the LM adapter builds on these names):
                    bpe_vocab_size=None, bpe_min_frequency=2) -> LMCorpus
     batchify(ids, batch_size) -> Tensor [B, N]
     bptt_batches(data, bptt) -> Iterator[(input [B, T], target [B, T])]
+    split_sentences(ids, eos_id) -> list[Tensor]          (the non-contiguous mode)
+    sentence_batches(sentences, batch_size, generator) -> Iterator[(input, target, mask)]
 
 Word tokens follow the PyTorch word_language_model example: ``line.split() + ['<eos>']`` for
 every line, blank lines included (a blank WikiText line, a single space, becomes one ``<eos>``).
@@ -329,3 +331,52 @@ def bptt_batches(data: torch.Tensor, bptt: int) -> Iterator[tuple[torch.Tensor, 
     for i in range(0, n - 1, bptt):
         t = min(bptt, n - 1 - i)
         yield data[:, i:i + t], data[:, i + 1:i + 1 + t]
+
+
+def split_sentences(ids: torch.Tensor, eos_id: int = EOS_ID) -> list[torch.Tensor]:
+    """The stream cut after every `eos_id`: one tensor per line of the corpus, each ending in <eos>
+    (a trailing piece without one is kept as it is). The non-contiguous LM reads these."""
+    if ids.dim() != 1:
+        raise ValueError(f"split_sentences expects a 1-D id stream, got shape {tuple(ids.shape)}")
+    ends = (ids == eos_id).nonzero().flatten() + 1
+    bounds = [0, *ends.tolist()]
+    if bounds[-1] != ids.numel():
+        bounds.append(ids.numel())
+    return [ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+
+
+def sentence_batches(sentences: list[torch.Tensor], batch_size: int, generator: torch.Generator | None = None,
+                     eos_id: int = EOS_ID, pool: int = 50) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Batches of whole sentences, right-padded: (input [B, T], target [B, T], mask [B, T]).
+
+    A sentence w_1 … w_n <eos> is read as input <eos> w_1 … w_n and target w_1 … w_n <eos>: every
+    token of the stream is predicted once, as in the contiguous mode, with <eos> standing for the
+    sentence start (the authors' lingvo input feeds <s>; both predict n + 1 tokens per sentence,
+    lingvo's `num_words = word_count + 1`). Padding carries id `eos_id` and mask False.
+
+    With a generator (training) the sentences are shuffled, sorted by length within pools of
+    `pool` batches (so a batch holds sentences of similar length, as lingvo's length buckets do)
+    and the batches shuffled; without one (evaluation) they are sorted by length once."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be >= 1")
+    if generator is None:
+        order = sorted(range(len(sentences)), key=lambda i: (len(sentences[i]), i))
+        groups = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    else:
+        perm = torch.randperm(len(sentences), generator=generator).tolist()
+        groups = []
+        for p in range(0, len(perm), pool * batch_size):
+            chunk = sorted(perm[p:p + pool * batch_size], key=lambda i: len(sentences[i]))
+            groups += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+        groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
+    for group in groups:
+        steps = max(len(sentences[i]) for i in group)
+        inputs = torch.full((len(group), steps), eos_id, dtype=torch.long)
+        targets = torch.full((len(group), steps), eos_id, dtype=torch.long)
+        mask = torch.zeros(len(group), steps, dtype=torch.bool)
+        for row, i in enumerate(group):
+            s = sentences[i]
+            inputs[row, 1:len(s)] = s[:-1]
+            targets[row, :len(s)] = s
+            mask[row, :len(s)] = True
+        yield inputs, targets, mask

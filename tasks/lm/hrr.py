@@ -117,6 +117,7 @@ class HRRWordEmbedding(nn.Module):
         self.bias = None if self.anneal_steps else nn.Parameter(torch.zeros(vocab_size))
         self.filler_dropout = nn.Dropout(filler_dropout)
         self.register_buffer("step", torch.zeros((), dtype=torch.long))  # training-mode `logits` calls so far
+        self.aux_loss: torch.Tensor | None = None  # present from construction: the trainer finds aux-loss modules then
 
     # -- the pieces -------------------------------------------------------------------------
     def alphas(self, step: int | None = None) -> torch.Tensor:
@@ -143,11 +144,15 @@ class HRRWordEmbedding(nn.Module):
         return ccorr(self.role_basis, h.unsqueeze(-2))
 
     # -- embedding and readout --------------------------------------------------------------
-    def embed(self, ids: torch.Tensor) -> torch.Tensor:
-        """E(w) for token ids [...] → [..., d]; sets `aux_loss` (β·isometry loss in training, else 0)."""
+    def embed(self, ids: torch.Tensor, loss_scale: float = 1.0) -> torch.Tensor:
+        """E(w) for token ids [...] → [..., d]; sets `aux_loss` (loss_scale·β·isometry loss in training, else 0).
+
+        β is the authors' weight against lingvo's loss, the cross-entropy summed over each
+        sequence's tokens (and averaged over the batch); a caller whose loss is the per-token mean
+        passes loss_scale = 1/(tokens per sequence) to keep the same balance."""
         out = self.coefficients[ids].reshape(*ids.shape, self.roles * self.fillers) @ self.bound_basis()
         if self.training and self.basis == "isometric" and self.beta > 0:
-            self.aux_loss = self.beta * self.isometry_loss()
+            self.aux_loss = (self.beta * loss_scale) * self.isometry_loss()
         else:
             self.aux_loss = out.new_zeros(())
         return out

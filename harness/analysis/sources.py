@@ -1,0 +1,115 @@
+"""What the analyses read: a tracked run (rebuilt from its record, trained or at its initial
+weights) or a freshly initialised unit spec on a task's data, as one `Source`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class AnalysisError(ValueError):
+    """Bad input to `tprbench gradients` / `interpret` (a run, a spec, an option): exit 2."""
+
+    user_error = True
+
+
+@dataclass
+class Source:
+    label: str            # what tables and panels call it: the run's unit spec (+ "untrained")
+    unit: str             # the unit spec as the run wrote it
+    task: str
+    adapter: Any
+    model: Any
+    run_id: str | None
+    seed: int
+    trained: bool
+
+
+def tracking(root: str, uri: str | None) -> str:
+    from harness.tracking import default_tracking_uri
+
+    return uri or default_tracking_uri(Path(root).expanduser().resolve())
+
+
+def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True, adapters: dict | None = None) -> Source:
+    """`adapters`: a dict the caller shares between its sources (one prepared adapter per task,
+    options and data: the data is read once however many runs of a study are analysed)."""
+    from mlflow import MlflowClient
+
+    from harness.record import TAG
+    from harness.transfer import TransferError, rebuild_tracked_run
+
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        adapter, model, run, config = rebuild_tracked_run(client, run_id, cache_dir, trained=trained, adapters=adapters)
+    except TransferError as exc:
+        raise AnalysisError(str(exc)) from None
+    model.eval()
+    unit = run.data.tags.get(TAG + "unit", config.unit)
+    return Source(unit if trained else f"{unit} (untrained)", unit, run.data.tags.get(TAG + "task", "?"),
+                  adapter, model, run_id, config.seed, trained)
+
+
+def from_spec(spec: str, task: str, data: str | None, options: dict[str, Any], arch: str, dim: int,
+              input_dim: int | None, seed: int, cache_dir: Path) -> Source:
+    """A freshly initialised model around `spec` on `task`'s data (`tprbench gradients --unit`)."""
+    import torch
+
+    import units
+    from tasks.registry import get_task
+
+    try:
+        units.resolve(spec, dim)
+    except units.UnitSpecError as exc:
+        raise AnalysisError(f"--unit {spec!r}: {exc}") from None
+    adapter = get_task(task)(options, os.path.expandvars(data) if data else data, cache_dir)
+    adapter.prepare()
+    hp = adapter.resolve_hparams({})
+    torch.manual_seed(seed)
+    model = adapter.build_model(spec, arch, dim, input_dim or dim, hp)
+    model.eval()
+    return Source(f"{spec} (untrained)", spec, task, adapter, model, None, seed, False)
+
+
+def study_runs(uri: str, study: str, only: dict[str, str]) -> list[tuple[str, str]]:
+    """(run id, unit) of a study's finished final-phase seed runs (seed 0 first), filtered by
+    tag values (`task=logic`), in the study's cell order."""
+    from harness.record import RecordReader, ReportError
+
+    try:
+        runs = RecordReader(uri, study).runs()
+    except ReportError as exc:
+        raise AnalysisError(str(exc)) from None
+    runs = runs[(runs["status"] == "finished") & (runs["phase"] == "final")]
+    for key, value in only.items():
+        if key not in runs.columns:
+            raise AnalysisError(f"--only {key}=...: runs have no {key!r} (use one of task, arch, unit, dim, seed)")
+        runs = runs[runs[key].astype(str) == value]
+    runs = runs.sort_values(["start_time"], kind="stable").drop_duplicates("cell_id")
+    if not len(runs):
+        raise AnalysisError(f"study {study!r}: no finished seed runs match {only or 'the study'}")
+    return list(zip(runs["run_id"], runs["unit"]))
+
+
+def parse_pairs(items: list[str] | None, flag: str) -> dict[str, str]:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise AnalysisError(f"{flag} {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def analysed_unit(model: Any, layer: int) -> Any:
+    from tasks.analysis.readout import encoder_layers, layer_unit
+
+    try:
+        layers = encoder_layers(model)
+    except ValueError as exc:
+        raise AnalysisError(str(exc)) from None
+    if not 1 <= layer <= len(layers):
+        raise AnalysisError(f"--layer {layer}: the encoder has {len(layers)} layer(s)")
+    return layer_unit(layers[layer - 1])

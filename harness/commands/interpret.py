@@ -1,0 +1,103 @@
+"""`tprbench interpret RUN_ID [--control RUN_ID ...]`: roles vs POS on UD English EWT (ICLR-2020
+TPRU §6; TPRN, TPGN: TPR-FAMILY.md §3.4, §4.4), with the untrained model, equal-width LSTM/GRU
+runs and the embeddings as controls; a polysemy listing (`--word bank`)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = "per-token roles of a trained encoder vs gold POS on UD English EWT (NMI, purity, probe, PMI table, controls)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id of a finished trial/seed run (a word-level task: nli)")
+    p.add_argument("--control", action="append", metavar="RUN_ID",
+                   help="a run of a unit without roles (LSTM/GRU of equal width): k-means of its states (repeatable)")
+    p.add_argument("--treebank", default=None,
+                   help="folder with en_ewt-ud-{dev,test}.conllu (default $TPRBENCH_DATA/ud_english_ewt)")
+    p.add_argument("--tag", choices=("upos", "xpos"), default="upos", help="gold tag column (default UPOS, 17 tags)")
+    p.add_argument("--layer", type=int, default=1, help="encoder layer read (default 1: the one reading the embeddings)")
+    p.add_argument("--clusters", type=int, default=None,
+                   help="k for k-means of units without roles (default: the roles the run's unit uses on these tokens)")
+    p.add_argument("--word", action="append", metavar="WORD", help="polysemy listing: occurrences of WORD and their roles")
+    p.add_argument("--word-split", default="mnli:dev_matched", help="NLI split (source:split) the words are looked up in "
+                   "(default mnli:dev_matched, read whole from the run's data root)")
+    p.add_argument("--no-untrained", action="store_true", help="skip the untrained-model control")
+    p.add_argument("--root", default="runs", help="run directory (default ./runs)")
+    p.add_argument("--tracking-uri", default=None)
+    p.add_argument("--out", default=None, help="folder for interpret.md/.json, roles.md, polysemy.md (default reports/interpret/<run>)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+    import shlex
+    import sys
+    from pathlib import Path
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    from rich.console import Console
+    from rich.markup import escape
+
+    from harness.analysis import interpret as ip
+    from harness.analysis.sources import AnalysisError, from_run, tracking
+
+    console = Console()
+    root = Path(args.root).expanduser().resolve()
+    cache = root / "cache"
+    uri = tracking(args.root, args.tracking_uri)
+    treebank = Path(args.treebank) if args.treebank else Path(os.environ.get("TPRBENCH_DATA", "../shared/data")) / "ud_english_ewt"
+    adapters: dict = {}
+    main = from_run(uri, args.run_id, cache, trained=True, adapters=adapters)
+    tokens = ip.map_treebank(main.adapter, treebank, args.tag)
+    console.print(f"UD EWT: {sum(len(v) for v in tokens.tags.values())} tokens, OOV {tokens.oov_rate():.1%} "
+                  f"(types {tokens.oov_type_rate():.1%})")
+
+    def readings(source):
+        with console.status(f"reading {escape(source.label)}"):
+            return tuple(ip.read_split(source.model, args.layer, tokens.ids[s]) for s in ip.SPLITS)
+
+    dev, test = readings(main)
+    k = args.clusters
+    results = []
+    if dev.roles is not None:
+        results.append(ip.evaluate(main.label, dev, test, tokens, None))
+        k = k or results[0].roles_used
+    else:
+        results.append(ip.evaluate(main.label, dev, test, tokens, k or 64))
+        k = k or 64
+    if not args.no_untrained:
+        u = from_run(uri, args.run_id, cache, trained=False, adapters=adapters)
+        results.append(ip.evaluate(u.label, *readings(u), tokens, k))
+    for control_id in args.control or []:
+        c = from_run(uri, control_id, cache, trained=True, adapters=adapters)
+        if ip.vocabulary(c.adapter) != ip.vocabulary(main.adapter):
+            console.print(f"[yellow]note:[/] control {escape(c.label)} has another vocabulary; its OOV tokens differ")
+        results.append(ip.evaluate(f"{c.label} (control)", *readings(c), tokens, k))
+    results.append(ip.evaluate("embeddings (layer input)", dev, test, tokens, k, what="inputs"))
+    majority = ip.majority_baseline(tokens)
+    for r in results:
+        console.print(f"{escape(r.name)}: NMI {r.nmi:.3f}, purity {r.purity:.3f}, probe {r.probe_features:.3f} "
+                      f"(states {r.probe_states:.3f}) [{escape(r.clusters)}]")
+    command = shlex.join(["tprbench", *sys.argv[1:]]) if sys.argv[1:2] == ["interpret"] else "tprbench interpret ..."
+    header = ["tprbench interpret", f"Regenerate with: {command}"]
+    out = Path(args.out) if args.out else Path("reports") / "interpret" / args.run_id[:8]
+    out.mkdir(parents=True, exist_ok=True)
+    files = [out / "interpret.md", out / "interpret.json", out / "roles.md"]
+    files[0].write_text(ip.summary_md(results, tokens, majority, args.tag, header), encoding="utf-8")
+    files[1].write_text(ip.to_json(results, tokens, majority) + "\n", encoding="utf-8")
+    files[2].write_text(ip.role_table_md(results[0], tokens), encoding="utf-8")
+    if args.word:
+        split = args.word_split
+        sentences = ip.corpus_sentences(main, split, cache)
+        parts = []
+        for word in args.word:
+            rows, note = ip.polysemy(main, args.layer, word.lower(), sentences)
+            parts.append(ip.polysemy_md(word, split, rows, note))
+            console.print(f"polysemy {escape(word)}: {len(rows)} occurrences, "
+                          f"{len({r['role'] for r in rows})} distinct roles" if rows else f"polysemy {escape(word)}: {escape(note)}")
+        files.append(out / "polysemy.md")
+        files[-1].write_text("\n".join(parts), encoding="utf-8")
+    if not results:
+        raise AnalysisError("nothing measured")
+    console.print(f"wrote {', '.join(escape(str(f)) for f in files)}")
+    return 0

@@ -1,0 +1,49 @@
+"""`tprbench record check|snapshot|snapshots|restore`: keep a SQLite record safe (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import argparse
+
+HELP = ("the SQLite record of a run directory: check it (SQLite quick_check), snapshot it, list its snapshots, "
+        "restore it from the newest good snapshot")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["check", "snapshot", "snapshots", "restore"],
+                   help="check: is mlflow.db sound; snapshot: take one now; snapshots: list them; restore: replace a "
+                        "damaged mlflow.db by the newest good snapshot (then rerun each study: nothing is trained again)")
+    p.add_argument("--root", default="runs", help="run directory holding mlflow.db and snapshots/ (default ./runs)")
+    p.add_argument("--tracking-uri", default=None, help="a sqlite:/// MLflow URI (default: mlflow.db under --root)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness import record_guard as guard
+    from harness.record_sources import sqlite_path
+    from harness.runner import RunnerError
+
+    root = Path(args.root).expanduser().resolve()
+    uri = args.tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
+    db = sqlite_path(uri)
+    if db is None:
+        raise RunnerError(f"record {args.action}: {uri} is not a SQLite file; a PostgreSQL store or a tracking server "
+                          "is checked and backed up by its database (docs/reliability.md)")
+    if args.action == "restore":
+        print(guard.restore(db, root))
+        return 0
+    if args.action == "snapshots":
+        print(guard.describe(root))
+        return 0
+    if not db.exists():
+        raise RunnerError(f"record {args.action}: {db} does not exist (check --root)")
+    if args.action == "check":
+        problem = guard.quick_check(db)
+        if problem is not None:
+            raise guard.RecordCorrupt(f"{db}: the MLflow record is damaged ({problem}); restore it: tprbench record "
+                                      f"restore --root {root} (docs/reliability.md)")
+        print(f"{db}: ok (SQLite quick_check)")
+        return 0
+    path = guard.take_snapshot(db, root)
+    print(f"snapshot: {path}")
+    return 0

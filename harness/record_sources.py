@@ -1,0 +1,396 @@
+"""Where a study's record is read from: MLflow's SQL tables directly, or the MLflow client.
+
+MLflow's own `search_runs` builds a Python object per run, tag, param and metric and pages
+through the experiment 1,000 runs at a time: ~40 s for a 10k-run record on SQLite, where the
+same rows read straight from the four tables (`runs`, `tags`, `params`, `latest_metrics`) take
+~1 s (../shared/STACK.md; MLflow issue #2730). So a record in a SQL store (a SQLite file,
+PostgreSQL, MySQL: `sqlite:///…`, `postgresql://…`) is read here with plain SQL — sqlite3 for
+SQLite, which needs neither MLflow nor SQLAlchemy imported — in a few queries per read, however
+many cells are asked for. Anything else (an MLflow tracking server, `http(s)://…`) is read through
+`MlflowClient.search_runs`. Both sources give the same shapes:
+
+- `Columns`: trial/seed runs as columns (lists of equal length): `run_id`, `mlflow_status`,
+  `start_time`, `end_time`, each `tprbench.*` tag under its bare name (without `kind`),
+  `param.<name>` (strings, as stored) and `metric.<name>` (the latest value, as MLflow's
+  `run.data.metrics` gives it: NaN for NaN, ±1.797e308 for ±inf);
+- cell runs as dicts: `run_id`, `start_time`, `tags` (bare names), `params`.
+
+Reading the tables is reading MLflow's schema, which MLflow migrates with alembic and has kept
+for these four tables since 1.x; `tests/test_record_summary.py` checks that both sources give
+identical frames, so a schema change shows up there. Writing always goes through MLflow
+(harness.tracking), except the bulk writer used to build benchmark records and to restore a
+record (`bulk_insert`), which writes the same rows MLflow's own store writes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+TAG = "tprbench."
+KIND = TAG + "kind"
+CELL = TAG + "cell_id"
+ENDED = ("FINISHED", "FAILED", "KILLED")
+SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql")
+CHUNK = 500  # ids per IN (...) list: well below every database's bound-parameter limit
+
+Columns = dict[str, list[Any]]
+FIXED = ("run_id", "mlflow_status", "start_time", "end_time")
+
+
+def scheme_of(uri: str) -> str:
+    return uri.split(":", 1)[0].split("+", 1)[0].lower() if ":" in uri else ""
+
+
+def is_sql_uri(uri: str) -> bool:
+    return scheme_of(uri) in SQL_SCHEMES
+
+
+def sqlite_path(uri: str) -> Path | None:
+    """The file of a `sqlite:///path` URI (None for anything else, or an in-memory database)."""
+    if not uri.startswith("sqlite:"):
+        return None
+    rest = uri[len("sqlite:"):]
+    if rest.startswith("///"):
+        rest = rest[3:].split("?", 1)[0]
+        return Path(rest) if rest and rest != ":memory:" else None
+    return None
+
+
+def empty_columns() -> Columns:
+    return {k: [] for k in FIXED}
+
+
+def _chunks(items: list[Any], size: int = CHUNK) -> Iterator[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+class _Builder:
+    """Columns filled run by run (`add_run`) and value by value (`set`), missing values None."""
+
+    def __init__(self) -> None:
+        self.cols: Columns = empty_columns()
+        self.index: dict[str, int] = {}
+
+    def add_run(self, run_id: str, status: str, start_time: Any, end_time: Any) -> None:
+        self.index[run_id] = len(self.cols["run_id"])
+        n = len(self.cols["run_id"]) + 1
+        for name, col in self.cols.items():
+            if name not in FIXED:
+                col.append(None)
+        for name, value in zip(FIXED, (run_id, status, start_time, end_time)):
+            self.cols[name].append(value)
+        assert len(self.cols["run_id"]) == n
+
+    def set(self, run_id: str, name: str, value: Any) -> None:
+        i = self.index.get(run_id)
+        if i is None:
+            return
+        col = self.cols.get(name)
+        if col is None:
+            col = self.cols[name] = [None] * len(self.cols["run_id"])
+        col[i] = value
+
+
+def _metric_value(value: Any, is_nan: Any) -> float:
+    return float("nan") if is_nan else float(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# SQL
+
+
+class SqlSource:
+    """Read-only plain SQL on an MLflow SQL store (sqlite3 for SQLite files, SQLAlchemy otherwise)."""
+
+    def __init__(self, uri: str, timeout: float = 60.0) -> None:
+        self.uri = uri
+        path = sqlite_path(uri)
+        self._engine = None
+        if path is not None:
+            from .record_guard import check
+
+            check(path)  # a damaged file stops here with one line, before anything reads half of it
+            # Read-only: a reader never creates, migrates or locks the store for writing.
+            self._con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout,
+                                        check_same_thread=False)
+        else:
+            import sqlalchemy
+
+            self._engine = sqlalchemy.create_engine(uri, pool_pre_ping=True)
+            self._con = None
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+        if self._engine is not None:
+            self._engine.dispose()
+
+    def query(self, sql: str, params: dict[str, Any] | None = None) -> Iterator[tuple]:
+        """Rows of one statement with `:name` parameters (streamed for SQLite)."""
+        params = params or {}
+        if self._con is not None:
+            yield from self._con.execute(sql, params)
+            return
+        import sqlalchemy
+
+        with self._engine.connect() as con:
+            yield from con.execute(sqlalchemy.text(sql), params)
+
+    # -- experiments -------------------------------------------------------------------------
+    def experiment_id(self, name: str) -> str | None:
+        rows = list(self.query("SELECT experiment_id FROM experiments WHERE name = :n AND lifecycle_stage = 'active'",
+                               {"n": name}))
+        return str(rows[0][0]) if rows else None
+
+    def experiment_names(self) -> list[str]:
+        return [r[0] for r in self.query("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")]
+
+    # -- selections ----------------------------------------------------------------------------
+    @staticmethod
+    def _selection(kind: str, cell_ids: list[str] | None, ended: bool, params: dict[str, Any]) -> str:
+        """SQL selecting (run_uuid, status, start_time, end_time) of the experiment's active runs of
+        one kind, optionally restricted to a chunk of cell ids and to ended runs."""
+        params["kind"] = kind
+        sql = ("SELECT r.run_uuid, r.status, r.start_time, r.end_time FROM runs r "
+               "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'tprbench.kind' AND k.value = :kind ")
+        if cell_ids is not None:
+            names = []
+            for i, cid in enumerate(cell_ids):
+                params[f"c{i}"] = cid
+                names.append(f":c{i}")
+            sql += f"JOIN tags c ON c.run_uuid = r.run_uuid AND c.key = 'tprbench.cell_id' AND c.value IN ({', '.join(names)}) "
+        sql += "WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active'"
+        if ended:
+            sql += " AND r.status IN ('FINISHED', 'FAILED', 'KILLED')"
+        return sql
+
+    def _cell_chunks(self, cell_ids: Iterable[str] | None) -> list[list[str] | None]:
+        if cell_ids is None:
+            return [None]
+        ids = sorted(set(cell_ids))
+        return list(_chunks(ids, 2000)) if ids else []
+
+    def index(self, experiment_id: str, kind: str, cell_ids: Iterable[str] | None = None,
+              ended: bool = True) -> list[tuple[str, str, int, int | None]]:
+        """(run id, status, start time, end time) of the active runs of one kind (ended ones only
+        by default), restricted to `cell_ids` when given. One query per 2,000 cells."""
+        out = []
+        for chunk in self._cell_chunks(cell_ids):
+            params: dict[str, Any] = {"exp": int(experiment_id)}
+            out += [tuple(r) for r in self.query(self._selection(kind, chunk, ended, params), params)]
+        return out
+
+    # -- rows ----------------------------------------------------------------------------------
+    def _fill(self, b: _Builder, where: str, params: dict[str, Any], tag_names: bool = True) -> None:
+        """Tags, params and latest metrics of the runs `where` selects (a subquery of run ids)."""
+        for run_id, key, value in self.query(
+                f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) "
+                "AND t.key LIKE 'tprbench.%' AND t.key <> 'tprbench.kind'", params):
+            b.set(run_id, key[len(TAG):] if tag_names else key, value)
+        for run_id, key, value in self.query(
+                f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
+            b.set(run_id, "param." + key, value)
+        for run_id, key, value, is_nan in self.query(
+                f"SELECT m.run_uuid, m.key, m.value, m.is_nan FROM latest_metrics m WHERE m.run_uuid IN ({where})", params):
+            b.set(run_id, "metric." + key, _metric_value(value, is_nan))
+
+    def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = "run") -> Columns:
+        """Every ended run of one kind of the experiment (of `cell_ids` when given), as Columns:
+        four queries per 2,000 cells, whatever the number of runs."""
+        b = _Builder()
+        for chunk in self._cell_chunks(cell_ids):
+            params: dict[str, Any] = {"exp": int(experiment_id)}
+            sel = self._selection(kind, chunk, True, params)
+            for run_id, status, start, end in self.query(sel, params):
+                b.add_run(run_id, status, start, end)
+            self._fill(b, "SELECT run_uuid FROM (" + sel + ") s", params)
+        return b.cols
+
+    def runs_by_id(self, rows: Iterable[tuple[str, str, int, int | None]]) -> Columns:
+        """Columns of the given index rows (run id, status, start, end), 500 ids per query."""
+        b = _Builder()
+        rows = list(rows)
+        for run_id, status, start, end in rows:
+            b.add_run(run_id, status, start, end)
+        for chunk in _chunks([r[0] for r in rows]):
+            params = {f"r{i}": rid for i, rid in enumerate(chunk)}
+            self._fill(b, ", ".join(f":r{i}" for i in range(len(chunk))), params)
+        return b.cols
+
+    def cell_runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """Every active cell run (any status) of the experiment, of `cell_ids` when given."""
+        out: dict[str, dict[str, Any]] = {}
+        for chunk in self._cell_chunks(cell_ids):
+            params: dict[str, Any] = {"exp": int(experiment_id)}
+            sel = self._selection("cell", chunk, False, params)
+            for run_id, status, start, _end in self.query(sel, params):
+                out[run_id] = {"run_id": run_id, "status": status, "start_time": start, "tags": {}, "params": {}}
+            where = "SELECT run_uuid FROM (" + sel + ") s"
+            for run_id, key, value in self.query(
+                    f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) "
+                    "AND t.key LIKE 'tprbench.%' AND t.key <> 'tprbench.kind'", params):
+                out[run_id]["tags"][key[len(TAG):]] = value
+            for run_id, key, value in self.query(
+                    f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
+                out[run_id]["params"][key] = value
+        return list(out.values())
+
+    def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str]] | None:
+        """(run id, tags by bare name) of the study run (the first created), or None."""
+        params: dict[str, Any] = {"exp": int(experiment_id)}
+        rows = sorted((start or 0, rid) for rid, _s, start, _e in self.query(self._selection("study", None, False, params), params))
+        if not rows:
+            return None
+        rid = rows[0][1]
+        tags = {k[len(TAG):]: v for k, v in self.query("SELECT key, value FROM tags WHERE run_uuid = :r", {"r": rid})
+                if k.startswith(TAG)}
+        return rid, tags
+
+    def pending(self, experiment_id: str) -> list[str]:
+        """Runs a killed driver left half-written: kind `pending`, or a trial/seed run that never ended."""
+        sql = ("SELECT r.run_uuid FROM runs r JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'tprbench.kind' "
+               "WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active' AND (k.value = 'pending' OR "
+               "(k.value = 'run' AND r.status NOT IN ('FINISHED', 'FAILED', 'KILLED')))")
+        return [r[0] for r in self.query(sql, {"exp": int(experiment_id)})]
+
+    def history(self, run_ids: list[str], keys: list[str]) -> list[tuple[str, str, int, float, int]]:
+        """(run id, key, step, value, timestamp) of every logged value of `keys` for `run_ids`."""
+        rows: list[tuple[str, str, int, float, int]] = []
+        kparams = {f"k{i}": k for i, k in enumerate(keys)}
+        knames = ", ".join(f":k{i}" for i in range(len(keys)))
+        if not keys:
+            return rows
+        for chunk in _chunks(sorted(set(run_ids))):
+            params = dict(kparams, **{f"r{i}": rid for i, rid in enumerate(chunk)})
+            sql = (f"SELECT run_uuid, key, step, value, is_nan, timestamp FROM metrics WHERE key IN ({knames}) "
+                   f"AND run_uuid IN ({', '.join(f':r{i}' for i in range(len(chunk)))})")
+            rows += [(r, k, int(s), _metric_value(v, n), int(t)) for r, k, s, v, n, t in self.query(sql, params)]
+        return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# The MLflow client (a tracking server, or any store MLflow can open)
+
+
+class ClientSource:
+    """The same reads through `MlflowClient.search_runs` (paged, 1,000 runs a page)."""
+
+    def __init__(self, uri: str, client: Any = None) -> None:
+        self.uri = uri
+        if client is None:
+            from mlflow import MlflowClient
+
+            client = MlflowClient(tracking_uri=uri)
+        self.client = client
+
+    def close(self) -> None:
+        pass
+
+    def experiment_id(self, name: str) -> str | None:
+        exp = self.client.get_experiment_by_name(name)
+        return None if exp is None else exp.experiment_id
+
+    def experiment_names(self) -> list[str]:
+        return [e.name for e in self.client.search_experiments()]
+
+    def search(self, experiment_id: str, flt: str, deleted: bool = False) -> list[Any]:
+        from mlflow.entities import ViewType
+
+        view = ViewType.DELETED_ONLY if deleted else ViewType.ACTIVE_ONLY
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs([experiment_id], filter_string=flt, run_view_type=view, max_results=1000,
+                                           page_token=token)
+            runs.extend(page)
+            token = page.token
+            if not token:
+                return runs
+
+    @staticmethod
+    def columns(found: Iterable[Any], cell_ids: Iterable[str] | None = None) -> Columns:
+        """Columns of ended runs (of `cell_ids` when given) from MLflow Run objects."""
+        wanted = None if cell_ids is None else set(cell_ids)
+        b = _Builder()
+        for run in found:
+            tags = run.data.tags
+            if run.info.status not in ENDED or (wanted is not None and tags.get(CELL) not in wanted):
+                continue
+            rid = run.info.run_id
+            b.add_run(rid, run.info.status, run.info.start_time, run.info.end_time)
+            for k, v in tags.items():
+                if k.startswith(TAG) and k != KIND:
+                    b.set(rid, k[len(TAG):], v)
+            for k, v in run.data.params.items():
+                b.set(rid, "param." + k, v)
+            for k, v in run.data.metrics.items():
+                b.set(rid, "metric." + k, float(v))
+        return b.cols
+
+    def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = "run",
+             extra: str = "") -> Columns:
+        wanted = None if cell_ids is None else sorted(set(cell_ids))
+        flt = f"tags.`{KIND}` = '{kind}'"
+        if wanted is not None and len(wanted) == 1:
+            flt += f" and tags.`{CELL}` = '{wanted[0]}'"
+        if extra:
+            flt += " and " + extra
+        return self.columns(self.search(experiment_id, flt), wanted)
+
+    def cell_runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        wanted = None if cell_ids is None else set(cell_ids)
+        out = []
+        for run in self.search(experiment_id, f"tags.`{KIND}` = 'cell'"):
+            tags = run.data.tags
+            if wanted is not None and tags.get(CELL) not in wanted:
+                continue
+            out.append({"run_id": run.info.run_id, "status": run.info.status, "start_time": run.info.start_time,
+                        "tags": {k[len(TAG):]: v for k, v in tags.items() if k.startswith(TAG) and k != KIND},
+                        "params": dict(run.data.params)})
+        return out
+
+    def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str]] | None:
+        found = self.search(experiment_id, f"tags.`{KIND}` = 'study'")
+        if not found:
+            return None
+        run = min(found, key=lambda r: r.info.start_time)
+        return run.info.run_id, {k[len(TAG):]: v for k, v in run.data.tags.items() if k.startswith(TAG)}
+
+    def pending(self, experiment_id: str) -> list[str]:
+        ids = [r.info.run_id for r in self.search(experiment_id, f"tags.`{KIND}` = 'pending'")]
+        ids += [r.info.run_id for r in self.search(experiment_id, f"tags.`{KIND}` = 'run'") if r.info.status not in ENDED]
+        return ids
+
+    def history(self, run_ids: list[str], keys: list[str]) -> list[tuple[str, str, int, float, int]]:
+        rows: list[tuple[str, str, int, float, int]] = []
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        bulk = getattr(store, "get_metric_history_bulk", None)
+        run_ids = sorted(set(run_ids))
+        for key in keys:
+            if bulk is not None:
+                for chunk in _chunks(run_ids):
+                    rows += [(m.run_id, key, int(m.step), float(m.value), int(m.timestamp))
+                             for m in bulk(chunk, key, max_results=10**9)]
+            else:
+                rows += _history_threaded(self.client, run_ids, key)
+        return rows
+
+
+def _history_threaded(client: Any, run_ids: list[str], key: str) -> list[tuple[str, str, int, float, int]]:
+    """Per-run `get_metric_history` calls (a tracking server has no bulk history call), 8 at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(run_id: str) -> list[tuple[str, str, int, float, int]]:
+        return [(run_id, key, int(m.step), float(m.value), int(m.timestamp)) for m in client.get_metric_history(run_id, key)]
+
+    with ThreadPoolExecutor(8) as pool:
+        return [row for part in pool.map(one, run_ids) for row in part]
+
+
+def open_source(uri: str, client: Any = None) -> SqlSource | ClientSource:
+    """Plain SQL for a SQL store, the MLflow client for anything else."""
+    return SqlSource(uri) if is_sql_uri(uri) else ClientSource(uri, client)

@@ -1,0 +1,221 @@
+"""The `lm` task's HRR options and its per-sentence mode (issue 14) on a tiny PTB-layout corpus.
+
+The HRR module itself (equations, TPR-FAMILY.md §2.6 (f)–(h)) is tested in tests/test_hrr.py and
+the binding identities (a)–(e) in tests/test_binding.py; here: the options reach the module, it
+wraps any unit, the isometry loss reaches the trainer with lingvo's weighting, the sentence mode
+predicts exactly the tokens of the stream and resets the state, and bad options are one clear error."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+from tasks.lm.adapter import HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES
+from tasks.lm.data import sentence_batches, split_sentences
+from tasks.lm.hrr import HRRWordEmbedding
+from tasks.registry import TaskError, get_task
+from tasks.training import TrainConfig, train
+
+WORDS = "the a cat dog man woman sits runs sleeps eats park food red blue big small not".split()
+
+
+@pytest.fixture(scope="module")
+def lm_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ptb")
+    rng = random.Random(2)
+    for split, n in (("train", 300), ("valid", 40), ("test", 40)):
+        lines = (" ".join(rng.choice(WORDS) for _ in range(rng.randint(2, 9))) + " ." for _ in range(n))
+        (root / f"ptb.{split}.txt").write_text("".join(f" {line} \n" for line in lines))
+    return root
+
+
+def _task(lm_root, tmp_path, **options):
+    return get_task("lm")({"corpus": "ptb", **options}, str(lm_root), tmp_path)
+
+
+HRR = {"embedding": "hrr", "hrr_fillers": 4}
+
+
+# -- options ------------------------------------------------------------------------------------
+
+def test_hrr_options_reach_the_embedding(lm_root, tmp_path):
+    task = _task(lm_root, tmp_path, **HRR, hrr_roles=2, hrr_basis="isometric", hrr_beta=7.0, hrr_anneal_steps=11,
+                 hrr_filler_dropout=0.25, projection=False)
+    task.prepare()
+    model = task.build_model("gru", "lm", 16, 16, task.resolve_hparams({}))
+    emb = model.embed
+    assert isinstance(emb, HRRWordEmbedding) and model.hrr is emb and not hasattr(model, "decoder")
+    assert (emb.vocab_size, emb.dim, emb.fillers, emb.roles, emb.basis) == (task.corpus.vocab_size, 16, 4, 2, "isometric")
+    assert emb.beta == 7.0 and emb.anneal_steps == (11,) and emb.filler_dropout.p == 0.25
+    assert isinstance(model.project, torch.nn.Identity)
+
+
+def test_default_annealing_is_the_authors_for_each_mode(lm_root, tmp_path):
+    """lingvo ptb_word_level.py: HRRify's 15000 for the contiguous config, 3000 per sentence, [3000, 4000, 5000] for N = 4."""
+    assert _task(lm_root, tmp_path, **HRR).options.hrr_anneal() == HRR_ANNEAL_CONTIGUOUS == 15000
+    assert _task(lm_root, tmp_path, **HRR, contiguous=False).options.hrr_anneal() == HRR_ANNEAL_SENTENCES == 3000
+    assert _task(lm_root, tmp_path, **HRR, hrr_roles=4).options.hrr_anneal() == [3000, 4000, 5000]
+    assert _task(lm_root, tmp_path, **HRR, hrr_anneal_steps=0).options.hrr_anneal() == 0
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"embedding": "hrr"}, "needs hrr_fillers"),
+    ({**HRR, "bpe_vocab_size": 500}, "word level only"),
+    ({"hrr_fillers": 4}, "hrr_fillers: HRR options need embedding"),
+    ({**HRR, "hrr_basis": "orthogonal"}, "hrr_basis"),
+    ({**HRR, "hrr_roles": 4, "hrr_anneal_steps": 100}, "a list of 3"),
+    ({**HRR, "hrr_roles": 3, "hrr_anneal_steps": [1, 2, 3]}, "need 2 step counts"),
+    ({**HRR, "hrr_anneal_steps": -1}, ">= 0"),
+    ({**HRR, "hrr_filler_dropout": 1.0}, "hrr_filler_dropout"),
+])
+def test_bad_hrr_options_are_one_clear_error(tmp_path, options, message):
+    with pytest.raises(TaskError, match=message) as err:
+        get_task("lm")({"corpus": "ptb", **options}, None, tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_resolved_options_validate_again(tmp_path):
+    """The harness stores the options with every default filled in and validates them again."""
+    for options in ({}, HRR, {**HRR, "hrr_basis": "isometric", "contiguous": False}):
+        task = get_task("lm")({"corpus": "ptb", **options}, None, tmp_path)
+        again = get_task("lm")(task.options.model_dump(mode="json"), None, tmp_path)
+        assert again.options == task.options
+
+
+def test_isometric_needs_n_times_dprime_at_most_the_width(lm_root, tmp_path):
+    task = _task(lm_root, tmp_path, embedding="hrr", hrr_fillers=9, hrr_basis="isometric")
+    task.prepare()
+    with pytest.raises(TaskError, match=r"input_dim 16: .*N·d' <= d"):
+        task.build_model("gru", "lm", 16, 16, task.resolve_hparams({}))
+
+
+# -- any unit -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("unit", ["lstm", "tpru[roles=8]", "tprn[symbols=6,roles=3,role_dim=4]"])
+def test_hrr_lm_trains_around_any_unit(lm_root, tmp_path, unit):
+    """The unit's output (width ≠ d for TPRN: symbol_dim·role_dim) is projected to d, read out by the HRR."""
+    task = _task(lm_root, tmp_path, **HRR, bptt=10, hrr_anneal_steps=5, hrr_filler_dropout=0.1)
+    result = train(task, TrainConfig(unit, "lm", 16, 12, epochs=2, seed=0, hparams={"lr": 1e-2, "batch_size": 8}))
+    assert result.status == "finished"
+    vocab = task.corpus.vocab_size
+    assert result.history[-1]["train_ppl"] < min(result.history[0]["train_ppl"], vocab)
+    assert result.test["test"]["ppl"] < vocab
+    model = task.build_model(unit, "lm", 16, 12, task.resolve_hparams({}))
+    assert model.project.in_features == model.encoder.output_size and model.project.out_features == 12
+
+
+def test_annealing_counts_updates_and_is_saved(lm_root, tmp_path):
+    task = _task(lm_root, tmp_path, **HRR, bptt=10, hrr_anneal_steps=1000)
+    train(task, TrainConfig("gru", "lm", 16, 16, epochs=1, seed=0, hparams={"batch_size": 8}), tmp_path / "run")
+    updates = sum(1 for _ in task.train_batches(8, torch.Generator(), 1))
+    state = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert int(state["model"]["embed.step"]) == updates > 0  # one readout per update; evaluation does not count
+
+
+# -- the isometry loss through the training loop ---------------------------------------------------
+
+def _aux_seen_by_trainer(task, unit="gru"):
+    """What tasks/training.py's hook adds for one training batch (modules found at build time)."""
+    task.prepare()
+    model = task.build_model(unit, "lm", 16, 16, task.resolve_hparams({}))
+    aux_modules = [m for m in model.modules() if hasattr(m, "aux_loss")]  # as training._build finds them
+    model.train()
+    batch = next(iter(task.train_batches(4, torch.Generator().manual_seed(0), 1)))
+    task.loss_with_carry(model, batch, None)
+    return model, [m.aux_loss for m in aux_modules if m.aux_loss is not None], batch
+
+
+def test_isometry_loss_is_found_by_the_trainer_and_weighted_per_sequence(lm_root, tmp_path):
+    """lingvo (model.py, base_model._FPropMetrics): loss = Σ tokens xent / B + β·iso. Against the
+    per-token mean this is β·B/tokens: β/bptt contiguous, β/(mean sentence length) per sentence."""
+    for options, per_row in (({"bptt": 10}, lambda b: 10), ({"contiguous": False}, lambda b: b["mask"].sum() / 4)):
+        task = _task(lm_root, tmp_path, embedding="hrr", hrr_fillers=3, hrr_basis="isometric", hrr_beta=50.0, **options)
+        model, aux, batch = _aux_seen_by_trainer(task)
+        assert len(aux) == 1
+        expected = 50.0 / float(per_row(batch)) * model.embed.isometry_loss()
+        torch.testing.assert_close(aux[0], expected)
+    fixed = _task(lm_root, tmp_path, **HRR)
+    _, aux, _ = _aux_seen_by_trainer(fixed)
+    assert [float(a) for a in aux] == [0.0]
+
+
+def test_train_aux_is_logged_for_isometric_runs(lm_root, tmp_path):
+    task = _task(lm_root, tmp_path, embedding="hrr", hrr_fillers=3, hrr_basis="isometric", bptt=10)
+    result = train(task, TrainConfig("gru", "lm", 16, 16, epochs=1, seed=0, hparams={"batch_size": 8}))
+    assert result.history[0]["train_aux"] > 0
+
+
+# -- the per-sentence mode ----------------------------------------------------------------------
+
+def test_split_sentences_and_batches_cover_the_stream_once():
+    ids = torch.tensor([5, 6, 0, 7, 0, 8, 9, 4, 0, 3])
+    sents = split_sentences(ids, 0)
+    assert [s.tolist() for s in sents] == [[5, 6, 0], [7, 0], [8, 9, 4, 0], [3]]
+    for gen in (None, torch.Generator().manual_seed(1)):
+        seen = []
+        for x, y, mask in sentence_batches(sents, 3, gen, eos_id=0, pool=1):
+            assert x.shape == y.shape == mask.shape and (x[:, 0] == 0).all()  # <eos> stands for the sentence start
+            assert (x[:, 1:][mask[:, 1:]] == y[:, :-1][mask[:, 1:]]).all()  # input = target shifted right
+            assert (mask.long().diff(dim=1) <= 0).all()  # right-padded
+            seen += [y[r][mask[r]].tolist() for r in range(len(y))]
+        assert sorted(seen) == sorted(s.tolist() for s in sents)
+    first = [y.tolist() for _, y, _ in sentence_batches(sents, 2, torch.Generator().manual_seed(3))]
+    again = [y.tolist() for _, y, _ in sentence_batches(sents, 2, torch.Generator().manual_seed(3))]
+    assert first == again
+
+
+def test_sentence_mode_predicts_every_token_once_and_resets_the_state(lm_root, tmp_path):
+    contiguous = _task(lm_root, tmp_path, **HRR)
+    sentences = _task(lm_root, tmp_path, **HRR, contiguous=False)
+    contiguous.prepare()
+    sentences.prepare()
+    model = sentences.build_model("lstm", "lm", 16, 16, sentences.resolve_hparams({})).eval()
+    batches = list(sentences.eval_batches("valid", 0))
+    assert sum(int(b["mask"].sum()) for b in batches) == contiguous.streams["valid"].numel()
+    # State reset: a sentence's logits do not depend on the batch it is in or on padding.
+    b = batches[-1]
+    logits, _ = model(b["input"], mask=b["mask"])
+    for row in range(b["input"].shape[0]):
+        n = int(b["mask"][row].sum())
+        alone, _ = model(b["input"][row:row + 1, :n], mask=b["mask"][row:row + 1, :n])
+        torch.testing.assert_close(logits[row, :n], alone[0], rtol=1e-5, atol=1e-5)
+    metrics = sentences.evaluate(model, "valid", 0)
+    assert math.isfinite(metrics["ppl"])
+
+
+def test_sentence_mode_trains_plain_and_hrr(lm_root, tmp_path):
+    for options in ({}, HRR):
+        task = _task(lm_root, tmp_path, contiguous=False, **options)
+        result = train(task, TrainConfig("lstm", "lm", 16, 16, epochs=2, seed=0, hparams={"lr": 1e-2, "batch_size": 8}))
+        assert result.status == "finished"
+        assert result.history[-1]["train_ppl"] < result.history[0]["train_ppl"]
+
+
+# -- counts ---------------------------------------------------------------------------------------
+
+def test_embedding_param_counts(lm_root, tmp_path):
+    task = _task(lm_root, tmp_path, embedding="hrr", hrr_fillers=5, hrr_roles=2)
+    task.prepare()
+    v = task.corpus.vocab_size
+    counts = task.embedding_param_counts(16)
+    assert (counts.formula, counts.plain, counts.total) == (v * 2 * 5, v * 16, v * 2 * 5)  # annealed: no b_w
+    iso = _task(lm_root, tmp_path, embedding="hrr", hrr_fillers=5, hrr_basis="isometric").embedding_param_counts(16)
+    assert iso.formula == v * 10 + 10 * 16 + 2 * 16
+    plain = _task(lm_root, tmp_path).embedding_param_counts(16)
+    assert (plain.formula, plain.total) == (v * 16, v * 16 + v)
+    notes = task.report_notes("lm")
+    assert any("HRR embedding" in n and "d' = 5" in n for n in notes) and any("contiguous" in n for n in notes)
+
+
+def test_tprbench_units_prints_the_embedding_counts(capsys):
+    """Issue 14: V·N·d' (+ bases when trained) beside V·d; the paper's PTB big: 6.40M vs 6.50M."""
+    from harness.cli import main
+
+    assert main(["units", "lstm", "--dim", "650", "--hrr-fillers", "320"]) == 0
+    out = capsys.readouterr().out
+    assert "6,500,000" in out and "6,400,000" in out and "V·N·d'" in out
+    assert main(["units", "lstm", "--dim", "200", "--hrr-fillers", "100", "--hrr-basis", "isometric", "--vocab", "100"]) == 0
+    assert f"{100 * 200 + 200 * 200 + 2 * 200:,}" in capsys.readouterr().out
