@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(escape(str(resolved.spec)), opt_text + ("; " if opt_text else "") + "layers=1, bidirectional=false",
                       formula, f"{counts.total:,}", doc)
     embedding = None
-    if args.hrr_fillers is not None:  # checked before anything is printed
+    if getattr(args, "hrr_fillers", None) is not None:  # checked before anything is printed (callers may build args without it)
         embedding = _embedding_table(args.vocab, din, args.hrr_fillers, args.hrr_roles, args.hrr_basis)
     Console(width=160).print(table)
     if embedding is not None:
