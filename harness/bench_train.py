@@ -18,9 +18,9 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from harness.bench_units import BASELINE, check_specs, default_specs, sized_spec
+from harness.bench_units import BASELINE, check_specs, default_specs, sized_spec, write_json
 
 
 @dataclass
@@ -121,7 +121,6 @@ def bench_train(specs: list[str], dim: int, arch: str, train_size: int, batch_si
 
 
 def run_train_bench(args) -> int:
-    import json
 
     import torch
     from rich.console import Console
@@ -161,11 +160,5 @@ def run_train_bench(args) -> int:
         meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "tpru_recurrence": tpru_ext.backend(),
                 "load_start": load, "load_end": end_load, "train_size": args.train_size, "arch": args.arch,
                 "clock": args.clock}
-        text = json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as fh:
-                fh.write(text + "\n")
-            console.print(f"wrote {args.json}")
+        write_json(args.json, meta, rows, console)
     return 0

@@ -269,8 +269,20 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
 
-def run_unit_bench(args) -> int:
+def write_json(path: str, meta: dict, rows: list, console) -> None:
+    """A bench's `--json` output: {"meta", "rows"} to a file, or to stdout for "-" (bench units and bench train)."""
     import json
+
+    text = json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1)
+    if path == "-":
+        print(text)
+    else:
+        with open(path, "w") as fh:
+            fh.write(text + "\n")
+        console.print(f"wrote {path}")
+
+
+def run_unit_bench(args) -> int:
 
     import torch
     from rich.console import Console
@@ -315,13 +327,7 @@ def run_unit_bench(args) -> int:
             "repeats": args.repeats, "warmup": args.warmup, "load_start": load, "load_end": end_load,
             "cpus": os.cpu_count()}
     if args.json:
-        text = json.dumps({"meta": meta, "rows": [asdict(r) for r in rows]}, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as fh:
-                fh.write(text + "\n")
-            console.print(f"wrote {args.json}")
+        write_json(args.json, meta, rows, console)
     if args.csv:
         import pandas as pd
 
