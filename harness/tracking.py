@@ -18,11 +18,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .record import (
+    ATTEMPT,
     CELL,
+    ERRORED,
     KIND,
     KIND_CELL,
     KIND_RUN,
     KIND_STUDY,
+    LABEL,
+    MLFLOW_ENDED,
     PHASE,
     REASON,
     RUN_KEY,
@@ -32,6 +36,7 @@ from .record import (
     CellRecord,
     RecordReader,
     RunRecord,
+    attempt_of,
     mlflow_status,
     split_tags,
 )
@@ -119,6 +124,34 @@ def default_tracking_uri(root: Path) -> str:
     return f"sqlite:///{(root / 'mlflow.db').resolve()}"
 
 
+def is_server(tracking_uri: str) -> bool:
+    return tracking_uri.startswith(("http://", "https://"))
+
+
+def artifact_location(tracking_uri: str, artifact_root: Path | None) -> str | None:
+    """Where a new experiment keeps its artifacts (best.pt): with a tracking server, the server's
+    own artifact store (None: the server decides, `mlflow-artifacts:/…`), so every machine that
+    reaches the server reaches the weights; with a local store, `<root>/mlartifacts`."""
+    if is_server(tracking_uri) or artifact_root is None:
+        return None
+    return artifact_root.resolve().as_uri()
+
+
+# MLflow 3 opens an experiment without runs of a known kind in its GenAI (traces) view; this tag
+# selects the classic runs table, where studies are read (what the UI's experiment-kind switch sets).
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
+
+def run_name(label: str, run_key: str) -> str:
+    """A trial/seed run's name in the UI: its cell's label and what it is (`… trial 3`, `… seed 0`)."""
+    _, kind, number = (run_key.split("/") + ["", ""])[:3]
+    return f"{label} {kind} {number}".strip() if label else run_key.split("/", 1)[-1]
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else int(seconds * 1000)
+
+
 class Tracker:
     """The driver's handle on MLflow for one study."""
 
@@ -136,16 +169,21 @@ class Tracker:
         if experiment is None and not create:
             self.experiment_id = None
         elif experiment is None:
-            location = artifact_root.resolve().as_uri() if artifact_root is not None else None
-            self.experiment_id = with_retry(lambda: self.client.create_experiment(name, artifact_location=location),
-                                            f"MLflow tracking store {tracking_uri}")
+            self.experiment_id = with_retry(
+                lambda: self.client.create_experiment(name, artifact_location=artifact_location(tracking_uri, artifact_root),
+                                                      tags=EXPERIMENT_TAGS), f"MLflow tracking store {tracking_uri}")
         else:
             self.experiment_id = experiment.experiment_id
+            if create and any(experiment.tags.get(k) != v for k, v in EXPERIMENT_TAGS.items()):  # records made before the tag
+                for k, v in EXPERIMENT_TAGS.items():
+                    with_retry(lambda k=k, v=v: self.client.set_experiment_tag(self.experiment_id, k, v),
+                               f"MLflow tracking store {tracking_uri}")
         self.study = study
         self.reader = RecordReader.of_client(self.client, tracking_uri, study, self.experiment_id)
         self._parents: dict[str, str] = {}
         self.on_retry: Callable[[str], None] | None = None  # told about each retry (the driver logs it)
         self.retries = 0
+        self.window: float | None = None  # how long writes wait for an unavailable store (None: retry_seconds())
 
     def retry(self, fn: Callable[[], T], what: str = "") -> T:
         """`fn()` with retries while the tracking store is transiently unavailable."""
@@ -154,7 +192,7 @@ class Tracker:
             if self.on_retry is not None:
                 self.on_retry(message)
 
-        return with_retry(fn, f"MLflow tracking store {self.uri}" + (f" ({what})" if what else ""), note)
+        return with_retry(fn, f"MLflow tracking store {self.uri}" + (f" ({what})" if what else ""), note, self.window)
 
     def set_tag(self, run_id: str, key: str, value: Any) -> None:
         self.retry(lambda: self.client.set_tag(run_id, key, value), "set_tag")
@@ -196,6 +234,7 @@ class Tracker:
     def study_run(self, commit: str) -> str:
         run_id, _ = self.retry(lambda: self._find_or_create("study", {KIND: KIND_STUDY, STUDY: self.study}, None, self.study))
         self.set_tag(run_id, TAG + "git_commit", commit)
+        self.reopen(run_id)
         return run_id
 
     def cell_run(self, cell: Any, study_run_id: str) -> str:
@@ -204,7 +243,62 @@ class Tracker:
         if created:
             record = CellRecord.of_cell(cell)
             self.retry(lambda: self._log(run_id, params=record.params(), tags=record.tags()))
+        else:
+            self.reopen(run_id)
         return run_id
+
+    # -- study and cell runs: RUNNING while a driver works on them, ended when it exits ------
+    def reopen(self, run_id: str) -> None:
+        """A study or cell run that an earlier driver ended is RUNNING again while this one works."""
+        if self.retry(lambda: self.client.get_run(run_id).info.status, "get run") != "RUNNING":
+            self.retry(lambda: self.client.update_run(run_id, status="RUNNING"), "reopen run")
+
+    def end(self, run_id: str, status: str) -> None:
+        """End a study or cell run: FINISHED (done), FAILED (failed or errored cells, or the driver
+        stopped on an error) or KILLED (interrupted)."""
+        self.retry(lambda: self.client.set_terminated(run_id, status), "end run")
+
+    def log_summary(self, run_id: str, metrics: dict[str, float]) -> None:
+        """Summary metrics of a cell run (step 0), so MLflow's runs table compares cells."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        rows = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())]
+        self.retry(lambda: self._log(run_id, rows), "log cell summary")
+
+    # -- live trial/seed runs: created at dispatch, per-epoch metrics while they train ------
+    def start_live(self, cell_run_id: str, run_key: str, tags: dict[str, Any], label: str, start: float | None) -> str | None:
+        """Create the MLflow run of a trial/seed run that a worker has started (`start`: the worker's
+        clock), RUNNING with status tag `running`, so its per-epoch metrics can be logged while it
+        trains. Readers ignore it until it has ended. A run
+        left RUNNING for this key by a driver that died is deleted first. None when the key is
+        already recorded (a finished result is never written twice)."""
+        def create() -> str | None:
+            for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
+                if run.info.status in MLFLOW_ENDED:
+                    if run.data.tags.get(STATUS) != ERRORED:
+                        return None
+                else:
+                    self.client.delete_run(run.info.run_id)
+            all_tags = {**{k: str(v) for k, v in tags.items()}, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study,
+                        STATUS: "running", "mlflow.parentRunId": cell_run_id}
+            return self.client.create_run(self.experiment_id, start_time=_ms(start), tags=all_tags,
+                                          run_name=run_name(label, run_key)).info.run_id
+
+        return self.retry(create, f"start {run_key}")
+
+    def log_epochs(self, run_id: str, rows: list[tuple[int, dict[str, float], float]]) -> None:
+        """Per-epoch metrics (epoch, metrics, wall time in seconds) of a run that is training."""
+        from mlflow.entities import Metric
+
+        metrics = [Metric(k, float(v), int(ts * 1000), int(epoch)) for epoch, row, ts in rows
+                   for k, v in row.items() if k != "epoch" and v is not None]
+        if metrics:
+            self.retry(lambda: self._log(run_id, metrics), "log epochs")
+
+    def drop_live(self, run_id: str) -> None:
+        """A live run whose job will not be recorded by this driver (it stopped): the next one starts it again."""
+        self.retry(lambda: self.client.delete_run(run_id), "delete unfinished run")
 
     def set_splits(self, cell_run_id: str, valid_split: str, test_splits: list[str]) -> None:
         """Name the cell's validation split and ordered test splits (known once a worker prepared the data)."""
@@ -224,39 +318,62 @@ class Tracker:
             self.client.log_batch(run_id, metrics=metrics[i:i + MAX_BATCH["metrics"]])
 
     def log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                result: dict[str, Any], artifact: Path | None = None) -> str:
+                result: dict[str, Any], artifact: Path | None = None, live_run_id: str | None = None,
+                logged_epochs: set[int] | None = None) -> str:
         """Record one trial/seed run. Idempotent by `run_key`; returns the MLflow run id.
 
-        A transient store error (locked, unreachable) retries the whole record with backoff: a
-        half-written attempt is found by its key and replaced, so nothing is written twice."""
-        return self.retry(lambda: self._log_run(cell_run_id, run_key, tags, params, result, artifact), f"record {run_key}")
+        `live_run_id`: the run `start_live` created for this job (its epochs in `logged_epochs`
+        are not logged again). A transient store error (locked, unreachable) retries the whole
+        record with backoff: a half-written attempt is found by its key and replaced, so nothing
+        is written twice. An errored record of the key is replaced, its attempt count carried on."""
+        return self.retry(lambda: self._log_run(cell_run_id, run_key, tags, params, result, artifact, live_run_id,
+                                                logged_epochs or set()), f"record {run_key}")
 
     def _log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                 result: dict[str, Any], artifact: Path | None = None) -> str:
+                 result: dict[str, Any], artifact: Path | None, live_run_id: str | None, logged_epochs: set[int]) -> str:
         from mlflow.entities import Metric
 
+        errored, live_ok = [], False
         for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
-            if run.info.status in ("FINISHED", "FAILED", "KILLED"):
-                return run.info.run_id  # already recorded: never twice
-            self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
+            if run.info.status in MLFLOW_ENDED:
+                if run.data.tags.get(STATUS) != ERRORED:
+                    return run.info.run_id  # already recorded: never twice
+                errored.append(run)  # replaced below by this attempt
+            elif run.info.run_id == live_run_id:
+                live_ok = True
+            else:
+                self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
         status = result["status"]
-        all_tags = {**tags, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study, STATUS: status,
+        worker = result.get("worker") or {}
+        attempt = max((attempt_of(r.data.tags) for r in errored), default=0) + 1
+        all_tags = {**tags, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study, STATUS: status, ATTEMPT: attempt,
                     "mlflow.parentRunId": cell_run_id}
         if result.get("reason"):
             all_tags[REASON] = result["reason"]
-        run_id = self.client.create_run(self.experiment_id, tags={RUN_KEY: run_key, KIND: "pending"},
-                                        run_name=run_key.split("/", 1)[-1]).info.run_id
-        now = int(time.time() * 1000)
+        if live_ok:
+            run_id = live_run_id
+        else:
+            run_id = self.client.create_run(self.experiment_id, start_time=_ms(worker.get("start")),
+                                            tags={RUN_KEY: run_key, KIND: "pending"},
+                                            run_name=run_name(str(tags.get(LABEL, "")), run_key)).info.run_id
+            logged_epochs = set()
+        now = time.time()
+        times = {int(k): float(v) for k, v in (result.get("epoch_times") or {}).items()}
         metrics = []
         for row in result.get("history", []):
             epoch = int(row["epoch"])
-            metrics += [Metric(k, float(v), now, epoch) for k, v in row.items() if k != "epoch" and v is not None]
-        final = final_metrics(result)
-        metrics += [Metric(k, v, now, 0) for k, v in final.items()]
+            if epoch in logged_epochs:
+                continue
+            ts = int(times.get(epoch, worker.get("start") or now) * 1000)
+            metrics += [Metric(k, float(v), ts, epoch) for k, v in row.items() if k != "epoch" and v is not None]
+        end_ms = _ms(worker.get("end")) or int(now * 1000)
+        metrics += [Metric(k, v, end_ms, 0) for k, v in final_metrics(result).items()]
         self._log(run_id, metrics, params=params, tags=all_tags)
         if artifact is not None and artifact.exists():
             self.client.log_artifact(run_id, str(artifact))
-        self.client.set_terminated(run_id, mlflow_status(status))
+        for run in errored:
+            self.client.delete_run(run.info.run_id)
+        self.client.set_terminated(run_id, mlflow_status(status), end_time=end_ms)
         return run_id
 
 

@@ -3,7 +3,8 @@
 # constraints.txt pins torch to the local CPU wheel (an unpinned torch pulls GBs of CUDA).
 # The `gpu` extra is Triton (no dependencies of its own; the wheel is ~290 MB, ~1 min here): CI runs
 # the TPRU kernel tests in Triton's CPU interpreter, and on a GPU machine the same install uses it.
+# The `cluster` extra is the PostgreSQL driver (psycopg 3) for `--storage postgresql://…`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python3 -m venv .venv
-.venv/bin/pip install -q -c constraints.txt -e ".[test,gpu]"
+.venv/bin/pip install -q -c constraints.txt -e ".[test,gpu,cluster]"

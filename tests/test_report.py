@@ -203,7 +203,7 @@ def test_tables_mark_failures(store):
     tex = make_table(agg, "latex")
     assert r"\toprule" in tex and r"82.0 $\pm$ 2.0" in tex and r"tpru\textsuperscript{\dag}" in tex and r"\ddag" in tex
     csv = make_table(agg, "csv", ["cmd"])
-    assert csv.startswith("# cmd\n") and "82.0" not in csv.split("\n")[1]
+    assert csv.startswith("cell_id,") and "#" not in csv and "82.0" not in csv.split("\n")[1]  # raw numbers, no comments
 
 
 def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatch):
@@ -227,11 +227,12 @@ def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatc
     assert "tpru[slices=8]‡" in printed and "82.0 ± 2.0" in printed
     md = first["table.md"].decode()
     assert f"tprbench report synth --root {store.root} --out {out} --bench {bench} --seeds 3" in md and COMMIT in md
-    table = pd.read_csv(out / "table.csv", comment="#")
+    table = pd.read_csv(out / "table.csv")  # plain: no comment lines (issue 18)
+    assert f"tprbench report synth --root {store.root}" in (out / "provenance.txt").read_text()
     gru = table[table["cell_id"] == GRU.id].iloc[0]
     assert gru["valid_mean"] == pytest.approx(0.82) and gru["valid_n"] == 3 and gru["seeds_failed"] == 0
     assert table[table["cell_id"] == R32.id].iloc[0]["seeds_failed"] == 1
-    search = pd.read_csv(out / "search.csv", comment="#")
+    search = pd.read_csv(out / "search.csv")
     assert search[search["cell_id"] == GRU.id].iloc[0]["trials_pruned"] == 1
     assert b"<dc:date>" not in first["speed.svg"] and b"Matplotlib" not in first["curves_roles.png"]
 

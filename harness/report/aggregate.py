@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from ..record import is_failure
+from ..record import ERRORED, is_failure
 
 #: Logical-entailment test splits in the papers' column order (records without a test_splits tag).
 LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
@@ -206,21 +206,26 @@ def _cell_base(order: int, cell: dict[str, Any], mine: Any, cur: Any, seeds_want
     import pandas as pd
 
     metric, direction, _ = table
-    finished, failed = cur[cur["status"] == "finished"], cur[cur["status"] != "finished"]
+    finished = cur[cur["status"] == "finished"]
+    # Errored seeds are not results (harness/record.py): counted apart, shown as missing, never as †.
+    errored = cur[cur["status"] == ERRORED]
+    failed = cur[(cur["status"] != "finished") & (cur["status"] != ERRORED)]
     present = {int(s) for s in cur["seed"]}
     missing = [s for s in range(seeds_wanted) if s not in present]
     search = mine[mine["phase"] == "search"]
     commits = sorted({str(c) for c in pd.concat([cur["git_commit"], search["git_commit"]]).dropna()})
     reasons = [f"seed {int(s)}: {r}" for s, r in zip(failed["seed"], failed["reason"]) if not _is_missing(r)]
+    errored_reasons = [f"seed {int(s)}: {r}" for s, r in zip(errored["seed"], errored["reason"]) if not _is_missing(r)]
     return {
         "order": order, "cell_id": cell["cell_id"], "task": cell.get("task"), "task_label": cell["task_label"],
         "label": cell.get("label"), "arch": cell.get("arch"), "dim": cell.get("dim"), "input_dim": cell.get("input_dim"),
         "unit": cell.get("unit"), "unit_short": cell["unit_short"], "unit_name": cell["unit_name"],
         "unit_canonical": cell.get("unit_canonical"), "roles": cell["roles"], "slices": cell["slices"],
         "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": len(finished),
-        "seeds_failed": len(failed), "seeds_missing": len(missing),
+        "seeds_failed": len(failed), "seeds_missing": len(missing), "seeds_errored": len(errored),
         "failed_seeds": ",".join(str(int(s)) for s in failed["seed"]), "missing_seeds": ",".join(map(str, missing)),
-        "failure_reasons": "; ".join(reasons),
+        "errored_seeds": ",".join(str(int(s)) for s in errored["seed"]),
+        "failure_reasons": "; ".join(reasons), "errored_reasons": "; ".join(errored_reasons),
         "params_formula": _first_count([cur, mine] if len(cur) else [mine], "params_formula"),
         "params_total": _first_count([cur, mine] if len(cur) else [mine], "params_total"),
         "final_params": None if _is_missing(cell.get("final_params")) else cell.get("final_params"),
