@@ -258,9 +258,11 @@ class StudyRunner:
                 optuna.delete_study(study_name=name, storage=self.storage)
             except KeyError:
                 pass
-        return optuna.create_study(study_name=name, storage=self.storage, direction=cell.direction,
-                                   sampler=self._sampler(cell, 0),
-                                   pruner=make_pruner(self.study.pruner), load_if_exists=True)
+        study = optuna.create_study(study_name=name, storage=self.storage, direction=cell.direction,
+                                    sampler=self._sampler(cell, 0),
+                                    pruner=make_pruner(self.study.pruner), load_if_exists=True)
+        describe_optuna_study(study, cell, self.study.name)
+        return study
 
     @staticmethod
     def _sampler(cell: Any, number: int):
@@ -805,6 +807,23 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
                      "seeds_wanted": study.seeds, "runs_errored": len(errored), "errored_retried": len(retried),
                      "errored_reason": errored[0].tags.get(REASON, "") if errored else "", "status": status})
     return rows
+
+
+def describe_optuna_study(study: Any, cell: Any, study_name: str) -> None:
+    """What optuna-dashboard shows beside `<study>/<cell id>`: the cell's label, task, unit and
+    dims as user attributes, and the objective's name (the cell's metric, not "Objective 0")."""
+    attrs = {"label": cell.label, "study": study_name, "cell_id": cell.id, "task": cell.task, "arch": cell.arch,
+             "unit": cell.unit, "dim": cell.dim, "metric": cell.metric, "direction": cell.direction}
+    have = study.user_attrs
+    for key, value in attrs.items():
+        if have.get(key) != value:
+            study.set_user_attr(key, value)
+    if study.metric_names != [cell.metric]:
+        import warnings
+
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2; optuna-dashboard reads it
+            warnings.simplefilter("ignore")
+            study.set_metric_names([cell.metric])
 
 
 def _dump(model: Any) -> Any:

@@ -74,4 +74,13 @@ def open_storage(url: str, create: bool = True):
         return optuna.storages.JournalStorage(JournalFileBackend(path))
     _check_driver(url)
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
-    return optuna.storages.RDBStorage(url, engine_kwargs=kwargs, skip_table_creation=not create)
+    storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, skip_table_creation=not create)
+    if not create:  # a reader says at once that it cannot connect (the driver retries instead: harness.tracking)
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            storage.engine.connect().close()
+        except OperationalError as exc:
+            first = (str(exc.orig) if exc.orig is not None else str(exc)).strip().splitlines()[0][:300]
+            raise StorageError(f"--storage {display_url(url)}: cannot connect ({first})") from None
+    return storage

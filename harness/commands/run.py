@@ -22,7 +22,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, help="Ray cluster address (default: start Ray locally)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
     p.add_argument("--force", action="store_true", help="rerun the selected cells from scratch (their records are deleted)")
-    p.add_argument("--quiet", action="store_true", help="no live view")
+    p.add_argument("--quiet", action="store_true", help="no live view or progress lines")
+    p.add_argument("--verbose", action="store_true",
+                   help="library messages (Ray, MLflow) on the terminal too, not only in <root>/logs/")
 
 
 def load_cells(args: argparse.Namespace):
@@ -76,10 +78,14 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import contextlib
+
     from rich.console import Console
 
+    from harness.quiet import log_path, quiet_libraries, stderr_to
     from harness.runner import StudyRunner
 
+    quiet_libraries()
     console = Console()
     study, cells = load_cells(args)
     root = check_root(args.root)
@@ -88,7 +94,13 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"[bold]tprbench run[/] {args.study}: {len(cells)} cells · root {root}")
     # soft_wrap keeps the command on one copyable line.
     console.print(f"watch: {watch_hint(runner.tracking_uri)}", soft_wrap=True, markup=False, highlight=False)
-    summary = runner.run(address=args.address, num_cpus=args.num_cpus)
+    log = log_path(root, study.name)
+    try:
+        with contextlib.nullcontext() if args.verbose else stderr_to(log):
+            summary = runner.run(address=args.address, num_cpus=args.num_cpus)
+    finally:
+        if log.exists() and log.stat().st_size:
+            console.print(f"library messages (Ray, MLflow): {log}", soft_wrap=True, highlight=False)
     console.print(f"finished in {summary['seconds']:.1f} s")
     from harness.report import print_summary
 
