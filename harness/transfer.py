@@ -82,7 +82,9 @@ def evaluate_run(tracking_uri: str, run_id: str, tasks: list[str], task_path: st
     adapter, model, run = load_tracked_model(client, run_id, cache_dir)
     if task_path is None and adapter.data:
         task_path = f"{adapter.data}/senteval"
-    results = evaluate(lambda sentences: adapter.encode_sentences(model, sentences), task_path, tasks, kfold=kfold)
+    # expand_vocab: the SentEval words outside the training vocabulary get the run's word vectors (InferSent's way)
+    results = evaluate(lambda sentences: adapter.encode_sentences(model, sentences), task_path, tasks, kfold=kfold,
+                       prepare=getattr(adapter, "expand_vocab", None))
     if log:
         tags = {KIND: "transfer", STUDY: run.data.tags.get(STUDY, ""), "mlflow.parentRunId": run_id,
                 TAG + "source_run": run_id, TAG + "unit": run.data.tags.get(TAG + "unit", ""),

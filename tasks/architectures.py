@@ -1,17 +1,24 @@
 """The architectures the papers put around a unit, for tasks that compare two sequences.
 
-- `plain`: a siamese encoder (one unit, shared by both sides), pooling, the feature vector
-  [u; v; |u−v|; u∘v] and an MLP with one ReLU hidden layer.
-- `bidaf`: an encoding layer, bi-directional attention between the two sides, a modelling
-  layer of the same unit and size over [h; attended other side; embedding], pooling and the
-  same feature vector + MLP (as the original TPRU code's BiDAF model).
+- `plain`: a siamese encoder (one unit, shared by both sides; two layers unless the unit spec
+  says `layers`), pooling, the feature vector [u; v; |u−v|; u∘v] and an MLP with one ReLU
+  hidden layer of width d (the authors' classifier.py).
+- `bidaf`: the same encoder, bi-directional attention between the two sides, a modelling
+  layer (one layer of the same unit, or `modelling_unit`), pooling and the same head.
+  `attention="dot"` (default) is the TPRU authors' models/bidaf.py: dot-product similarity,
+  each side attends to the other, modelling input [h; ũ; embedding]. `attention="trilinear"`
+  is Seo et al. (2017): α(h, u) = wᵀ[h; u; h∘u], context-to-query and query-to-context
+  attention, modelling input G = [h; ũ; h∘ũ; h∘h̃] (each side in turn is the context).
 
 Both take any unit spec (bidirectional or not) through `units.build` and know nothing else
-about units.
+about units. Sources of every choice: docs/ARCHITECTURE.md ("Pair architectures").
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
+import pydantic
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -20,6 +27,69 @@ import units
 
 POOLINGS = ("max", "last", "mean")
 ARCHS = ("plain", "bidaf")
+ATTENTIONS = ("dot", "trilinear")
+ENCODER_LAYERS = 2  # ICLR appendix C.1 and the authors' main_*.py default n_layers=2 (docs/ARCHITECTURE.md)
+
+ARCH_NAMES = {
+    "plain": "plain (siamese encoder, {pooling}-pooling, [u;v;|u−v|;u∘v], MLP)",
+    ("bidaf", "dot"): "BiDAF as the TPRU authors' models/bidaf.py (dot-product similarity, [h;ũ;x] into the modelling layer)",
+    ("bidaf", "trilinear"): "BiDAF as Seo et al. 2017 (trilinear similarity, C2Q and Q2C, G=[h;ũ;h∘ũ;h∘h̃])",
+}
+
+
+class PairArchOptions(pydantic.BaseModel):
+    """Task options of the pair architectures (logic, nli, transfer share them)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    pooling: Literal["max", "last", "mean"] = pydantic.Field(
+        "max", description="sequence → vector: max over time (the papers, the authors' rep_pooling), last state, mean")
+    layers: int = pydantic.Field(ENCODER_LAYERS, ge=1, description="encoder layers when the unit spec does not say `layers` "
+                                                                   "(2: ICLR appendix C.1, the authors' n_layers=2)")
+    attention: Literal["dot", "trilinear"] = pydantic.Field(
+        "dot", description="bidaf only: 'dot' = the TPRU authors' models/bidaf.py; 'trilinear' = Seo et al. (2017)")
+    modelling_unit: str | None = pydantic.Field(
+        None, description="bidaf only: unit spec of the modelling layer (default: the encoder's unit, one layer)")
+
+    @pydantic.field_validator("modelling_unit")
+    @classmethod
+    def _unit_spec(cls, value: str | None) -> str | None:
+        if value:
+            try:
+                units.resolve(value)
+            except units.UnitSpecError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+
+def describe_arch(arch: str, options: PairArchOptions) -> str:
+    """The architecture's name as report headers should print it (which BiDAF it is, above all)."""
+    if arch == "plain":
+        return ARCH_NAMES["plain"].format(pooling=options.pooling)
+    name = ARCH_NAMES[(arch, options.attention)]
+    return name + (f"; modelling layer {options.modelling_unit}" if options.modelling_unit else "")
+
+
+def encoder_spec(unit: str, dim: int, layers: int) -> str:
+    """The unit spec with `layers` filled in when it does not say (the spec's own value wins)."""
+    spec = units.resolve(unit, dim).spec
+    return str(spec if "layers" in spec.option_dict else spec.with_options(layers=layers))
+
+
+def modelling_spec(unit: str, dim: int, modelling_unit: str | None) -> str:
+    """The modelling layer: `modelling_unit` as written, else one layer of the encoder's unit
+    (the authors' att_layers=1; Seo et al.'s modelling layer is its own LSTM)."""
+    if modelling_unit:
+        return modelling_unit
+    return str(units.resolve(unit, dim).spec.with_options(layers=1))
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, dim: int) -> torch.Tensor:
+    """Softmax over the positions where `mask` holds; all-masked rows give 0 (not NaN, whose
+    gradient would poison the weights even after nan_to_num)."""
+    any_real = mask.any(dim, keepdim=True)
+    scores = scores.masked_fill(~mask, float("-inf")).masked_fill(~any_real, 0.0)
+    return torch.softmax(scores, dim) * mask
 
 
 def pool(outputs: torch.Tensor, state: torch.Tensor, mask: torch.Tensor, how: str) -> torch.Tensor:
@@ -40,18 +110,26 @@ def pad_to(x: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 class PairClassifierHead(nn.Module):
-    """[u; v; |u−v|; u∘v] → Linear → ReLU → dropout → Linear to class logits."""
+    """[u; v; |u−v|; u∘v] → Linear → ReLU → dropout → Linear to class logits.
+
+    Init as the authors' classifier.py: weights kaiming-uniform (gain √2), biases 0."""
 
     def __init__(self, size: int, hidden: int, classes: int, dropout: float) -> None:
         super().__init__()
         self.mlp = nn.Sequential(nn.Linear(4 * size, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, classes))
+        for layer in self.mlp:
+            if isinstance(layer, nn.Linear):
+                nn.init.kaiming_uniform_(layer.weight)
+                nn.init.zeros_(layer.bias)
 
     def forward(self, u: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return self.mlp(torch.cat([u, v, (u - v).abs(), u * v], -1))
 
 
 class PairModel(nn.Module):
-    """Embedding + (plain | bidaf) encoder + classifier head for a pair of token sequences."""
+    """Embedding + (plain | bidaf) encoder + classifier head for a pair of token sequences.
+
+    `unit` is built as written: callers fill in the encoder's `layers` (`encoder_spec`)."""
 
     def __init__(
         self,
@@ -66,13 +144,17 @@ class PairModel(nn.Module):
         dropout: float = 0.0,
         embeddings: torch.Tensor | None = None,
         freeze_embeddings: bool = False,
+        attention: str = "dot",
+        modelling_unit: str | None = None,
     ) -> None:
         super().__init__()
         if arch not in ARCHS:
             raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHS)}")
         if pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
-        self.arch, self.pooling = arch, pooling
+        if attention not in ATTENTIONS:
+            raise ValueError(f"unknown attention {attention!r}; choose one of {', '.join(ATTENTIONS)}")
+        self.arch, self.pooling, self.attention = arch, pooling, attention
         self.embed = nn.Embedding(vocab_size, input_dim, padding_idx=0)
         if embeddings is not None:
             self.embed.weight.data.copy_(embeddings)
@@ -81,9 +163,15 @@ class PairModel(nn.Module):
         self.encoder = units.build(unit, input_dim, dim)
         width = self.encoder.output_size
         if arch == "bidaf":
-            self.modelling = units.build(unit, 2 * width + input_dim, dim)
+            if attention == "trilinear":
+                self.similarity = nn.Linear(3 * width, 1, bias=False)  # w in α(h, u) = wᵀ[h; u; h∘u]
+                modelling_in = 4 * width                                 # G = [h; ũ; h∘ũ; h∘h̃]
+            else:
+                modelling_in = 2 * width + input_dim                     # [h; ũ; x]
+            self.modelling = units.build(modelling_spec(unit, dim, modelling_unit), modelling_in, dim)
             width = self.modelling.output_size
-        self.head = PairClassifierHead(width, mlp_hidden or 2 * dim, classes, dropout)
+        # The authors' classifier.py: hidden width d (d_hidden, also when bidirectional).
+        self.head = PairClassifierHead(width, mlp_hidden or dim, classes, dropout)
 
     def encode_pair(self, a, a_mask, b, b_mask) -> tuple[torch.Tensor, torch.Tensor]:
         """Pooled vectors u, v of both sides, computed in one batch of 2B sequences."""
@@ -101,14 +189,33 @@ class PairModel(nn.Module):
         """Bi-directional attention between the two halves of the batch, then the modelling layer."""
         hu, hv = h.chunk(2, 0)
         mu, mv = mask.chunk(2, 0)
-        sim = hu @ hv.transpose(1, 2)                                    # [B, Tu, Tv] dot-product similarity
-        attend_v = torch.softmax(sim.masked_fill(~mv.unsqueeze(1), float("-inf")), 2)   # each u position over v
-        attend_u = torch.softmax(sim.masked_fill(~mu.unsqueeze(2), float("-inf")), 1)   # each v position over u
-        v_for_u = attend_v @ hv                                          # [B, Tu, d]
-        u_for_v = attend_u.transpose(1, 2) @ hu                          # [B, Tv, d]
-        g = torch.cat([torch.cat([hu, v_for_u], -1), torch.cat([hv, u_for_v], -1)], 0)
-        g = torch.nan_to_num(g) * mask.unsqueeze(-1)                     # rows of an empty side → 0
-        return self.modelling(self.dropout(torch.cat([g, emb], -1)), mask)
+        if self.attention == "trilinear":
+            g = self._trilinear(hu, hv, mu, mv)
+        else:
+            sim = hu @ hv.transpose(1, 2)                                # [B, Tu, Tv] dot-product similarity
+            v_for_u = masked_softmax(sim, mv.unsqueeze(1), 2) @ hv       # each u position over v: [B, Tu, d]
+            u_for_v = masked_softmax(sim, mu.unsqueeze(2), 1).transpose(1, 2) @ hu   # each v position over u
+            g = torch.cat([torch.cat([hu, v_for_u], -1), torch.cat([hv, u_for_v], -1)], 0)
+            g = torch.cat([g, emb], -1)
+        return self.modelling(self.dropout(g * mask.unsqueeze(-1)), mask)
+
+    def _trilinear(self, hu, hv, mu, mv) -> torch.Tensor:
+        """Seo et al. (2017) §2.4, each side in turn the context, the other the query.
+
+        S_tj = wᵀ[u_t; v_j; u_t∘v_j] (one matrix; the v side reads it transposed);
+        C2Q ũ_t = Σ_j softmax_j(S_t:) v_j; Q2C h̃ = Σ_t softmax_t(max_j S_tj) u_t, tiled over t;
+        G_t = [u_t; ũ_t; u_t∘ũ_t; u_t∘h̃]."""
+        w = self.similarity.weight.view(3, -1)                           # [w_h; w_u; w_hu]
+        S = (hu @ w[0]).unsqueeze(2) + (hv @ w[1]).unsqueeze(1) + (hu * w[2]) @ hv.transpose(1, 2)  # [B, Tu, Tv]
+
+        def side(h, other, h_mask, o_mask, S):
+            attended = masked_softmax(S, o_mask.unsqueeze(1), 2) @ other                 # C2Q: [B, T, w]
+            best = S.masked_fill(~o_mask.unsqueeze(1), float("-inf")).amax(2)
+            best = best.masked_fill(~o_mask.any(1, keepdim=True), 0.0)                   # other side empty
+            summary = (masked_softmax(best, h_mask, 1).unsqueeze(1) @ h)                 # Q2C: [B, 1, w]
+            return torch.cat([h, attended, h * attended, h * summary], -1)
+
+        return torch.cat([side(hu, hv, mu, mv, S), side(hv, hu, mv, mu, S.transpose(1, 2))], 0)
 
     def forward(self, a, a_mask, b, b_mask) -> torch.Tensor:
         u, v = self.encode_pair(a, a_mask, b, b_mask)

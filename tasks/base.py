@@ -172,6 +172,11 @@ class TaskAdapter(ABC):
     @abstractmethod
     def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module: ...
 
+    def report_notes(self, arch: str) -> list[str]:
+        """Lines a report header should print about this task and architecture: which BiDAF it is,
+        which SentEval solver... (what differs from, or names the variant of, the papers)."""
+        return []
+
     @abstractmethod
     def loss(self, model: nn.Module, batch: Any) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean loss of a batch and additive counts for metrics, e.g. {"correct": 7, "count": 16}."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 import sys
 import time
-import types
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,6 +189,8 @@ def test_encode_scores_is_sentevals_soft_labels():
     assert np.allclose(Y[3], [0, 0, 0, 1, 0])
     assert np.allclose(encode_scores(np.array([0.0, 0.5]), 0, 5)[:, :2], [[1, 0], [0.5, 0.5]])
     assert np.allclose(Y @ np.arange(1, 6), [3.6, 1.0, 5.0, 4.0])  # expected score recovers the gold
+    # STS-B through SentEval's 1..5 rule: a score below 1 keeps only its fraction, on class 1
+    assert np.allclose(encode_scores(np.array([0.4, 0.0]), 1, 5), [[0.4, 0, 0, 0, 0], [0, 0, 0, 0, 0]])
 
 
 def test_embed_keeps_order_and_checks_shape():
@@ -204,7 +206,7 @@ def test_relatedness_regression_learns_a_linear_signal():
     X = rng.rand(300, 8).astype(np.float32)
     y = 1 + 4 * X[:, 0]
     res = relatedness_regression(X[:200], y[:200], X[200:250], y[200:250], X[250:], y[250:], chunk=20, max_epoch=200)
-    assert res["pearson"] > 0.7 and res["spearman"] > 0.7 and res["dev_spearman"] > 0.7 and res["epochs"] <= 220
+    assert res["pearson"] > 0.7 and res["spearman"] > 0.7 and res["dev_pearson"] > 0.7 and res["epochs"] <= 220
 
 
 def test_protocol_on_tiny_tree(tree):
@@ -242,42 +244,75 @@ def test_prepare_and_string_encoders(tree):
         evaluate(hashing_encoder(64), tree, tasks=["STS13"], use_senteval=True)
 
 
-def test_real_senteval_package_is_used_and_mapped(tree, monkeypatch):
-    """With `senteval` importable, its engine runs and its result dicts are mapped to our schema."""
-    calls = {}
+FAKE_SENTEVAL = Path(__file__).resolve().parent / "fake_senteval"
 
-    class SE:
-        def __init__(self, params, batcher, prepare):
-            calls["params"] = params
-            calls["emb"] = batcher(params, [["a", "b"], ["c"]])
-            prepare(params, [["a"]])
 
-        def eval(self, tasks):
-            calls["tasks"] = tasks
-            return {
-                "MR": {"devacc": 70.1, "acc": 69.5, "ndev": 10662, "ntest": 10662},
-                "MRPC": {"devacc": 70.0, "acc": 71.0, "f1": 80.0, "ndev": 4076, "ntest": 1725},
-                "SICKRelatedness": {"devpearson": 0.8, "pearson": 0.81, "spearman": 0.75, "mse": 0.3,
-                                    "yhat": None, "ndev": 500, "ntest": 4927},
-                "STS13": {"FNWN": {"pearson": (0.1, 0.5), "spearman": (0.2, 0.5), "nsamples": 189},
-                          "all": {"pearson": {"all": 0.3, "mean": 0.1, "wmean": 0.1},
-                                  "spearman": {"all": 0.3, "mean": 0.2, "wmean": 0.2}}},
-            }
+@pytest.fixture
+def fake_senteval(monkeypatch):
+    """tests/fake_senteval as the `senteval` package (SentEval's entry point, paths and result layout),
+    for this test only: afterwards `import senteval` is what it was before (not the fake)."""
+    def ours():
+        return [m for m in sys.modules if m == "senteval" or m.startswith("senteval.")]
 
-    fake = types.ModuleType("senteval")
-    fake.engine = types.SimpleNamespace(SE=SE)
-    monkeypatch.setitem(sys.modules, "senteval", fake)
-    monkeypatch.setitem(sys.modules, "senteval.engine", fake.engine)
+    saved = {m: sys.modules.pop(m) for m in ours()}
+    monkeypatch.syspath_prepend(str(FAKE_SENTEVAL))
+    import senteval.engine
+
+    yield senteval.engine
+    for m in ours():
+        del sys.modules[m]
+    sys.modules.update(saved)
+
+
+@pytest.mark.parametrize("folder_name", ["downstream", "senteval"])
+def test_real_senteval_package_path_and_results(tmp_path, fake_senteval, folder_name):
+    """With `senteval` importable its engine runs: it must find <task_path>/downstream/<Task> (we pass
+    the parent of a `downstream` folder, or a scratch folder linking to ours), and its result
+    layouts map to our schema (STS: all.{pearson,spearman}.{mean,wmean}; SICK-R: devpearson)."""
+    tree = make_senteval_tree(tmp_path / "data" / folder_name, n=12)
     prepared = []
-    res = evaluate(hashing_encoder(16), tree, tasks=["MR", "MRPC", "SICKRelatedness", "STS13"], kfold=10,
-                   prepare=prepared.append)
-    assert calls["params"]["usepytorch"] is False and calls["params"]["kfold"] == 10
-    assert calls["params"]["task_path"] == str(tree) and calls["emb"].shape == (2, 16) and prepared == [[["a"]]]
-    assert res["MR"] == {"acc": 69.5, "devacc": 70.1, "n_dev": 10662, "n_test": 10662}
-    assert res["MRPC"]["f1"] == 80.0
-    assert res["SICKRelatedness"]["pearson"] == 0.81 and res["SICKRelatedness"]["dev_spearman"] == 0.8
-    assert res["STS13"]["pearson"] == 0.1 and res["STS13"]["datasets"]["FNWN"] == {"pearson": 0.1, "spearman": 0.2,
-                                                                                  "n": 189}
+    names = ["MR", "MRPC", "SICKRelatedness", "STSBenchmark", "STS13"]
+    res = evaluate(hashing_encoder(16), tree, tasks=names, kfold=10, prepare=prepared.append)
+    raw, params = fake_senteval.LAST["results"], fake_senteval.LAST["params"]
+    assert params["usepytorch"] is False and params["kfold"] == 10 and params["seed"] == 1111
+    if folder_name == "downstream":
+        assert params["task_path"] == str(tree.parent)
+    else:  # a scratch folder, gone after the evaluation
+        assert Path(params["task_path"]).name.startswith("tprbench-senteval-") and not Path(params["task_path"]).exists()
+    assert len(prepared) == len(names)  # SentEval's do_prepare: once per task
+    assert res["MR"] == {"acc": raw["MR"]["acc"], "devacc": raw["MR"]["devacc"], "n_dev": raw["MR"]["ndev"],
+                         "n_test": raw["MR"]["ntest"]}
+    assert res["MRPC"]["f1"] == raw["MRPC"]["f1"]
+    for name in ("SICKRelatedness", "STSBenchmark"):
+        assert res[name] == {"pearson": raw[name]["pearson"], "spearman": raw[name]["spearman"], "mse": raw[name]["mse"],
+                             "dev_pearson": raw[name]["devpearson"], "n_dev": 500, "n_test": 4927}
+    sts = res["STS13"]
+    assert sts["pearson"] == pytest.approx(raw["STS13"]["all"]["pearson"]["wmean"])
+    assert sts["spearman_mean"] == pytest.approx(raw["STS13"]["all"]["spearman"]["mean"])
+    assert set(sts["datasets"]) == {"FNWN", "headlines", "OnWN"} and sts["n_test"] == 3 * 21
+    assert sts["datasets"]["FNWN"]["pearson"] == pytest.approx(raw["STS13"]["FNWN"]["pearson"][0])
+    # the mapped numbers are what a table reads: floats, every one finite
+    assert all(np.isfinite(v) for r in res.values() for k, v in r.items() if isinstance(v, float))
+
+
+def test_the_fake_package_does_not_outlive_its_test():
+    import importlib.util
+
+    assert FAKE_SENTEVAL.as_posix() not in [Path(p).as_posix() for p in sys.path]
+    spec = importlib.util.find_spec("senteval")
+    assert spec is None or "fake_senteval" not in str(spec.origin)
+    assert "senteval" not in sys.modules or "fake_senteval" not in str(getattr(sys.modules["senteval"], "__file__", ""))
+
+
+def test_transfer_task_metrics_from_the_real_package_layout(tmp_path, fake_senteval):
+    from tasks.transfer.adapter import senteval_metrics
+
+    tree = make_senteval_tree(tmp_path / "senteval", n=12)
+    res = evaluate(hashing_encoder(16), tree, tasks=["SICKRelatedness", "STS13", "MR"])
+    assert senteval_metrics(res["SICKRelatedness"]) == {"pearson": res["SICKRelatedness"]["pearson"],
+                                                        "spearman": res["SICKRelatedness"]["spearman"]}
+    assert senteval_metrics(res["STS13"])["pearson"] == res["STS13"]["pearson"]
+    assert senteval_metrics(res["MR"])["acc"] == res["MR"]["acc"] / 100
 
 
 # --------------------------------------------------------------------------- real data

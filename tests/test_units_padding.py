@@ -217,3 +217,39 @@ def test_gradients_where_the_normalisation_clamp_holds():
         grads[impl] = {"x": x.grad, **{n: p.grad for n, p in unit.named_parameters()}}
     for key in grads["loop"]:
         torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=0, msg=lambda m, key=key: f"{key}: {m}")
+
+
+# --------------------------------------------------------------------------------------------
+# forward_carry (language modelling's truncated BPTT)
+# --------------------------------------------------------------------------------------------
+CARRY_SPECS = ["gru", "lstm", "gru[layers=2]", "tpru[roles=4,slices=2]", "tpru[roles=3,biases=code,layers=2]",
+               "tpru-v1[roles=3,slices=4]", "tpru-mod1[roles=4,biases=code]"]
+
+
+@pytest.mark.parametrize("spec", CARRY_SPECS)
+def test_windows_with_carry_equal_the_whole_sequence(spec):
+    """Two windows, the second starting from the first's carry, give the whole sequence's outputs;
+    for TPRU the fused and the loop path agree with a non-zero carry too."""
+    module = _build(spec)
+    x = torch.randn(3, 7, DIN, generator=torch.Generator().manual_seed(20), dtype=torch.float64)
+    with torch.no_grad():
+        whole, _ = module.forward_carry(x)
+        first, carry = module.forward_carry(x[:, :3])
+        second, _ = module.forward_carry(x[:, 3:], carry)
+        torch.testing.assert_close(torch.cat([first, second], 1), whole, rtol=1e-10, atol=1e-12)
+        full, _ = module(x)  # and forward() on unpadded input is the same computation
+        torch.testing.assert_close(full, whole, rtol=1e-10, atol=1e-12)
+    if spec.startswith("tpru") and "layers" not in spec:
+        module.impl = "loop"
+        with torch.no_grad():
+            loop_second, _ = module.forward_carry(x[:, 3:], carry)
+        torch.testing.assert_close(loop_second, second, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["tpru", "tpru-v1", "tpru-mod2"])
+def test_fused_gradcheck_through_the_carry(name):
+    """The fused backward's gradient with respect to b_0 (the carry) against finite differences."""
+    unit = _gradcheck_unit(name, 1, biases="code")
+    x = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(21), dtype=torch.float64, requires_grad=True)
+    b0 = torch.randn(2, 4, generator=torch.Generator().manual_seed(22), dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, b0: unit.forward_carry(x, b0)[0], (x, b0), eps=1e-6, atol=1e-7, rtol=1e-5)

@@ -216,8 +216,8 @@ class TPRUBase(RecurrentUnit):
             else:  # many slices: keep z = V_b b and dot it with U slice by slice inside the loop
                 W_fused = self.W_b if self.V_b is None else torch.cat([self.W_b, self.V_b], 0)
                 U_slices = self._slice_T(U)
-            args = (gx.transpose(0, 1).contiguous(), fx.transpose(0, 1).contiguous(), W_fused, R_slices, U_slices,
-                    c_b, self.c_x, b0)
+            # time-major views: the C++ loop reads them strided, the others copy only if they must
+            args = (gx.transpose(0, 1), fx.transpose(0, 1), W_fused, R_slices, U_slices, c_b, self.c_x, b0)
             # fused: the Triton kernel on CUDA when it can run, else the autograd Function (CPU path)
             recurrence = tpru_triton.select_recurrence(self.impl, *args)
             outputs = recurrence.apply(*args, self.norm, self.tanh_candidate).transpose(0, 1)

@@ -13,15 +13,22 @@ Two ways to get the recurrent unbinding scores f_b = Uᵀ V_b b_{t-1} (per slice
 - unfolded: W_rec = [W_b; V_b] (or just W_b when V_b = I), then z = V_b b_{t-1} is dotted with U
   slice by slice (a batched matmul) — k× fewer FLOPs with many slices.
 
-Layout: time-major. gx [T,B,d] (gate input incl. every gate bias), fx [T,B,k,N] (input scores),
+Layout: time-major (strided views are fine). gx [T,B,d] (gate input incl. every gate bias), fx [T,B,k,N] (input scores),
 R_slices and U_slices [k, s, N], c_b [k, N] (the scalar c_b plus, with the authors' code biases,
 the per-role constant Uᵀ b_Vb: everything in f_b + c_b that does not depend on b_{t-1}), c_x a
 scalar, b0 [B,d]. Checked against the autograd loop and `gradcheck` in tests.
+
+On CPU the two loops run in C++ (units/csrc/tpru_recurrence.cpp, loaded by units/tpru_ext.py):
+the same computation without the interpreter between the ops of a step, with each step's
+elementwise work fused into one pass. The Python loops below are the fallback (no compiler,
+TPRBENCH_CPP=0, other devices) and are tested to give the same results.
 """
 
 from __future__ import annotations
 
 import torch
+
+from . import tpru_ext
 
 NORM_EPS = 1e-7  # the authors' code: f̃ / Σf̃.clamp_min(1e-7) (models/TPRU.py); an all-zero row stays 0, not NaN
 
@@ -38,6 +45,16 @@ class TPRURecurrence(torch.autograd.Function):
     def forward(ctx, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, norm: str, tanh_candidate: bool):
         relu2 = norm == "relu2"
         folded = U_slices is None
+        ext = tpru_ext.ops() if gx.device.type == "cpu" else None
+        ctx.cpp = ext is not None
+        if ext is not None:
+            U_arg = U_slices if U_slices is not None else W_rec.new_empty(0)
+            outs, pres, cands, fills, sums, scores = ext.tpru_forward(
+                gx, fx, W_rec, R_slices, U_arg, c_b, c_x, b0, relu2, tanh_candidate)
+            ctx.relu2, ctx.use_tanh, ctx.folded = relu2, tanh_candidate, folded
+            ctx.save_for_backward(fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores)
+            return outs
+        gx, fx = gx.contiguous(), fx.contiguous()
         T, B, d = gx.shape
         k, N = fx.shape[2], fx.shape[3]
         rows = W_rec.shape[0]
@@ -87,6 +104,12 @@ class TPRURecurrence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        if ctx.cpp:
+            fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores = ctx.saved_tensors
+            d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0 = tpru_ext.ops().tpru_backward(
+                grad_out, fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores,
+                ctx.relu2, ctx.use_tanh)
+            return d_gx, d_fx, d_W_rec, d_R, None if ctx.folded else d_U, d_c_b, d_c_x, d_b0, None, None
         W_rec, R_slices, U_slices, b0, outs, gates, cands, fills, zs, relu_b, relu_x, sums = ctx.saved_tensors
         relu2, use_tanh = ctx.relu2, ctx.use_tanh
         T, B, d = outs.shape

@@ -1,30 +1,66 @@
-"""`tprbench bench units|harness`: measured speed, not guesses."""
+"""`tprbench bench units|train|harness`: measured speed, not guesses."""
 
 from __future__ import annotations
 
 import argparse
 
-HELP = "benchmarks: `bench units` times forward+backward of every unit against torch's GRU/LSTM"
+HELP = ("benchmarks: `bench units` times every unit against torch's GRU/LSTM, `bench train` the training "
+        "throughput of a logic epoch, `bench harness` the study driver's overhead")
 
 
 def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
+    return values
+
+
+def _positive(text: str) -> int:
+    value = _ints(text)
+    if len(value) != 1:
+        raise argparse.ArgumentTypeError(f"expected one positive integer, got {text!r}")
+    return value[0]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="bench", metavar="WHAT", required=True)
-    u = sub.add_parser("units", help="forward+backward time of each unit, ratio to gru")
-    u.add_argument("--dims", type=_ints, default=[64, 256, 512], help="hidden sizes, comma-separated (default 64,256,512)")
-    u.add_argument("--seq", type=int, default=50, help="sequence length T (default 50)")
-    u.add_argument("--batch", type=int, default=64, help="batch size B (default 64)")
+    u = sub.add_parser("units", help="forward(+backward) time of every unit, ratio to gru (docs/benchmarks.md)")
+    u.add_argument("--dims", type=_ints, default=[64, 256, 512], help="nominal sizes d (input size = d), comma-separated (default 64,256,512)")
+    u.add_argument("--seq", type=_positive, default=50, help="sequence length T (default 50)")
+    u.add_argument("--batch", type=_positive, default=64, help="batch size B (default 64)")
     u.add_argument("--units", default=None,
-                   help="';'-separated unit specs (default: gru;lstm;tpru;tpru-v1;tpru-mod1;tpru-mod2;tpru-mod3;tpru[slices=8] with roles=d)")
-    u.add_argument("--repeats", type=int, default=10, help="timed repeats; the median is reported (default 10)")
-    u.add_argument("--warmup", type=int, default=3, help="untimed warm-up runs (default 3)")
+                   help="';'-separated unit specs (default: every registered unit and tpru[slices=8]; size rules fill in "
+                        "roles=d etc. unless the spec sets them)")
+    u.add_argument("--repeats", type=_positive, default=10, help="timed rounds; median, min and IQR are reported (default 10)")
+    u.add_argument("--warmup", type=int, default=3, help="untimed warm-up rounds (default 3)")
     u.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    u.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    u.add_argument("--csv", default=None, help="also write the rows to this CSV file")
+    u.add_argument("--threads", type=_ints, default=None,
+                   help="torch threads, comma-separated: each is a block of the table (default: torch's choice)")
+    u.add_argument("--padded", action="store_true", help="a padded batch: lengths uniform in [T/2, T]")
+    u.add_argument("--forward-only", action="store_true", help="time the forward only, under no_grad (inference, interpretation)")
+    u.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                   help="wall time, or process CPU time (on a loaded machine with --threads 1: not counting waits for a core)")
+    u.add_argument("--python-loop", action="store_true",
+                   help="run TPRU on its Python loop (the fallback when the C++ one cannot be built), to compare")
+    u.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON to PATH ('-' = stdout)")
+    u.add_argument("--csv", default=None, metavar="PATH", help="also write the rows to this CSV file")
     u.set_defaults(_bench="units")
+    t = sub.add_parser("train", help="training examples per second of a logic epoch per unit (plain architecture, generated data)")
+    t.add_argument("--units", default=None, help="';'-separated unit specs (default: as `bench units`)")
+    t.add_argument("--dim", type=_positive, default=64, help="hidden size d (default 64)")
+    t.add_argument("--arch", default="plain", help="architecture (default plain)")
+    t.add_argument("--train-size", type=_positive, default=3200, help="generated training pairs per epoch (default 3200 = 50 batches)")
+    t.add_argument("--batch-size", type=_positive, default=64, help="batch size (the logic task's default, 64)")
+    t.add_argument("--repeats", type=_positive, default=3, help="epochs per unit, interleaved across units; the median is reported (default 3)")
+    t.add_argument("--threads", type=_positive, default=None, help="torch threads (default: torch's choice; Ray trials use cpus=1 → 1)")
+    t.add_argument("--python-loop", action="store_true", help="TPRU on its Python fallback loop, to compare")
+    t.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="wall time or process CPU time (see bench units)")
+    t.add_argument("--cache", default=None, metavar="DIR", help="where the generated data is cached (default: a temporary directory)")
+    t.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON to PATH ('-' = stdout)")
+    t.set_defaults(_bench="train")
     h = sub.add_parser("harness", help="parallel efficiency and per-trial overhead on a simulated cluster")
     h.add_argument("--nodes", type=int, default=4)
     h.add_argument("--trial-seconds", type=float, default=5.0)
@@ -39,6 +75,10 @@ def run(args: argparse.Namespace) -> int:
         from harness.bench_units import run_unit_bench
 
         return run_unit_bench(args)
+    if args._bench == "train":
+        from harness.bench_train import run_train_bench
+
+        return run_train_bench(args)
     from harness.bench_harness import run_harness_bench
 
     return run_harness_bench(args)

@@ -116,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
     with console.status(f"preparing {args.task} data ({args.data or 'generated'})"):
         adapter.prepare()
     console.print(f"data ready in {time.perf_counter() - t0:.1f} s: {adapter.describe()}")
+    for note in adapter.report_notes(args.arch):
+        console.print(f"[dim]{escape(note)}[/]")
     console.print(f"run directory {run_dir} (rerun the same command to resume)")
 
     def progress(epoch: int, row: dict) -> None:

@@ -1,6 +1,8 @@
 """Language modelling (WikiText-2/103, PTB) as a task adapter.
 
-Two layers of the unit by default, tied input/output embeddings, truncated BPTT with the
+Two layers of the unit by default, a Linear(d, d_embed) projection before the decoder tied to
+the input embeddings (the authors' models/lm.py: `proj` with orthogonal init and bias 0, always
+present; option `projection=false` drops it when d = d_embed), truncated BPTT with the
 state carried across windows (`forward_carry`), perplexity per split (per BPE token with BPE,
 plus word-level perplexity). The train stream is cut into `batch_size` rows read left to right,
 so the windows of an epoch are in a fixed order; the carry restarts at each epoch and each
@@ -38,18 +40,31 @@ class LMOptions(pydantic.BaseModel):
     max_train_tokens: int | None = pydantic.Field(None, ge=1000, description="use only the first N train tokens (CPU runs)")
     max_eval_tokens: int | None = pydantic.Field(None, ge=1000, description="use only the first N valid/test tokens")
     eval_batch_size: int = pydantic.Field(10, ge=1)
+    projection: bool = pydantic.Field(True, description="Linear(d, d_embed) before the tied decoder, as the authors' lm.py "
+                                                        "(false: none, allowed only when d = d_embed)")
 
 
 class LanguageModel(nn.Module):
-    """Embedding → unit (stacked) → [projection to the embedding size] → tied decoder."""
+    """Embedding → unit (stacked) → projection Linear(d, d_embed) → decoder tied to the embedding.
 
-    def __init__(self, unit: str, vocab_size: int, dim: int, input_dim: int, dropout: float) -> None:
+    As the authors' models/lm.py: embedding and projection weights orthogonal (`init_weights`),
+    projection bias 0, the decoder an nn.Linear (default bias init) sharing the embedding matrix."""
+
+    def __init__(self, unit: str, vocab_size: int, dim: int, input_dim: int, dropout: float, projection: bool = True) -> None:
         super().__init__()
         self.embed = nn.Embedding(vocab_size, input_dim)
-        nn.init.uniform_(self.embed.weight, -0.1, 0.1)
+        nn.init.orthogonal_(self.embed.weight)
         self.encoder = units.build(unit, input_dim, dim)
         width = self.encoder.output_size
-        self.project = nn.Identity() if width == input_dim else nn.Linear(width, input_dim)
+        if projection:
+            self.project = nn.Linear(width, input_dim)
+            nn.init.orthogonal_(self.project.weight)
+            nn.init.zeros_(self.project.bias)
+        elif width == input_dim:
+            self.project = nn.Identity()
+        else:
+            raise TaskError(f"lm: projection=false needs the unit's output size ({width}) to equal the embedding size "
+                            f"({input_dim}): the decoder is tied to the embedding")
         self.decoder = nn.Linear(input_dim, vocab_size)
         self.decoder.weight = self.embed.weight  # tied input/output embeddings
         self.dropout = nn.Dropout(dropout)
@@ -129,7 +144,8 @@ class LMTask(TaskAdapter):
         if resolved.bidirectional:
             raise TaskError(f"lm: unit {unit!r} is bidirectional; a language model reads left to right")
         spec = resolved.spec if "layers" in resolved.spec.option_dict else resolved.spec.with_options(layers=self.options.layers)
-        model = LanguageModel(str(spec), self.corpus.vocab_size, dim, input_dim, hparams.dropout)
+        model = LanguageModel(str(spec), self.corpus.vocab_size, dim, input_dim, hparams.dropout,
+                              projection=self.options.projection)
         if not hasattr(model.encoder, "forward_carry"):
             raise TaskError(f"lm: unit {unit!r} cannot carry state across BPTT windows (no forward_carry)")
         return model

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..architectures import ARCHS, PairModel
+from ..architectures import ARCHS, PairArchOptions, PairModel, describe_arch, encoder_spec
 from ..base import TaskAdapter
 from ..errors import DataError
 from ..hparams import HParams
@@ -31,15 +31,13 @@ from .generator import write_dataset
 TEST_SPLITS = ("test_easy", "test_hard", "test_big", "test_massive", "test_exam")
 
 
-class LogicOptions(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
+class LogicOptions(PairArchOptions):
 
     train_size: int = pydantic.Field(100_000, ge=4, description="generated training pairs (when the data has no train.txt)")
     eval_size: int = pydantic.Field(5_000, ge=0, description="pairs per generated validate/test split (data = generated)")
     data_seed: int = pydantic.Field(0, description="seed of the data generator")
     svp: bool = pydantic.Field(True, description="Symbolic Vocabulary Permutation during training")
     max_len: int | None = pydantic.Field(None, ge=1, description="drop training pairs with a formula longer than this")
-    pooling: Literal["max", "last", "mean"] = "max"
     preset: Literal["easy", "hard", "big", "massive", "exam"] = pydantic.Field(
         "easy", description="generator preset for train (and, with generated data, validate/test_easy); "
                             "easy matches the real train/validate distribution")
@@ -104,8 +102,13 @@ class LogicTask(TaskAdapter):
 
     def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
         self.check_arch(arch)
-        return PairModel(unit, arch, logic_data.VOCAB_SIZE, dim, input_dim, classes=2, pooling=self.options.pooling,
-                         mlp_hidden=hparams.mlp_hidden, dropout=hparams.dropout)
+        opts = self.options
+        return PairModel(encoder_spec(unit, dim, opts.layers), arch, logic_data.VOCAB_SIZE, dim, input_dim, classes=2,
+                         pooling=opts.pooling, mlp_hidden=hparams.mlp_hidden, dropout=hparams.dropout,
+                         attention=opts.attention, modelling_unit=opts.modelling_unit)
+
+    def report_notes(self, arch: str) -> list[str]:
+        return [describe_arch(arch, self.options)]
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         logits = model(batch["a"], batch["a_mask"], batch["b"], batch["b_mask"])

@@ -535,6 +535,19 @@ class Vocab:
             raise DataError(f"{p}: not a vocabulary file ({exc})") from exc
 
 
+def concatenate(datasets: Sequence[Any]):
+    """Several loaded splits as one (the papers train on MNLI + SNLI): the text and label columns,
+    in the order given. One split is returned as it is (its cache fingerprint unchanged)."""
+    if len(datasets) == 1:
+        return datasets[0]
+    from datasets import concatenate_datasets
+
+    columns = ["premise", "hypothesis", "label"]
+    parts = [ds.select_columns(columns) for ds in datasets]
+    parts = [parts[0]] + [p.cast(parts[0].features) if p.features != parts[0].features else p for p in parts[1:]]
+    return concatenate_datasets(parts)
+
+
 def encode(ds, vocab: Vocab, max_len: int | None = None, tokenizer: Callable[[str], list[str]] = tokenize,
            num_proc: int | None = None):
     """Add ``premise_ids`` / ``hypothesis_ids`` (lists of int) with a batched `Dataset.map`.
@@ -625,10 +638,29 @@ def load_word_vectors(path: str | Path, vocab: Vocab, dim: int | None = None, se
 
     p = require_file(path, "word vectors", "download GloVe (https://nlp.stanford.edu/projects/glove/) or "
                      "fastText .vec (https://fasttext.cc/docs/en/english-vectors.html)")
+    rows, dim = _scan_vectors(p, vocab.stoi, dim, skip={PAD})
+    if dim is None:
+        raise DataError(f"{p}: no vectors in file")
+    found = np.stack(list(rows.values())) if rows else np.zeros((0, dim), np.float32)
+    std = float(found.std()) if found.size > 1 else 1.0
+    std = std if std > 0 and math.isfinite(std) else 1.0
+    gen = torch.Generator().manual_seed(seed)
+    matrix = torch.randn(len(vocab), dim, generator=gen) * std
+    if rows:
+        idx = torch.as_tensor(list(rows.keys()), dtype=torch.long)
+        matrix[idx] = torch.from_numpy(found)
+    matrix[PAD] = 0.0
+    return matrix, len(rows)
+
+
+def _scan_vectors(p: Path, stoi: dict[str, int], dim: int | None, skip: set[int] = frozenset()):
+    """One pass over a GloVe/fastText text file: {index in stoi: vector} for the words of `stoi`
+    (exact match first, else the lower-case form), and the dimension. See load_word_vectors."""
+    import numpy as np
+
     opener = gzip.open if p.name.endswith(".gz") else open
     rows: dict[int, np.ndarray] = {}
     exact: set[int] = set()
-    stoi = vocab.stoi
     with opener(p, "rt", encoding="utf-8", errors="strict", newline="\n") as f:
         lineno = 0
         try:
@@ -657,7 +689,7 @@ def load_word_vectors(path: str | Path, vocab: Vocab, dim: int | None = None, se
                 is_exact = idx is not None
                 if idx is None:
                     idx = stoi.get(word.lower())
-                if idx is None or idx == PAD or idx in exact or (not is_exact and idx in rows):
+                if idx is None or idx in skip or idx in exact or (not is_exact and idx in rows):
                     continue
                 try:
                     vec = np.asarray(parts[1:], dtype=np.float32)
@@ -670,18 +702,16 @@ def load_word_vectors(path: str | Path, vocab: Vocab, dim: int | None = None, se
                     exact.add(idx)
         except UnicodeDecodeError as exc:
             raise DataError(f"{where(p, lineno + 1)}: not UTF-8 ({exc.reason})") from None
-    if dim is None:
-        raise DataError(f"{p}: no vectors in file")
-    found = np.stack(list(rows.values())) if rows else np.zeros((0, dim), np.float32)
-    std = float(found.std()) if found.size > 1 else 1.0
-    std = std if std > 0 and math.isfinite(std) else 1.0
-    gen = torch.Generator().manual_seed(seed)
-    matrix = torch.randn(len(vocab), dim, generator=gen) * std
-    if rows:
-        idx = torch.as_tensor(list(rows.keys()), dtype=torch.long)
-        matrix[idx] = torch.from_numpy(found)
-    matrix[PAD] = 0.0
-    return matrix, len(rows)
+    return rows, dim
+
+
+def vectors_for_words(path: str | Path, words: Sequence[str], dim: int | None = None) -> dict:
+    """{word: vector} for the `words` the file has (same matching and checks as load_word_vectors);
+    words it lacks are left out. For growing a vocabulary after training (SentEval, InferSent's way)."""
+    p = require_file(path, "word vectors", "the run's `vectors` file")
+    words = list(dict.fromkeys(words))
+    rows, _ = _scan_vectors(p, {w: i for i, w in enumerate(words)}, dim)
+    return {words[i]: vec for i, vec in rows.items()}
 
 
 def default_dir(source: str, root: str | Path) -> Path:

@@ -15,8 +15,9 @@ from torch import nn
 
 from ..nli.adapter import NLIOptions, NLITask
 from ..registry import register_task
+from .senteval import PROTOCOL
 from .senteval import evaluate as senteval_evaluate
-from .senteval_data import TASKS
+from .senteval_data import TASKS, load_task
 
 PREFIX = "senteval_"
 
@@ -57,12 +58,28 @@ class TransferTask(NLITask):
             return self.options.senteval_path
         return None if self.generated else f"{self.data}/senteval"
 
+    def expand_for_senteval(self) -> int:
+        """Grow the vocabulary once with the vectors of every word of every configured SentEval
+        task (InferSent's way, `NLITask.expand_vocab`): one pass over the vector file, not one per task."""
+        if getattr(self, "_senteval_expanded", None) is None:
+            sentences = []
+            for name in self.options.senteval_tasks:
+                for part in load_task(name, self.senteval_path()).splits.values():
+                    sentences.extend(part.a)
+                    sentences.extend(part.b or [])
+            self._senteval_expanded = self.expand_vocab(sentences)
+        return self._senteval_expanded
+
     def evaluate(self, model: nn.Module, split: str, batch_size: int) -> dict[str, float]:
         if not split.startswith(PREFIX):
             return super().evaluate(model, split, batch_size)
         name = split[len(PREFIX):]
+        self.expand_for_senteval()
         results = senteval_evaluate(lambda sentences: self.encode_sentences(model, sentences), self.senteval_path(),
                                     [name], kfold=self.options.kfold)
         return senteval_metrics(results[name])
+
+    def report_notes(self, arch: str) -> list[str]:
+        return super().report_notes(arch) + [PROTOCOL]
 
 

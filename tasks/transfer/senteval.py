@@ -10,9 +10,14 @@ task with all its sentences (SentEval's `prepare`, e.g. to build a vocabulary).
 
 When the real ``senteval`` package is importable (and ``use_senteval`` is not False) it runs
 the evaluation (``senteval.engine.SE`` with ``usepytorch=False``) and its results are mapped to
-the schema below. Otherwise the built-in evaluator reproduces SentEval's ``usepytorch=False``
-protocol with scikit-learn's LogisticRegression (lbfgs; L2 regularisation C chosen from
-SentEval's grids):
+the schema below. SentEval reads ``<task_path>/downstream/<Task>``: we pass the parent of a
+folder named ``downstream``, or a temporary folder whose ``downstream`` links to ours.
+
+Otherwise the built-in evaluator reproduces SentEval's ``usepytorch=False`` protocol (PROTOCOL
+below names it in report headers). Logistic regression is scikit-learn's liblinear, one-vs-rest
+for more than two classes, fitted from scratch for every C: what SentEval's
+``LogisticRegression(C=reg, random_state=seed)`` was with the scikit-learn of its release
+(default solver liblinear, multi_class ovr, until 0.22), with SentEval's C grids:
 
 - MR, CR, SUBJ, MPQA: outer stratified k-fold (shuffle, seed 1111); inside each training part an
   inner stratified k-fold picks C from 2^-2..2^3; refit on the training part, test on the held-out
@@ -22,30 +27,27 @@ SentEval's grids):
 - SST2, SST5, SICKEntailment: C from 2^-2..2^3 by dev accuracy, refit on train, test
   (SplitClassifier). SICK-E features [|u-v|; u*v].
 - SICKRelatedness, STSBenchmark: SentEval's RelatednessPytorch: features [|u-v|; u*v], a linear
-  layer + softmax over score classes, trained with Adam on MSE against the "soft" encoding of
-  the gold score (score 3.6 -> 0.4 on class 3, 0.6 on class 4), 50-epoch rounds, early stopping
-  on dev Spearman (stop after the 4th round without improvement), prediction = expected score.
-  SICK uses classes 1..5 as SentEval. STSBenchmark (scores 0..5) uses classes 0..5: SentEval
-  reuses the 1..5 encoding there, which gives pairs scored below 1 an all-zero target; with
-  0..5 every score is representable. STSBenchmark also reports the unsupervised cosine
-  similarity correlations on test (``cosine_pearson``, ``cosine_spearman``).
+  layer + softmax over the score classes 1..5 (both tasks, as SentEval: STS-B's 0..5 scores are
+  encoded with SentEval's own rule, so a score below 1 puts only its fraction on class 1), trained
+  with Adam on MSE against that "soft" encoding, 50-epoch rounds, early stopping on dev **Pearson**
+  (stop at the 4th round without improvement), prediction = expected score over 1..5.
+  STSBenchmark also reports the unsupervised cosine similarity correlations on test
+  (``cosine_pearson``, ``cosine_spearman``).
 - STS12–16: cosine similarity of u and v per pair, Pearson and Spearman per sub-dataset; the
   headline ``pearson``/``spearman`` is the mean over sub-datasets weighted by their sizes
-  (SentEval's ``wmean``); ``pearson_mean`` (unweighted) and ``pearson_all`` (all pairs pooled)
-  are reported too. Pairs without a gold score are dropped by the loader.
+  (SentEval's ``wmean``); ``pearson_mean`` (unweighted, SentEval's ``mean``) and ``pearson_all``
+  (all pairs pooled; built-in only) are reported too. Pairs without a gold score are dropped.
 
 Result schema per task (accuracies in percent, as SentEval reports them; correlations in
 [-1, 1]): classification ``{acc, devacc, n_train, n_dev?, n_test}`` (+ ``f1`` for MRPC; for the
 cross-validated tasks n_train = n_test = the number of examples, each tested once);
-relatedness ``{pearson, spearman, mse, dev_spearman, n_train, n_dev, n_test}``;
+relatedness ``{pearson, spearman, mse, dev_pearson, n_train, n_dev, n_test}``;
 STS ``{pearson, spearman, pearson_mean, spearman_mean, pearson_all, spearman_all, n_train: 0,
 n_test, datasets: {name: {pearson, spearman, n}}}``. Every task also has ``seconds`` (wall time).
 
 The classifier loops are written out (not LogisticRegressionCV) to keep SentEval's exact grids,
 fold seeds and first-best tie-break on scores rounded to 0.01 %, and because
 LogisticRegressionCV's arguments are mid-deprecation across the scikit-learn versions we support.
-Within one fold the C grid is fitted in ascending order with warm starts (same optimum, fewer
-iterations).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ from .senteval_data import TASKS, Split, TaskData, load_task, resolve_task_path
 Encoder = Callable[[list], np.ndarray]
 
 DEFAULT_TASKS = TASKS
+PROTOCOL = ("SentEval usepytorch=False protocol; logistic regression = scikit-learn liblinear (one-vs-rest), "
+            "fitted from scratch per C; SICK-R/STS-B: classes 1..5, early stopping on dev Pearson")
 INNER_REGS = [2.0 ** t for t in range(-2, 4)]  # SentEval InnerKFoldClassifier / SplitClassifier, usepytorch=False
 KFOLD_REGS = [2.0 ** t for t in range(-1, 6)]  # SentEval KFoldClassifier, usepytorch=False
 
@@ -119,12 +123,23 @@ def evaluate(
 # ------------------------------------------------------------------------------------ the real package
 
 
-def _evaluate_with_senteval(encode, base: Path, names, kfold, seed, batch_size, prepare) -> dict[str, dict]:
-    """Run facebookresearch/SentEval itself and map its results to our schema (untested here)."""
-    import senteval.engine
+def senteval_task_path(base: Path, scratch: Path) -> Path:
+    """What SentEval's `task_path` must be for our `base` folder: SentEval opens
+    `<task_path>/downstream/<Task>` (engine.py), so the parent of a folder named `downstream`,
+    else `scratch` with a link `scratch/downstream → base`."""
+    if base.name == "downstream":
+        return base.parent
+    link = scratch / "downstream"
+    link.symlink_to(base.resolve(), target_is_directory=True)
+    return scratch
 
-    params = {"task_path": str(base), "usepytorch": False, "kfold": kfold, "seed": seed,
-              "batch_size": batch_size, "classifier": {"nhid": 0}}
+
+def _evaluate_with_senteval(encode, base: Path, names, kfold, seed, batch_size, prepare) -> dict[str, dict]:
+    """Run facebookresearch/SentEval itself and map its results to our schema
+    (tests/fake_senteval follows SentEval's result layout)."""
+    import tempfile
+
+    import senteval.engine
 
     def batcher(_params, batch):
         return np.asarray(encode(batch))
@@ -133,25 +148,31 @@ def _evaluate_with_senteval(encode, base: Path, names, kfold, seed, batch_size, 
         if prepare is not None:
             prepare(samples)
 
-    raw = senteval.engine.SE(params, batcher, prep).eval(list(names))
-    out = {}
-    for name, r in raw.items():
-        if name.startswith("STS") and name != "STSBenchmark":
-            subsets = {k: v for k, v in r.items() if k != "all"}
-            out[name] = {
-                "pearson": r["all"]["pearson"]["wmean"], "spearman": r["all"]["spearman"]["wmean"],
-                "pearson_mean": r["all"]["pearson"]["mean"], "spearman_mean": r["all"]["spearman"]["mean"],
-                "pearson_all": r["all"]["pearson"]["all"], "spearman_all": r["all"]["spearman"]["all"],
+    with tempfile.TemporaryDirectory(prefix="tprbench-senteval-") as scratch:
+        params = {"task_path": str(senteval_task_path(base, Path(scratch))), "usepytorch": False, "kfold": kfold,
+                  "seed": seed, "batch_size": batch_size, "classifier": {"nhid": 0}}
+        raw = senteval.engine.SE(params, batcher, prep).eval(list(names))
+    return {name: _from_senteval(name, r) for name, r in raw.items()}
+
+
+def _from_senteval(name: str, r: dict) -> dict:
+    """One task's SentEval result → our schema. SentEval's layouts (senteval/*.py):
+    STS12–16 `{<dataset>: {pearson: (r, p), spearman: (r, p), nsamples}, all: {pearson: {mean, wmean},
+    spearman: {mean, wmean}}}`; SICK-R/STS-B `{devpearson, pearson, spearman, mse, yhat, ndev, ntest}`;
+    classification `{devacc, acc, ndev, ntest}` (+ `f1` for MRPC)."""
+    if name.startswith("STS") and name != "STSBenchmark":
+        subsets = {k: v for k, v in r.items() if k != "all"}
+        return {"pearson": float(r["all"]["pearson"]["wmean"]), "spearman": float(r["all"]["spearman"]["wmean"]),
+                "pearson_mean": float(r["all"]["pearson"]["mean"]), "spearman_mean": float(r["all"]["spearman"]["mean"]),
                 "n_train": 0, "n_test": int(sum(v["nsamples"] for v in subsets.values())),
                 "datasets": {k: {"pearson": float(v["pearson"][0]), "spearman": float(v["spearman"][0]),
                                  "n": int(v["nsamples"])} for k, v in subsets.items()}}
-        elif "pearson" in r:
-            out[name] = {"pearson": r["pearson"], "spearman": r["spearman"], "mse": r["mse"],
-                         "dev_spearman": r["devpearson"], "n_dev": r["ndev"], "n_test": r["ntest"]}
-        else:
-            out[name] = {k: v for k, v in {"acc": r.get("acc"), "devacc": r.get("devacc"), "f1": r.get("f1"),
-                                           "n_dev": r.get("ndev"), "n_test": r.get("ntest")}.items()
-                         if v is not None}
+    if "pearson" in r:
+        return {"pearson": float(r["pearson"]), "spearman": float(r["spearman"]), "mse": float(r["mse"]),
+                "dev_pearson": float(r["devpearson"]), "n_dev": int(r["ndev"]), "n_test": int(r["ntest"])}
+    out = {"acc": float(r["acc"]), "devacc": float(r["devacc"]), "n_dev": int(r["ndev"]), "n_test": int(r["ntest"])}
+    if "f1" in r:
+        out["f1"] = float(r["f1"])
     return out
 
 
@@ -229,24 +250,23 @@ def _quiet_single_thread():
     return stack
 
 
-def _lr_scores(X_tr, y_tr, X_te, y_te, regs, seed, max_iter) -> list[float]:
-    """Test accuracy (percent) for each C in ascending `regs`, warm-starting along the grid."""
+def logistic_regression(reg: float, seed: int, max_iter: int, n_classes: int):
+    """SentEval's `LogisticRegression(C=reg, random_state=seed)` as it ran with the scikit-learn of
+    SentEval's release: liblinear, one-vs-rest (newer scikit-learn needs the OvR wrapper spelled out)."""
     from sklearn.linear_model import LogisticRegression
+    from sklearn.multiclass import OneVsRestClassifier
 
-    clf = LogisticRegression(C=regs[0], random_state=seed, max_iter=max_iter, warm_start=True)
-    scores = []
-    with _quiet_single_thread():
-        for reg in regs:
-            clf.set_params(C=reg)
-            clf.fit(X_tr, y_tr)
-            scores.append(100.0 * clf.score(X_te, y_te))
-    return scores
+    clf = LogisticRegression(C=reg, solver="liblinear", random_state=seed, max_iter=max_iter)
+    return clf if n_classes <= 2 else OneVsRestClassifier(clf)
+
+
+def _lr_scores(X_tr, y_tr, X_te, y_te, regs, seed, max_iter) -> list[float]:
+    """Test accuracy (percent) for each C in `regs`, each fitted from scratch (as SentEval)."""
+    return [100.0 * _fit_lr(X_tr, y_tr, reg, seed, max_iter).score(X_te, y_te) for reg in regs]
 
 
 def _fit_lr(X, y, reg, seed, max_iter):
-    from sklearn.linear_model import LogisticRegression
-
-    clf = LogisticRegression(C=reg, random_state=seed, max_iter=max_iter)
+    clf = logistic_regression(reg, seed, max_iter, len(np.unique(y)))
     with _quiet_single_thread():
         clf.fit(X, y)
     return clf
@@ -304,25 +324,23 @@ def split_classifier(X, y, X_dev, y_dev, X_test, y_test, seed=1111, max_iter=100
 # ------------------------------------------------------------------------------------ relatedness
 
 
-def encode_scores(y: np.ndarray, lo: int, hi: int) -> np.ndarray:
-    """SentEval's soft label encoding over classes lo..hi: score s -> (1-frac) on floor(s), frac on floor(s)+1."""
-    n = hi - lo + 1
-    Y = np.zeros((len(y), n), dtype=np.float32)
+def encode_scores(y: np.ndarray, lo: int = 1, hi: int = 5) -> np.ndarray:
+    """SentEval's soft label encoding (sick.py `encode_labels`, Tai et al.) over classes lo..hi:
+    class floor(s) gets floor(s) − s + 1, class floor(s) + 1 gets s − floor(s), where they exist.
+    A score in [lo, hi] has mass 1; SentEval also feeds STS-B's scores below 1 through it, which
+    leaves only s on class 1 (kept: numbers then compare with SentEval's)."""
+    classes = np.arange(lo, hi + 1)
+    Y = np.zeros((len(y), len(classes)), dtype=np.float32)
     for j, s in enumerate(np.asarray(y, dtype=np.float64)):
-        s = min(max(s, lo), hi)
-        f = int(np.floor(s))
-        frac = s - f
-        if f >= hi:
-            Y[j, n - 1] = 1.0
-        else:
-            Y[j, f - lo] = 1.0 - frac
-            Y[j, f - lo + 1] = frac
+        f = np.floor(s)
+        Y[j, classes == f + 1] = s - f
+        Y[j, classes == f] = f - s + 1
     return Y
 
 
 def relatedness_regression(X, y, X_dev, y_dev, X_test, y_test, lo=1, hi=5, seed=1111,
                            batch_size=64, max_epoch=1000, chunk=50) -> dict:
-    """SentEval's RelatednessPytorch (linear + softmax over score classes, MSE, Adam, early stop)."""
+    """SentEval's RelatednessPytorch (linear + softmax over score classes, MSE, Adam, early stop on dev Pearson)."""
     import torch
 
     r = np.arange(lo, hi + 1, dtype=np.float32)
@@ -365,10 +383,10 @@ def _relatedness_fit(torch, r, X, y, X_dev, y_dev, X_test, y_test, lo, hi, seed,
                     loss.backward()
                     opt.step()
             epoch += chunk
-            sp = spearmanr(predict(X_dev), y_dev)[0]
-            sp = 0.0 if sp != sp else float(sp)
-            if sp > best:
-                best, best_state = sp, copy.deepcopy(model.state_dict())
+            pr = pearsonr(predict(X_dev), y_dev)[0]  # SentEval: "early stop on Pearson"
+            pr = 0.0 if pr != pr else float(pr)
+            if pr > best:
+                best, best_state = pr, copy.deepcopy(model.state_dict())
             else:
                 if bad >= 3:  # SentEval: the counter is never reset; the 4th non-improving round stops
                     break
@@ -376,7 +394,7 @@ def _relatedness_fit(torch, r, X, y, X_dev, y_dev, X_test, y_test, lo, hi, seed,
         model.load_state_dict(best_state)
         yhat = predict(X_test)
     return {"pearson": float(pearsonr(yhat, y_test)[0]), "spearman": float(spearmanr(yhat, y_test)[0]),
-            "mse": float(np.mean((yhat - y_test) ** 2)), "dev_spearman": best, "epochs": epoch}
+            "mse": float(np.mean((yhat - y_test) ** 2)), "dev_pearson": best, "epochs": epoch}
 
 
 def _cosine(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -447,7 +465,7 @@ def _run_split(data: TaskData, encode, *, kfold, seed, batch_size, n_jobs, max_i
 
 
 def _run_relatedness(data: TaskData, encode, *, kfold, seed, batch_size, n_jobs, max_iter) -> dict:
-    lo, hi = (1, 5) if data.name == "SICKRelatedness" else (0, 5)
+    lo, hi = 1, 5  # SentEval: nclasses 5, r = 1..5 for SICK-R and STS-B alike
     for s in ("train", "dev", "test"):
         data.splits[s] = _sorted(data[s])
     uv = {s: _pair_features(encode, data[s], batch_size) for s in ("train", "dev", "test")}
