@@ -367,7 +367,9 @@ class StudyRunner:
     def _plan_final(self, st: CellState) -> None:
         params = self._final_params(st)
         if params is None:
-            st.note = "failed: no search trial completed"
+            # No trial completed: every one diverged or was pruned (a result: failed), or some
+            # errored past the retry cap (not a result: the cell is errored, `study show` says why).
+            st.note = "errored" if st.errored else "failed: no search trial completed"
             return
         st.final_params = params
         h = params_hash(params)

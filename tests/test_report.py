@@ -263,6 +263,19 @@ def test_compare_studies_and_commits(store, capsys, monkeypatch):
     assert main(["compare", "synth", "synth2", "--root", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert "+10.0" in out and "only in A" in out
+    # Cells in one study only (issue 21): their numbers and parameter counts, not just their labels.
+    import pandas as pd
+
+    res = compare_studies({"study": "synth", "uri": store.uri}, {"study": "synth2", "uri": store.uri}, seeds_wanted=3)
+    one = res.frame[(res.frame["match"] == "A only") & (res.frame["split"] == "valid")]
+    assert len(one) == 4 and set(one["label"]) == set(res.only_a)
+    r8 = one[one["cell_id_a"] == R8.id].iloc[0]
+    assert r8["mean_a"] == pytest.approx(0.72) and r8["n_a"] == 3 and r8["n_b"] == 0
+    assert r8["params_a"] == 1536 and pd.isna(r8["params_b"]) and pd.isna(r8["diff"])
+    assert main(["compare", "synth", "synth2", "--root", str(store.root)]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if R8.label in ln and "(A only)" in ln and "valid" in ln)
+    assert "72.0 ± 2.6" in line and "not in B" in line and "1,536" in line, line
 
 
 def test_print_summary_includes_unrecorded_cells(store):
