@@ -12,7 +12,7 @@ issue 18 — table.csv and search.csv have no `#` provenance lines (they load wi
 `pandas.read_csv`; provenance.txt beside them says where they come from); issue 21 — table.tex's
 label names the study and the task (`tab:golden-logic`) and the best value per column is bold;
 table.csv has a `seeds_errored` column and `study show`'s rows `runs_errored`, `errored_retried`
-and `errored_reason` (errored runs are not results: counted apart from diverged ones).; compare.csv has
+and `errored_reason` (errored runs are not results: counted apart from diverged ones); compare.csv has
 `params_a`/`params_b` (parameter counts) and rows for cells present in one study only.
 """
 
