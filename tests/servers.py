@@ -117,11 +117,11 @@ def ray_head(directory: Path, cpus: int, resources: dict[str, float]) -> Process
     argv = [venv_bin("ray"), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1",
             "--num-cpus", str(cpus), "--num-gpus", "0", "--resources", json.dumps(resources),
             "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp,
-            "--ray-client-server-port", str(free_port()), "--min-worker-port", "0", "--max-worker-port", "0",
+            "--min-worker-port", "0", "--max-worker-port", "0",
             "--object-store-memory", str(100 * 2**20), *ray_ports()]
     node = start("ray head", argv, directory / "ray-head.log", env=ray_environ(**FAST_HEALTH_CHECKS))
     node.info.update(address=f"127.0.0.1:{port}", port=port, temp=temp)
-    wait_for(lambda: _listening(port) and _raylet_up(node), "ray head", node.proc, node.log)
+    wait_for(lambda: _listening(port) and _raylet_up(node), "ray head", node.proc, node.log, timeout=180)
     return node
 
 
@@ -130,7 +130,8 @@ def ray_worker(directory: Path, address: str, cpus: int, resources: dict[str, fl
             "--num-cpus", str(cpus), "--num-gpus", "0", "--resources", json.dumps(resources), "--disable-usage-stats",
             "--min-worker-port", "0", "--max-worker-port", "0", "--object-store-memory", str(100 * 2**20), *ray_ports()]
     node = start(name, argv, directory / f"{name.replace(' ', '-')}.log", env=ray_environ(**FAST_HEALTH_CHECKS))
-    wait_for(lambda: _raylet_up(node), name, node.proc, node.log)
+    # `ray start --block` logs this once the node has joined (its raylet registered with the GCS).
+    wait_for(lambda: _raylet_up(node) and "block forever" in tail(node.log, 200), name, node.proc, node.log, timeout=180)
     return node
 
 
@@ -145,7 +146,7 @@ def _cmd(pid: int) -> str:
         return ""
 
 
-def wait_for_nodes(address: str, count: int, timeout: float = 60) -> None:
+def wait_for_nodes(address: str, count: int, timeout: float = 180) -> None:
     """Until the cluster lists `count` alive nodes (asked through GCS by a short-lived subprocess)."""
     code = (f"import ray, logging; ray.init(address={address!r}, logging_level=logging.ERROR, log_to_driver=False); "
             "print(sum(n['Alive'] for n in ray.nodes()))")
@@ -157,6 +158,38 @@ def wait_for_nodes(address: str, count: int, timeout: float = 60) -> None:
             return
         time.sleep(1)
     raise RuntimeError(f"the cluster at {address} never had {count} nodes")
+
+
+def listening_sockets(pids: list[int]) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN state that one of `pids` holds, read from
+    /proc (`/proc/net/tcp{,6}` for the sockets, `/proc/<pid>/fd` for who holds them)."""
+    inodes: set[str] = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+        except OSError:
+            continue
+    found = set()
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        with contextlib.suppress(OSError), open(table) as fh:
+            for line in fh.readlines()[1:]:
+                fields = line.split()
+                if fields[3] != "0A" or fields[9] not in inodes:  # 0A: LISTEN
+                    continue
+                hexaddr, hexport = fields[1].split(":")
+                found.add((_address(hexaddr, width), int(hexport, 16)))
+    return found
+
+
+def _address(hexaddr: str, width: int) -> str:
+    if width == 8:  # IPv4, little-endian
+        return socket.inet_ntop(socket.AF_INET, bytes.fromhex(hexaddr)[::-1])
+    raw = b"".join(bytes.fromhex(hexaddr[i:i + 8])[::-1] for i in range(0, 32, 8))
+    return socket.inet_ntop(socket.AF_INET6, raw)
 
 
 def _listening(port: int) -> bool:

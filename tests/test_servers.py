@@ -130,6 +130,21 @@ def test_two_ray_start_nodes_a_worker_node_lost_mid_study(ray_cluster, tmp_path:
     print(f"\ntwo ray start nodes, worker lost mid-trial: {time.time() - t0:.1f} s")
 
 
+def test_a_ray_start_head_listens_on_every_interface(ray_cluster) -> None:
+    """What docs/security.md says: `ray start --head --node-ip-address 127.0.0.1` still binds its
+    GCS port on all interfaces (0.0.0.0), so a single-machine cluster needs a firewall (or a
+    host without outside routes) to stay private. If Ray changes this, this test tells us to
+    update the docs."""
+    from tests.servers import listening_sockets
+
+    head, _ = ray_cluster
+    sockets = listening_sockets(head.pids)
+    gcs = {addr for addr, port in sockets if port == head.info["port"]}
+    assert gcs and gcs <= {"0.0.0.0", "::"}, sorted(sockets)
+    public = sorted(port for addr, port in sockets if addr in ("0.0.0.0", "::"))
+    print(f"\nray head: ports listening on all interfaces: {public}")
+
+
 def test_a_wrong_address_fails_within_seconds_in_one_line(tmp_path: Path) -> None:
     from tests.servers import free_port
 
