@@ -116,7 +116,7 @@ def ray_head(directory: Path, cpus: int, resources: dict[str, float]) -> Process
     temp = tempfile.mkdtemp(prefix="tprh", dir="/tmp")  # Unix socket paths must stay short
     argv = [venv_bin("ray"), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1",
             "--num-cpus", str(cpus), "--num-gpus", "0", "--resources", json.dumps(resources),
-            "--include-dashboard=false", "--disable-usage-stats", "--temp-dir", temp,
+            "--include-dashboard=false", "--dashboard-port", str(free_port()), "--disable-usage-stats", "--temp-dir", temp,
             "--min-worker-port", "0", "--max-worker-port", "0",
             "--object-store-memory", str(100 * 2**20), *ray_ports()]
     node = start("ray head", argv, directory / "ray-head.log", env=ray_environ(**FAST_HEALTH_CHECKS))

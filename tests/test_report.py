@@ -219,7 +219,8 @@ def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatc
     argv = ["report", "synth", "--root", str(store.root), "--out", str(out), "--seeds", "3", "--bench", str(bench)]
     assert main(argv) == 0
     names = ["table.md", "table.tex", "table.csv", "search.csv", "curves_roles.png", "curves_roles.svg",
-             "curves_slices.png", "curves_slices.svg", "speed.png", "speed.svg"]
+             "curves_slices.png", "curves_slices.svg", "speed.png", "speed.svg",
+             "units.png", "units.svg", "curves.png", "curves.svg"]  # every unit compared, learning curves with bands
     first = {n: (out / n).read_bytes() for n in names}
     assert main(argv) == 0
     assert {n: (out / n).read_bytes() for n in names} == first
@@ -235,6 +236,19 @@ def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatc
     search = pd.read_csv(out / "search.csv")
     assert search[search["cell_id"] == GRU.id].iloc[0]["trials_pruned"] == 1
     assert b"<dc:date>" not in first["speed.svg"] and b"Matplotlib" not in first["curves_roles.png"]
+    # The comparison figure has a bar for every cell with finished seeds, GRU and new units alike,
+    # and the curves figure a line per cell (issue 21; SVG text is drawn as paths, so read the figures).
+    from harness.figures import fig_units
+    from harness.report.aggregate import aggregate
+    from harness.report.load import load_record
+
+    runs, cells = load_record(store.uri, "synth")
+    agg = aggregate(runs, cells, 3)
+    fig = fig_units(agg)
+    valid_ax = next(ax for ax in fig.axes if ax.get_visible() and "logic: valid" in ax.get_title())
+    ticks = [t.get_text() for t in valid_ax.get_yticklabels()]
+    assert ticks == ["gru", "tpru (8 roles)", "tpru (32 roles)", "tpru[slices=8] (32 roles)"], ticks
+    assert len(valid_ax.patches) == 4  # bars: mean over seeds, with ± std error bars
 
 
 def test_report_errors(store, tmp_path, capsys):
