@@ -62,9 +62,10 @@ def summary_line(runner: Any, states: list[Any], in_flight: int) -> str:
 
 @contextlib.contextmanager
 def live_view(runner: Any, states: list[Any]) -> Iterator[Callable[[list[Any], int], None]]:
-    """Yields `update(states, in_flight)`; a no-op without a console (tests, library use)."""
+    """Yields `update(states, in_flight)`; a no-op without a console (tests, library use) or with
+    `runner.show_progress` false (`tprbench run --quiet`)."""
     console = runner.console
-    if console is None:
+    if console is None or not getattr(runner, "show_progress", True):
         yield lambda states, in_flight: None
         return
     if not console.is_terminal:

@@ -43,7 +43,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(ready: Callable[[], bool], what: str, proc: subprocess.Popen | None, log: Path, timeout: float = 90) -> None:
+def wait_for(ready: Callable[[], bool], what: str, proc: subprocess.Popen | None, log: Path, timeout: float = 180) -> None:
     t0 = time.time()
     while not ready():
         if proc is not None and proc.poll() is not None:
@@ -205,14 +205,17 @@ def _listening(port: int) -> bool:
 def mlflow_server(directory: Path) -> Process:
     """`mlflow server` on 127.0.0.1: SQLite backend and an artifact store of its own (served: clients
     upload and download through the server, as other machines would)."""
+    from tests.ray_helpers import seed_root
+
     port = free_port()
-    directory.mkdir(parents=True, exist_ok=True)
+    seed_root(directory)  # an already-migrated SQLite store (MLflow's migrations take long on a loaded machine)
+    (directory / "mlflow.db").rename(directory / "server.db")
     argv = [venv_bin("mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
             "--backend-store-uri", f"sqlite:///{directory / 'server.db'}",
             "--artifacts-destination", str(directory / "server-artifacts")]
     server = start("mlflow server", argv, directory / "mlflow-server.log", env={"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
     server.info.update(uri=f"http://127.0.0.1:{port}", port=port, artifacts=directory / "server-artifacts")
-    wait_for(lambda: _http_ok(f"http://127.0.0.1:{port}/health"), "mlflow server", server.proc, server.log, timeout=120)
+    wait_for(lambda: _http_ok(f"http://127.0.0.1:{port}/health"), "mlflow server", server.proc, server.log, timeout=300)
     return server
 
 

@@ -233,6 +233,13 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
             proc.wait()
         kill_session(proc.pid)
     assert rc == 0, log.read_text()[-3000:]
+    # The rerun says what it resumes (issue 21), e.g. "resuming: 1 trial(s) continue from their
+    # checkpoints, 2 run(s) already recorded" (with --quiet too: only the progress lines go).
+    resume = [ln for ln in log.read_text().splitlines() if ln.startswith("resuming:")]
+    import re
+
+    said = re.search(r"(\d+) run\(s\) already recorded", resume[0]) if len(resume) == 1 else None
+    assert said and int(said.group(1)) >= 2, resume
     counts = check_complete(path, root)
     assert counts["runs"] == total
     after = records(root, "killme")

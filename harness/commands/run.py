@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
     study, cells = load_cells(args)
     root = check_root(args.root)
     runner = StudyRunner(study, cells, root, args.tracking_uri, args.storage, force=args.force,
-                         console=None if args.quiet else console)
+                         console=console)
+    runner.show_progress = not args.quiet  # --quiet: no live view or progress lines; the driver's messages stay
     console.print(f"[bold]tprbench run[/] {args.study}: {len(cells)} cells · root {root}")
     # soft_wrap keeps the command on one copyable line.
     console.print(f"watch: {watch_hint(runner.tracking_uri)}", soft_wrap=True, markup=False, highlight=False)
