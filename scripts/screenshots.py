@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -75,19 +76,94 @@ def _ok(url: str) -> bool:
         return False
 
 
-def browse(url: str, png: Path | None, budget_ms: int = 25000, size: str = "1500,950") -> str:
-    """The page's DOM after `budget_ms` of virtual time (scripts run, data fetched); a screenshot if `png`."""
-    profile = tempfile.mkdtemp(prefix="tprchrome")
-    common = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-              f"--user-data-dir={profile}", f"--window-size={size}", f"--virtual-time-budget={budget_ms}"]
-    try:
-        dom = subprocess.run([*common, "--dump-dom", url], capture_output=True, text=True, timeout=240).stdout
+class Chromium:
+    """Headless Chromium driven over the DevTools protocol through a pipe (`--remote-debugging-pipe`:
+    JSON messages separated by NUL on file descriptors 3 and 4), so a page can be waited for,
+    clicked (to unfold nested runs) and screenshotted without a WebDriver or websocket library."""
+
+    def __init__(self, size: tuple[int, int] = (1500, 950)) -> None:
+        self.profile = tempfile.mkdtemp(prefix="tprchrome")
+        to_child, self._w = os.pipe()
+        self._r, from_child = os.pipe()
+
+        def fds() -> None:  # in the child: its fd 3 reads our commands, fd 4 writes its answers
+            import fcntl
+
+            a, b = fcntl.fcntl(to_child, fcntl.F_DUPFD, 10), fcntl.fcntl(from_child, fcntl.F_DUPFD, 10)  # out of 3/4's way
+            os.dup2(a, 3)
+            os.dup2(b, 4)
+
+        argv = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+                "--remote-debugging-pipe", f"--user-data-dir={self.profile}", f"--window-size={size[0]},{size[1]}", "about:blank"]
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     preexec_fn=fds, pass_fds=(3, 4), start_new_session=True)  # kept open: close_fds runs after preexec_fn
+        os.close(to_child)
+        os.close(from_child)
+        self._buf, self._id, self.size = b"", 0, size
+
+    def call(self, method: str, session: str | None = None, timeout: float = 120, **params) -> dict:
+        import json
+
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params, **({"sessionId": session} if session else {})}
+        os.write(self._w, json.dumps(msg).encode() + b"\0")
+        deadline = time.time() + timeout
+        while True:
+            while b"\0" in self._buf:
+                raw, self._buf = self._buf.split(b"\0", 1)
+                answer = json.loads(raw)
+                if answer.get("id") == self._id:
+                    if "error" in answer:
+                        raise RuntimeError(f"{method}: {answer['error']}")
+                    return answer.get("result", {})
+            if time.time() > deadline:
+                raise TimeoutError(f"Chromium did not answer {method} within {timeout:.0f} s")
+            chunk = os.read(self._r, 1 << 20)
+            if not chunk:
+                raise RuntimeError("Chromium exited")
+            self._buf += chunk
+
+    def page(self, url: str, png: Path | None, want: list[str], click: str | None = None, timeout: float = 150) -> str:
+        """Open `url`, clicking every element matching the CSS selector `click` once (e.g. the
+        expanders of nested runs), until every text in `want` is on the page or `timeout`; then a
+        screenshot into `png`. Returns the page's text."""
+        target = self.call("Target.createTarget", url=url)["targetId"]
+        session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Emulation.setDeviceMetricsOverride", session, width=self.size[0], height=self.size[1],
+                  deviceScaleFactor=1, mobile=False)
+        js = ("(() => {" + (f"for (const b of document.querySelectorAll({click!r})) {{ if (!b.dataset.tprClicked) "
+                            "{ b.dataset.tprClicked = '1'; b.click(); } }" if click else "")
+              + "return document.body ? document.body.innerText : ''; })()")
+        t0, text = time.time(), ""
+        while time.time() - t0 < timeout:
+            text = self.call("Runtime.evaluate", session, expression=js, returnByValue=True).get("result", {}).get("value") or ""
+            if text and all(w in text for w in want):
+                time.sleep(2)  # let the last rows render and the layout settle
+                text = self.call("Runtime.evaluate", session, expression=js, returnByValue=True)["result"].get("value") or text
+                break
+            time.sleep(1)
         if png is not None:
-            subprocess.run([*common, f"--screenshot={png}", url], capture_output=True, timeout=240, check=True)
+            import base64
+
+            data = self.call("Page.captureScreenshot", session, format="png")["data"]
+            png.write_bytes(base64.b64decode(data))
             shrink(png)
-        return dom
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+        self.call("Target.closeTarget", targetId=target)
+        return text
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        for fd in (self._w, self._r):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        shutil.rmtree(self.profile, ignore_errors=True)
 
 
 def shrink(png: Path) -> None:
@@ -125,32 +201,42 @@ def main(argv: list[str] | None = None) -> int:
     labels = sorted(r.info.run_name for r in cells)
 
     port = free_port()
-    with serve([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                "--backend-store-uri", db, "--artifacts-destination", str(root / "mlartifacts")],
-               f"http://127.0.0.1:{port}/health", logs / "mlflow.log"):
-        dom = browse(f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}", out / "mlflow-ui.png")
-    for name in [f"tprbench/{args.study}", *labels[:3]]:
-        if name not in dom:
-            problems.append(f"MLflow UI: {name!r} not on the experiment page")
-    print(f"MLflow UI: experiment tprbench/{args.study}, cell runs {', '.join(labels)} -> {out / 'mlflow-ui.png'}")
+    browser = Chromium()
+    try:
+        with serve([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                    "--backend-store-uri", db, "--artifacts-destination", str(root / "mlartifacts")],
+                   f"http://127.0.0.1:{port}/health", logs / "mlflow.log"):
+            # MLflow 3.17's UI opens in its GenAI mode whatever the experiment's kind; the runs table
+            # is its "model training" workflow. The cell runs are children of the study run: unfold them.
+            query = urllib.parse.urlencode({"workflowType": "machine_learning"})
+            text = browser.page(f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}/runs?{query}",
+                                out / "mlflow-ui.png", want=labels[:3],
+                                click="button[data-component-id*='runnamecellrenderer']")
+        for name in [args.study, *labels[:3]]:
+            if name not in text:
+                problems.append(f"MLflow UI: {name!r} not on the experiment's runs page")
+        print(f"MLflow UI: experiment tprbench/{args.study}, cell runs {', '.join(labels)} -> {out / 'mlflow-ui.png'}")
 
-    storage_url = args.storage or f"journal://{root / 'optuna.journal'}"
-    storage = open_storage(storage_url, create=False)
-    studies = [s for s in optuna.get_all_study_summaries(storage) if s.study_name.startswith(args.study + "/")]
-    if not studies:
-        raise SystemExit(f"screenshots: no Optuna study {args.study}/… in {storage_url}")
-    first = sorted(studies, key=lambda s: s.study_name)[0]
-    dash = ([str(BIN / "optuna-dashboard"), str(root / "optuna.journal"), "--storage-class", "JournalFileStorage"]
-            if args.storage is None else [str(BIN / "optuna-dashboard"), args.storage])
-    port = free_port()
-    with serve([*dash, "--host", "127.0.0.1", "--port", str(port), "--quiet"], f"http://127.0.0.1:{port}/dashboard/",
-               logs / "optuna-dashboard.log"):
-        listing = browse(f"http://127.0.0.1:{port}/dashboard/", None)
-        dom = browse(f"http://127.0.0.1:{port}/dashboard/studies/{first._study_id}", out / "optuna-dashboard.png")
-    label = first.user_attrs.get("label", "")
+        storage_url = args.storage or f"journal://{root / 'optuna.journal'}"
+        storage = open_storage(storage_url, create=False)
+        studies = [s for s in optuna.get_all_study_summaries(storage) if s.study_name.startswith(args.study + "/")]
+        if not studies:
+            raise SystemExit(f"screenshots: no Optuna study {args.study}/… in {storage_url}")
+        first = sorted(studies, key=lambda s: s.study_name)[0]
+        dash = ([str(BIN / "optuna-dashboard"), str(root / "optuna.journal"), "--storage-class", "JournalFileStorage"]
+                if args.storage is None else [str(BIN / "optuna-dashboard"), args.storage])
+        label = first.user_attrs.get("label", "")
+        port = free_port()
+        with serve([*dash, "--host", "127.0.0.1", "--port", str(port), "--quiet"], f"http://127.0.0.1:{port}/dashboard/",
+                   logs / "optuna-dashboard.log"):
+            listing = browser.page(f"http://127.0.0.1:{port}/dashboard/", None, want=[first.study_name], timeout=90)
+            text = browser.page(f"http://127.0.0.1:{port}/dashboard/studies/{first._study_id}", out / "optuna-dashboard.png",
+                                want=[label] if label else [first.study_name])
+    finally:
+        browser.close()
     if first.study_name not in listing:
         problems.append(f"optuna-dashboard: study {first.study_name!r} not in the study list")
-    if not label or label not in dom:
+    if not label or label not in text:
         problems.append(f"optuna-dashboard: the cell label {label!r} not on the study's page")
     print(f"optuna-dashboard: {len(studies)} studies ({first.study_name} = {label}) -> {out / 'optuna-dashboard.png'}")
     for problem in problems:

@@ -76,8 +76,9 @@ def local_ray(num_cpus: int = 2) -> Iterator[str]:
 
     tmp = short_tmp("tprl")
     with environ(ray_environ()):
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=tmp, logging_level=logging.ERROR,
-                 log_to_driver=False)
+        from harness.runner import init_ray
+
+        init_ray(None, num_cpus, tmp)  # as the driver starts it (retried if its node times out on a busy machine)
         try:
             yield tmp
         finally:

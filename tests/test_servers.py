@@ -184,7 +184,8 @@ def _watch_live(uri: str, experiment: str, stop: threading.Event, seen: list) ->
         exp = client.get_experiment_by_name(experiment)
         if exp is not None:
             for run in client.search_runs([exp.experiment_id], "tags.`tprbench.kind` = 'run' and attributes.status = 'RUNNING'"):
-                if "train_loss" in run.data.metrics:
+                # (a run being ended has its final tags a moment before its status: skip those)
+                if "train_loss" in run.data.metrics and run.data.tags.get("tprbench.status") == "running":
                     seen.append((run.info.run_id, run.data.tags.get("tprbench.status")))
         time.sleep(0.2)
 
