@@ -168,9 +168,9 @@ def test_committed_reports_cite_clean_commits() -> None:
     reports = Path(__file__).resolve().parents[1] / "reports"
     dirty = set()
     for md in reports.glob("*/table.md"):
-        commits = re.findall(r"runs from git commit\(s\): ([^\n>]*)", md.read_text())
-        if any(c.strip().endswith("-dirty") or c.strip() == "unknown" for cs in commits for c in cs.split(",")):
-            dirty.add(md.parent.name)
+        for line in re.findall(r"runs from git commit\(s\): [^\n]*", md.read_text()):
+            if re.search(r"[0-9a-f]{7,40}-dirty|\bunknown\b", line):
+                dirty.add(md.parent.name)
     assert dirty <= AWAITING_RERUN, f"reports citing uncommitted code: {sorted(dirty - AWAITING_RERUN)}"
     clean_now = {name for name in AWAITING_RERUN - dirty if (reports / name / "table.md").exists()}
     assert not clean_now, f"regenerated on a clean commit: remove {sorted(clean_now)} from AWAITING_RERUN"
