@@ -207,20 +207,8 @@ def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | N
     kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
     if address:
         ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
-        return
-    for attempt in range(LOCAL_RAY_ATTEMPTS):
-        try:
-            ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
-            return
-        except Exception as exc:
-            # Ray gives a local node a fixed 30 s to register with its GCS (ray/_private/node.py);
-            # on a machine busy with other jobs that can pass. Start it again before giving up.
-            if "timed out during startup" not in str(exc) or attempt == LOCAL_RAY_ATTEMPTS - 1:
-                raise
-            ray.shutdown()
-
-
-LOCAL_RAY_ATTEMPTS = 3  # starts of a local Ray whose node timed out during startup (a busy machine)
+    else:
+        ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
 
 
 def slots(resources: Any) -> int:
