@@ -208,7 +208,32 @@ def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | N
     if address:
         ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
     else:
-        ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs)
+        start_local_ray(lambda: ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs), ray.shutdown)
+
+
+LOCAL_RAY_ATTEMPTS = 3
+
+
+def start_local_ray(init: Any, shutdown: Any, attempts: int = LOCAL_RAY_ATTEMPTS, pause_s: float = 5.0) -> None:
+    """Start a local Ray, retrying when its node does not come up in time.
+
+    Ray waits a hard-coded 30 s for its raylet to register with the GCS and then raises
+    "The current node timed out during startup"; an overloaded machine misses that (measured on
+    this project's 2-core machine at load 38: two studies in a row failed). A retry after
+    `ray.shutdown()` usually succeeds; after `attempts` the user gets one line, not a traceback."""
+    for attempt in range(1, attempts + 1):
+        try:
+            init()
+            return
+        except Exception as exc:  # Ray raises a bare Exception here
+            if "timed out during startup" not in str(exc):
+                raise
+            shutdown()
+            if attempt == attempts:
+                raise RunnerError(f"local Ray did not start ({attempts} attempts, Ray waits 30 s each for its node): "
+                                  "the machine is probably overloaded; rerun later (the study resumes)") from None
+            logging.getLogger(__name__).warning("local Ray did not start (attempt %d of %d); retrying", attempt, attempts)
+            time.sleep(pause_s * attempt)
 
 
 def slots(resources: Any) -> int:

@@ -84,7 +84,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from .search_space import PRUNER_KINDS, did_you_mean, is_searchable, parse_space, show
 
-ID_VERSION = 2  # bump when the hashed identity changes shape (all ids change)
+ID_VERSION = 3  # bump when the hashed identity changes shape or what every cell computes (3: issue 10 fidelity defaults)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 DIRECTIONS = ("maximize", "minimize")
 FILTER_KEYS = ("arch", "dim", "id", "input_dim", "task", "unit")

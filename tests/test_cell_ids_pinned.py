@@ -1,6 +1,6 @@
 """Cell ids of the shipped studies, pinned: a refactor that changes one orphans its recorded runs.
 
-tests/fixtures/cell_ids.json was computed with the code before issue 11's refactor (id scheme v2).
+tests/fixtures/cell_ids.json was computed with id scheme v3 (issue 10 changed every cell's defaults: E ~ N(0,1), two-layer encoders, ...).
 Data paths are hashed as written, so the value of $TPRBENCH_DATA does not matter here.
 """
 
@@ -26,5 +26,5 @@ def test_cell_ids_unchanged(path, monkeypatch):
 
 def test_quickstart_ids_spelled_out():
     # The quickstart's ids are also in README-facing reports: the same values as in the fixture.
-    assert PINNED["studies/quickstart.toml"]["logic/plain/d16/lstm"] == "16d6f2378a26"
-    assert PINNED["studies/quickstart.toml"]["logic/plain/d16/tpru[roles=16]"] == "58d55fed4d4f"
+    assert PINNED["studies/quickstart.toml"]["logic/plain/d16/lstm"] == "2e7c18fdca88"
+    assert PINNED["studies/quickstart.toml"]["logic/plain/d16/tpru[roles=16]"] == "ae416ac654c3"

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     with console.status(f"preparing {args.task} data ({args.data or 'generated'})"):
         adapter.prepare()
     console.print(f"data ready in {time.perf_counter() - t0:.1f} s: {adapter.describe()}")
-    for note in adapter.report_notes(args.arch):
+    for note in adapter.report_notes(config.arch):
         console.print(f"[dim]{escape(note)}[/]")
     console.print(f"run directory {run_dir} (rerun the same command to resume)")
 
