@@ -46,8 +46,10 @@ def chromium() -> str:
 @contextlib.contextmanager
 def serve(argv: list[str], url: str, log: Path, timeout: float = 180):
     """A server in its own session; yields once `url` answers 200; SIGTERM then SIGKILL by PID."""
+    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job runner processes for a UI
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                                env=env)
     try:
         t0 = time.time()
         while not _ok(url):

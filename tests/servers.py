@@ -89,6 +89,15 @@ class Process:
         kill_session(self.proc.pid, grace=0.5 if sig == signal.SIGKILL else 3.0)
 
 
+def wait_ready(server: Process, ready: Callable[[], bool], timeout: float = 180) -> None:
+    """`wait_for` a started server; if it never gets ready, stop it (by its PIDs) before raising."""
+    try:
+        wait_for(ready, server.name, server.proc, server.log, timeout=timeout)
+    except BaseException:
+        server.stop(signal.SIGKILL)
+        raise
+
+
 def start(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None, user: str | None = None,
           cwd: str | None = None) -> Process:
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -121,7 +130,7 @@ def ray_head(directory: Path, cpus: int, resources: dict[str, float]) -> Process
             "--object-store-memory", str(100 * 2**20), *ray_ports()]
     node = start("ray head", argv, directory / "ray-head.log", env=ray_environ(**FAST_HEALTH_CHECKS))
     node.info.update(address=f"127.0.0.1:{port}", port=port, temp=temp)
-    wait_for(lambda: _listening(port) and _raylet_up(node), "ray head", node.proc, node.log, timeout=180)
+    wait_ready(node, lambda: _listening(port) and _raylet_up(node))
     return node
 
 
@@ -131,7 +140,7 @@ def ray_worker(directory: Path, address: str, cpus: int, resources: dict[str, fl
             "--min-worker-port", "0", "--max-worker-port", "0", "--object-store-memory", str(100 * 2**20), *ray_ports()]
     node = start(name, argv, directory / f"{name.replace(' ', '-')}.log", env=ray_environ(**FAST_HEALTH_CHECKS))
     # `ray start --block` logs this once the node has joined (its raylet registered with the GCS).
-    wait_for(lambda: _raylet_up(node) and "block forever" in tail(node.log, 200), name, node.proc, node.log, timeout=180)
+    wait_ready(node, lambda: _raylet_up(node) and "block forever" in tail(node.log, 200))
     return node
 
 
@@ -213,9 +222,11 @@ def mlflow_server(directory: Path) -> Process:
     argv = [venv_bin("mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
             "--backend-store-uri", f"sqlite:///{directory / 'server.db'}",
             "--artifacts-destination", str(directory / "server-artifacts")]
-    server = start("mlflow server", argv, directory / "mlflow-server.log", env={"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"})
+    # No job runner and its huey consumers (~10 processes, for MLflow's GenAI jobs): not used here.
+    env = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+    server = start("mlflow server", argv, directory / "mlflow-server.log", env=env)
     server.info.update(uri=f"http://127.0.0.1:{port}", port=port, artifacts=directory / "server-artifacts")
-    wait_for(lambda: _http_ok(f"http://127.0.0.1:{port}/health"), "mlflow server", server.proc, server.log, timeout=300)
+    wait_ready(server, lambda: _http_ok(f"http://127.0.0.1:{port}/health"), timeout=300)
     return server
 
 
@@ -280,7 +291,7 @@ def postgres_server(directory: Path) -> Process:
     server = start("postgres", argv, log, user=user, cwd=str(base))
     server.stop_signal = signal.SIGINT
     server.info.update(port=port, base=base)
-    wait_for(lambda: _listening(port), "postgres", server.proc, log)
+    wait_ready(server, lambda: _listening(port))
     created = subprocess.run([str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "tprbench", "-d", "postgres",
                               "-c", "CREATE DATABASE optuna"], capture_output=True, text=True)
     if created.returncode:
