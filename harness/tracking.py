@@ -137,8 +137,8 @@ def artifact_location(tracking_uri: str, artifact_root: Path | None) -> str | No
     return artifact_root.resolve().as_uri()
 
 
-# MLflow 3 opens an experiment without runs of a known kind in its GenAI (traces) view; this tag
-# selects the classic runs table, where studies are read (what the UI's experiment-kind switch sets).
+# The experiment's kind, as the UI's experiment-kind switch sets it: model development (runs, not
+# GenAI traces). MLflow 3.17's UI still starts in its GenAI mode; docs/cluster.md says how to switch.
 EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -104,8 +105,6 @@ class Chromium:
         self._buf, self._id, self.size = b"", 0, size
 
     def call(self, method: str, session: str | None = None, timeout: float = 120, **params) -> dict:
-        import json
-
         self._id += 1
         msg = {"id": self._id, "method": method, "params": params, **({"sessionId": session} if session else {})}
         os.write(self._w, json.dumps(msg).encode() + b"\0")
@@ -125,16 +124,18 @@ class Chromium:
                 raise RuntimeError("Chromium exited")
             self._buf += chunk
 
-    def page(self, url: str, png: Path | None, want: list[str], click: str | None = None, timeout: float = 150) -> str:
-        """Open `url`, clicking every element matching the CSS selector `click` once (e.g. the
-        expanders of nested runs), until every text in `want` is on the page or `timeout`; then a
-        screenshot into `png`. Returns the page's text."""
+    def page(self, url: str, png: Path | None, want: list[str], click: str | None = None, timeout: float = 150,
+             before_shot: str = "", widen: tuple[str, int] | None = None) -> str:
+        """Open `url`, clicking the first element matching the CSS selector `click` once (e.g. the
+        expander of the study run), until every text in `want` is on the page or `timeout`; then
+        run the JavaScript `before_shot`, drag the right edge of the element matching `widen[0]`
+        by `widen[1]` pixels (a table column), and screenshot into `png`. Returns the page's text."""
         target = self.call("Target.createTarget", url=url)["targetId"]
         session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         self.call("Emulation.setDeviceMetricsOverride", session, width=self.size[0], height=self.size[1],
                   deviceScaleFactor=1, mobile=False)
-        js = ("(() => {" + (f"for (const b of document.querySelectorAll({click!r})) {{ if (!b.dataset.tprClicked) "
-                            "{ b.dataset.tprClicked = '1'; b.click(); } }" if click else "")
+        js = ("(() => {" + (f"const b = document.querySelector({click!r}); "
+                            "if (b && !window.tprClicked) { window.tprClicked = true; b.click(); }" if click else "")
               + "return document.body ? document.body.innerText : ''; })()")
         t0, text = time.time(), ""
         while time.time() - t0 < timeout:
@@ -144,6 +145,10 @@ class Chromium:
                 text = self.call("Runtime.evaluate", session, expression=js, returnByValue=True)["result"].get("value") or text
                 break
             time.sleep(1)
+        if before_shot:
+            self.call("Runtime.evaluate", session, expression=before_shot)
+        if widen is not None:
+            self._drag_edge(session, *widen)
         if png is not None:
             import base64
 
@@ -152,6 +157,20 @@ class Chromium:
             shrink(png)
         self.call("Target.closeTarget", targetId=target)
         return text
+
+    def _drag_edge(self, session: str, selector: str, dx: int) -> None:
+        """Press at the right edge of the element, move right by `dx`, release (resizes a column)."""
+        rect = self.call("Runtime.evaluate", session, returnByValue=True, expression=(
+            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null; "
+            "const r = e.getBoundingClientRect(); return [r.right - 2, r.top + r.height / 2]; })()"))["result"].get("value")
+        if not rect:
+            return
+        x, y = rect
+        for kind, at, buttons in (("mouseMoved", x, 0), ("mousePressed", x, 1), ("mouseMoved", x + dx / 2, 1),
+                                  ("mouseMoved", x + dx, 1), ("mouseReleased", x + dx, 1)):
+            extra = {"button": "left", "clickCount": 1} if kind != "mouseMoved" else {"button": "left" if buttons else "none"}
+            self.call("Input.dispatchMouseEvent", session, type=kind, x=at, y=y, buttons=buttons, **extra)
+        time.sleep(1)
 
     def close(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -166,6 +185,17 @@ class Chromium:
             with contextlib.suppress(OSError):
                 os.close(fd)
         shutil.rmtree(self.profile, ignore_errors=True)
+
+
+# MLflow 3.17 opens an "MLflow Assistant" panel on the right: close it (its X, top right) so the
+# runs table has the width.
+CLOSE_SIDE_PANEL = """(() => {
+  for (const b of document.querySelectorAll('button')) {
+    const r = b.getBoundingClientRect(), label = (b.getAttribute('aria-label') || '') + b.textContent;
+    if (r.top < 80 && r.left > 0.85 * window.innerWidth && /close/i.test(label)) { b.click(); return true; }
+  }
+  return false;
+})()"""
 
 
 def shrink(png: Path) -> None:
@@ -213,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
             query = urllib.parse.urlencode({"workflowType": "machine_learning"})
             text = browser.page(f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}/runs?{query}",
                                 out / "mlflow-ui.png", want=labels[:3],
-                                click="button[data-component-id*='runnamecellrenderer']")
+                                click="button[data-component-id*='runnamecellrenderer']",
+                                before_shot=CLOSE_SIDE_PANEL, widen=(".ag-header-cell[col-id*='Run Name']", 260))
         for name in [args.study, *labels[:3]]:
             if name not in text:
                 problems.append(f"MLflow UI: {name!r} not on the experiment's runs page")
@@ -232,8 +263,12 @@ def main(argv: list[str] | None = None) -> int:
         with serve([*dash, "--host", "127.0.0.1", "--port", str(port), "--quiet"], f"http://127.0.0.1:{port}/dashboard/",
                    logs / "optuna-dashboard.log"):
             listing = browser.page(f"http://127.0.0.1:{port}/dashboard/", None, want=[first.study_name], timeout=90)
+            # The cell's label is among the study's user attributes, below the charts: scroll to it.
+            scroll = ("(() => { const all = [...document.querySelectorAll('body *')].filter(e => e.children.length === 0 "
+                      f"&& e.textContent.includes({json.dumps(label or first.study_name)})); "
+                      "if (all.length) all[all.length - 1].scrollIntoView({block: 'center'}); return all.length; })()")
             text = browser.page(f"http://127.0.0.1:{port}/dashboard/studies/{first._study_id}", out / "optuna-dashboard.png",
-                                want=[label] if label else [first.study_name])
+                                want=[label] if label else [first.study_name], before_shot=scroll)
     finally:
         browser.close()
     if first.study_name not in listing:

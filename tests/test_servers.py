@@ -212,7 +212,7 @@ def test_mlflow_server_record_as_people_read_it_and_the_same_report(mlflow_srv, 
 
     client = MlflowClient(tracking_uri=uri)
     exp = client.get_experiment_by_name("tprbench/served")
-    assert exp.tags.get("mlflow.experimentKind") == "custom_model_development"  # the classic runs view
+    assert exp.tags.get("mlflow.experimentKind") == "custom_model_development"  # a model-development experiment
     assert exp.artifact_location.startswith("mlflow-artifacts:")  # the server's artifact store
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     by_kind: dict[str, list] = {}
