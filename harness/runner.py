@@ -321,6 +321,18 @@ class StudyRunner:
             self._say(f"preparing data for {cell.task} ({cell.data})")
             adapter.prepare()
 
+    def preflight(self, address: str | None = None) -> None:
+        """The checks that need nothing written: the Ray address answers (one line within seconds,
+        not minutes of Ray's retries) and each task's data is where the study says. `tprbench run`
+        calls it before pointing library output at `<root>/logs/`, so bad input leaves the run
+        directory as it was; `run()` calls it too (once)."""
+        if getattr(self, "_preflight_done", False):
+            return
+        if address:
+            check_address(address)
+        self._check_data()
+        self._preflight_done = True
+
     def _check_data(self) -> None:
         """Each task's cheap data check (does the path exist?) before the record is opened, so a
         wrong data path stops the study with nothing written to the run directory."""
@@ -568,9 +580,7 @@ class StudyRunner:
     # -- the loop --------------------------------------------------------------------------
     def run(self, address: str | None = None, num_cpus: int | None = None, ray_temp_dir: str | None = None) -> dict[str, Any]:
         """Open the record, plan every cell, dispatch until nothing is left; returns a summary."""
-        if address:
-            check_address(address)  # before anything is written: a wrong address is one line within seconds
-        self._check_data()
+        self.preflight(address)
         self.root.mkdir(parents=True, exist_ok=True)
         with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
             states = self._open_record()

@@ -95,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"[bold]tprbench run[/] {args.study}: {len(cells)} cells · root {root}")
     # soft_wrap keeps the command on one copyable line.
     console.print(f"watch: {watch_hint(runner.tracking_uri)}", soft_wrap=True, markup=False, highlight=False)
+    runner.preflight(args.address)  # bad input (address, data path) stops here, before <root>/logs/ is written
     log = log_path(root, study.name)
     try:
         with contextlib.nullcontext() if args.verbose else stderr_to(log):
