@@ -68,6 +68,7 @@ class LiveRuns:
         self.tracker, self.sink, self.say = tracker, sink, say
         self.run_ids: dict[str, str | None] = {}  # run key → live MLflow run id (None: already recorded)
         self.epochs: dict[str, set[int]] = {}  # run key → epochs logged live
+        self._pending: Any = None  # the outstanding `take` of the sink
 
     def poll(self, jobs: dict[str, Any], start_run: Callable[[Any, float], str | None]) -> None:
         """Log what arrived for the jobs still in flight (`jobs`: run key → job)."""
@@ -75,12 +76,21 @@ class LiveRuns:
             return
         import ray
 
+        # Never wait on the sink: its actor may still be starting (tens of seconds on a busy
+        # machine). One `take` is outstanding at a time; its answer is used on a later turn.
+        if self._pending is None:
+            self._pending = self.sink.take.remote()
+        ready, _ = ray.wait([self._pending], timeout=0)
+        if not ready:
+            return
         try:
-            items = ray.get(self.sink.take.remote(), timeout=SINK_TIMEOUT)
-        except Exception as exc:
+            items = ray.get(self._pending, timeout=SINK_TIMEOUT)
+        except Exception as exc:  # the actor died (or could not be created): runs are recorded when they end
             self.sink = None
             self.say(f"live per-epoch metrics off ({type(exc).__name__}); runs are recorded when they end")
             return
+        finally:
+            self._pending = None
         rows: dict[str, list[tuple[int, dict[str, float], float]]] = {}
         for run_key, start, epoch, row, ts in items:
             job = jobs.get(run_key)
