@@ -19,6 +19,7 @@ docs/cluster.md gives the same commands for a real cluster.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -297,7 +298,7 @@ def test_postgres_driver_killed_then_resumed(pg, tmp_path: Path) -> None:
     assert "resuming:" in log.read_text()
     check_complete(path, root, storage=url)
     out = subprocess.run([TPRBENCH, "study", "show", str(path), "--root", str(root), "--storage", url, "--json"],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=120, env={**os.environ, **ray_environ()})  # tests.plugin_units importable
     assert out.returncode == 0, out.stderr
     assert {r["status"] for r in json.loads(out.stdout)["cells"]} == {"done"}
 
