@@ -207,8 +207,9 @@ def fig_units(agg: Any) -> Any | None:
 
 
 def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
-    """Per task / arch / dim: training loss and validation score per epoch for every cell, mean
-    over its counted seed runs with a ± std band."""
+    """Per task / arch / dim: training loss (training score where the runs logged it) and
+    validation score per epoch for every cell, mean over its counted seed runs with a ± std band
+    (the same panels as the roles/slices curves: `_panel_keys`)."""
     panels = []
     for (task, arch, dim), g in _groups(cells):
         lines = [(_unit_label(r, False), list(used[used["cell_id"] == r["cell_id"]]["run_id"]))
@@ -220,9 +221,10 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
         return None
     from matplotlib.ticker import MaxNLocator
 
-    fig, axes = _figure(len(panels), 2)
+    columns = max(len(_panel_keys(metric, history)) for _title, metric, _lines in panels)
+    fig, axes = _figure(len(panels), columns)
     for row, (title, metric, lines) in enumerate(panels):
-        for col, (key, ylabel, scale) in enumerate(_panel_keys(metric)):
+        for col, (key, ylabel, scale) in enumerate(_panel_keys(metric, history)):
             ax = axes[row][col]
             for i, (label, ids) in enumerate(lines):
                 h = history[(history["key"] == key) & history["run_id"].isin(ids)]

@@ -676,7 +676,7 @@ class StudyRunner:
             return
         retried = sum(st.retried for st in states)
         stale = sum(len(st.stale) for st in states) - sum(
-            self._errored(st, f"{st.cell.id}/trial/{t.number}") is not None for st in states for t in st.stale)
+            self._errored(st, f"{st.cell.id}/trial/{number}") is not None for st in states for number, _ in st.stale)
         parts = [f"{stale} trial(s) continue from their checkpoints"] if stale else []
         if retried:
             parts.append(f"{retried} errored run(s) retried")
