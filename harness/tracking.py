@@ -277,8 +277,7 @@ class Tracker:
         if recorded != commit:
             self.set_tag(run_id, TAG + "git_commit", commit)
             self._tag_experiment()
-        self.reopen(run_id)
-        self._parents["study"] = run_id
+        self._parents["study"] = run_id  # reopened (RUNNING) by the driver only when it has work: `reopen`
         return run_id
 
     def _tag_experiment(self) -> None:
