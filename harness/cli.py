@@ -29,8 +29,25 @@ COMMANDS = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with did-you-mean for a misspelled (sub)command, like every other name in tprbench.
+    Subparsers inherit the class, so `tprbench rnu` and `tprbench study shwo` both get it."""
+
+    def error(self, message: str):  # type: ignore[override]
+        import difflib
+        import re
+
+        m = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if m:
+            choices = re.findall(r"'([^']*)'", m.group(2)) or [c.strip() for c in m.group(2).split(",")]
+            close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            message = f"unknown command {m.group(1)!r}{hint} (choose from {', '.join(choices)})"
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tprbench", description="Benchmark harness for recurrent units (TPRU, LSTM, GRU).")
+    parser = Parser(prog="tprbench", description="Benchmark harness for recurrent units (TPRU, LSTM, GRU).")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"harness.commands.{module_name}")

@@ -4,6 +4,10 @@
   panels), one line per number of roles (mean over the counted seed runs; TPRU family, one
   slice) — like the workshop paper's Fig. 1 and the ICLR paper's Fig. 2.
 - `curves_slices`: the same with one slice vs several (solid: 1 slice, dashed: more) — Fig. 2.
+- `units`: every cell (LSTM, GRU, new units alike) compared per split: mean ± std over the
+  counted seeds, one panel per task and split (issue 21).
+- `curves`: learning curves of every cell — training loss and validation score per epoch, the
+  mean over the counted seeds with a band of ± one std (two seeds or more).
 - `speed`: median seconds per epoch per unit (every recorded run), and with `--bench CSV`
   (from `tprbench bench units --csv`) the forward+backward milliseconds and the ratio to GRU.
 
@@ -152,6 +156,96 @@ def _draw(panels: list, history: Any, color_by_group: bool = False) -> Any:
     return fig
 
 
+def _unit_label(row: Any, many_dims: bool) -> str:
+    unit = str(row["unit_short"] if not _missing(row.get("roles")) else row["unit"])
+    if not _missing(row.get("roles")) and "roles" not in unit:
+        unit += f" ({int(row['roles'])} roles)"
+    return unit + (f" d={int(row['dim'])}" if many_dims else "")
+
+
+def _missing(v: Any) -> bool:
+    from .report.aggregate import _is_missing
+
+    return _is_missing(v)
+
+
+def fig_units(agg: Any) -> Any | None:
+    """Per task and split: a bar per cell (mean over its counted seeds) with ± std error bars."""
+    panels = []
+    for task, part in agg.groupby(agg["task_label"].fillna(""), sort=True):
+        many = part["dim"].nunique() > 1 or part["arch"].nunique() > 1
+        for _, rows in part.groupby("split_order", sort=True):
+            rows = rows.sort_values("order", kind="stable")
+            rows = rows[rows["n"] > 0]
+            if len(rows):
+                panels.append((task, str(rows.iloc[0]["split"]), rows, many))
+    if not panels:
+        return None
+    cols = min(3, len(panels))
+    nrows = (len(panels) + cols - 1) // cols
+    height = max(2.2, 0.32 * max(len(p[2]) for p in panels) + 1.2)
+    fig, axes = _figure(nrows, cols, width=4.2, height=height)
+    for i, (task, split, rows, many) in enumerate(panels):
+        ax = axes[i // cols][i % cols]
+        metric = str(rows.iloc[0]["metric"])
+        scale, _, desc = metric_scale(metric)
+        means = rows["mean"].astype(float).to_numpy() * scale
+        stds = rows["std"].astype(float).fillna(0.0).to_numpy() * scale
+        labels = [(f"{r['arch']} " if many else "") + _unit_label(r, many) for _, r in rows.iterrows()]
+        y = list(range(len(rows)))
+        ax.barh(y, means, xerr=stds, color=[f"C{k % 10}" for k in y], capsize=3, alpha=0.85)
+        ax.set_yticks(y, labels, fontsize=7)
+        ax.invert_yaxis()
+        lo = float(min(means - stds))
+        ax.set_xlim(left=min(lo, 0.0) if lo < 0 else max(0.0, lo - 0.1 * (float(max(means + stds)) - lo + 1e-9)))
+        ax.set_xlabel(desc, fontsize=8)
+        ax.set_title(f"{task}: {split} (mean ± std over seeds)", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+    for j in range(len(panels), nrows * cols):
+        axes[j // cols][j % cols].set_visible(False)
+    return fig
+
+
+def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
+    """Per task / arch / dim: training loss (training score where the runs logged it) and
+    validation score per epoch for every cell, mean over its counted seed runs with a ± std band
+    (the same panels as the roles/slices curves: `_panel_keys`)."""
+    panels = []
+    for (task, arch, dim), g in _groups(cells):
+        lines = [(_unit_label(r, False), list(used[used["cell_id"] == r["cell_id"]]["run_id"]))
+                 for _, r in g.sort_values("order", kind="stable").iterrows()]
+        lines = [ln for ln in lines if ln[1]]
+        if lines:
+            panels.append((f"{task} / {arch} / d={dim}", str(g.iloc[0]["metric"]), lines))
+    if not panels:
+        return None
+    from matplotlib.ticker import MaxNLocator
+
+    columns = max(len(_panel_keys(metric, history)) for _title, metric, _lines in panels)
+    fig, axes = _figure(len(panels), columns)
+    for row, (title, metric, lines) in enumerate(panels):
+        for col, (key, ylabel, scale) in enumerate(_panel_keys(metric, history)):
+            ax = axes[row][col]
+            for i, (label, ids) in enumerate(lines):
+                h = history[(history["key"] == key) & history["run_id"].isin(ids)]
+                if not len(h):
+                    continue
+                stats = h.groupby("step", sort=True)["value"].agg(["mean", "std", "count"])
+                x, mean = stats.index.to_numpy(), stats["mean"].to_numpy() * scale
+                ax.plot(x, mean, "-", color=f"C{i % 10}", label=label, linewidth=1.4)
+                if int(stats["count"].max()) > 1:
+                    std = stats["std"].fillna(0.0).to_numpy() * scale
+                    ax.fill_between(x, mean - std, mean + std, color=f"C{i % 10}", alpha=0.2, linewidth=0)
+            ax.set_xlabel("epoch")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{title} (mean ± std over seeds)", fontsize=9)
+            ax.grid(True, alpha=0.3)
+            if ax.lines:
+                ax.legend(fontsize=7)
+    return fig
+
+
 def fig_speed(cells: Any, runs: Any, history: Any, bench: Any | None) -> Any | None:
     """Median epoch seconds per unit (and the bench's ms and × gru when given)."""
     es = history[history["key"] == "epoch_seconds"]
@@ -222,6 +316,8 @@ def make_figures(agg: Any, runs: Any, used: Any, history: Any, out_dir: Path, he
 
             raise ReportError(f"--bench {bench_csv}: columns {', '.join(sorted(missing))} missing (expected `bench units --csv` output)")
     for stem, make, why in (
+        ("units", lambda: fig_units(agg), "no cell has a finished seed run"),
+        ("curves", lambda: fig_curves(cells, used, history), "no finished seed run with per-epoch metrics"),
         ("curves_roles", lambda: fig_roles(cells, used, history), "fewer than two role counts with finished seed runs"),
         ("curves_slices", lambda: fig_slices(cells, used, history), "no role count with finished runs at two slice counts"),
         ("speed", lambda: fig_speed(cells, runs, history, bench), "no epoch timings recorded"),

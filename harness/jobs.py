@@ -41,6 +41,8 @@ class WorkerJob:
     deterministic: bool = True
     trial: TrialRef | None = None
     label: str = ""  # the cell label, for messages
+    run_key: str = ""  # the record's key of this run (<cell>/trial/<n> or <cell>/seed/<s>/<hash>)
+    sink: Any = None  # harness.live.EpochSink actor: per-epoch metrics go to the driver while training
 
     @classmethod
     def for_cell(cls, cell: Any, **fields: Any) -> WorkerJob:

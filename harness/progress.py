@@ -1,11 +1,27 @@
-"""The driver's live view: trials done/running/failed per cell, seeds, and an ETA."""
+"""The driver's progress: trials done/running/failed per cell, seeds, and an ETA.
+
+On a terminal, a live table (rich). Unattended (output to a file, a batch scheduler's log, a
+pipe: no TTY), a live table cannot redraw, so the driver prints one progress line every
+$TPRBENCH_PROGRESS_SECONDS (default 30) and the whole table, at its natural width, at the end.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+
+PROGRESS_ENV = "TPRBENCH_PROGRESS_SECONDS"
+DEFAULT_INTERVAL = 30.0
+
+
+def interval() -> float:
+    try:
+        return max(float(os.environ.get(PROGRESS_ENV, DEFAULT_INTERVAL)), 0.0)
+    except ValueError:
+        return DEFAULT_INTERVAL
 
 
 def _eta(runner: Any, states: list[Any], in_flight: int) -> str:
@@ -23,28 +39,42 @@ def render(runner: Any, states: list[Any], in_flight: int):
     from rich.table import Table
 
     table = Table(title=f"study {runner.study.name}", caption=None)
-    for col in ("cell", "id", "trials done/wanted", "running", "pruned", "failed", "seeds", "status"):
+    for col in ("cell", "id", "trials done/wanted", "running", "pruned", "failed", "errored", "seeds", "status"):
         table.add_column(col, justify="left" if col in ("cell", "id", "status") else "right")
     for s in states:
         table.add_row(escape(s.cell.label), s.cell.id, f"{s.trials_done}/{s.trials_wanted}", str(s.running),
-                      str(s.trials_pruned), str(s.trials_failed + s.seeds_failed), f"{s.seeds_done}/{s.seeds_wanted}",
-                      s.status)
+                      str(s.trials_pruned), str(s.trials_failed + s.seeds_failed), str(s.errored),
+                      f"{s.seeds_done}/{s.seeds_wanted}", s.status)
+    table.caption = summary_line(runner, states, in_flight)
+    return table
+
+
+def summary_line(runner: Any, states: list[Any], in_flight: int) -> str:
+    """One line for logs: cells done, trials and seeds done of wanted, running, errored, elapsed, ETA."""
     elapsed = time.strftime("%H:%M:%S", time.gmtime(time.time() - runner.started))
     done = sum(s.status == "done" for s in states)
-    table.caption = f"{done}/{len(states)} cells done · {in_flight} running · elapsed {elapsed} · ETA {_eta(runner, states, in_flight)}"
-    return table
+    trials = f"{sum(s.trials_done for s in states)}/{sum(s.trials_wanted for s in states)}"
+    seeds = f"{sum(s.seeds_done for s in states)}/{sum(s.seeds_wanted for s in states)}"
+    errored = sum(s.errored for s in states)
+    return (f"{done}/{len(states)} cells done · trials {trials} · seeds {seeds} · {in_flight} running"
+            + (f" · {errored} errored" if errored else "") + f" · elapsed {elapsed} · ETA {_eta(runner, states, in_flight)}")
 
 
 @contextlib.contextmanager
 def live_view(runner: Any, states: list[Any]) -> Iterator[Callable[[list[Any], int], None]]:
-    """Yields `update(states, in_flight)`; a no-op without a console (tests, library use)."""
-    if runner.console is None:
+    """Yields `update(states, in_flight)`; a no-op without a console (tests, library use) or with
+    `runner.show_progress` false (`tprbench run --quiet`)."""
+    console = runner.console
+    if console is None or not getattr(runner, "show_progress", True):
         yield lambda states, in_flight: None
+        return
+    if not console.is_terminal:
+        yield from _lines(runner, states, console)
         return
     from rich.live import Live
 
     last = [0.0]
-    with Live(render(runner, states, 0), console=runner.console, refresh_per_second=2, transient=False) as live:
+    with Live(render(runner, states, 0), console=console, refresh_per_second=2, transient=False) as live:
         def update(states: list[Any], in_flight: int) -> None:
             now = time.time()
             if now - last[0] >= 0.5:
@@ -53,3 +83,20 @@ def live_view(runner: Any, states: list[Any]) -> Iterator[Callable[[list[Any], i
 
         yield update
         live.update(render(runner, states, 0))
+
+
+def _lines(runner: Any, states: list[Any], console: Any) -> Iterator[Callable[[list[Any], int], None]]:
+    """Unattended: a progress line at intervals, the full-width table at the end."""
+    from .report.render import _print_wide
+
+    every, last = interval(), [time.time()]
+
+    def update(states: list[Any], in_flight: int) -> None:
+        now = time.time()
+        if now - last[0] >= every:
+            last[0] = now
+            console.print(f"[{time.strftime('%H:%M:%S')}] " + summary_line(runner, states, in_flight),
+                          markup=False, highlight=False, soft_wrap=True)
+
+    yield update
+    _print_wide(console, render(runner, states, 0))

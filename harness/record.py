@@ -21,6 +21,12 @@ be carried out — an import error, out of memory, a lost node after retries, a 
 a result about the unit). Records written before this schema say `failed` for both of the last
 two; readers treat `failed` as diverged, as tables always did.
 
+An errored run is not a result: the next `tprbench run` retries it (a search trial is left
+unfinished in Optuna and dispatched again with the same number and parameters; a seed run is
+run again), until its key has ended errored `max_attempts()` times (tag `tprbench.attempt`
+counts them; the retried record replaces the errored one). Tables show errored seeds as
+missing (‡, with the reason), `study show` as `errored` with the reason — never as †.
+
 Every reader goes through `RecordReader`: a few queries per read whatever the number of cells
 asked for (plain SQL on a SQL store, `search_runs` on a tracking server: harness.record_sources),
 ended runs through the study's columnar summary (harness.summary), turned into pandas frames
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +53,7 @@ PARAMS_HASH, PARAMS_FORMULA, PARAMS_TOTAL = (TAG + k for k in ("params_hash", "p
 FINAL_PARAMS_HASH, FINAL_PARAMS, FINAL_TRIALS = TAG + "final_params_hash", TAG + "final_params", TAG + "final_trials"
 METRIC, DIRECTION, VALID_SPLIT, TEST_SPLITS = (TAG + k for k in ("metric", "direction", "valid_split", "test_splits"))
 REPRODUCIBLE, NOTES = TAG + "reproducible", TAG + "notes"
+ATTEMPT = TAG + "attempt"  # 1, 2, ...: how many times this run key has been recorded (an errored one is retried)
 
 # kinds of run
 KIND_STUDY, KIND_CELL, KIND_RUN, KIND_TRANSFER = "study", "cell", "run", "transfer"
@@ -60,6 +68,36 @@ MLFLOW_ENDED = ("FINISHED", "FAILED", "KILLED")  # an MLflow run in another stat
 def is_failure(status: str | None) -> bool:
     """Diverged or errored (or a legacy `failed`): the run produced no score."""
     return status in (DIVERGED, ERRORED, LEGACY_FAILED)
+
+
+def is_diverged(status: str | None) -> bool:
+    """A result about the unit (NaN/inf): shown as † in tables. Errored runs never are."""
+    return status in (DIVERGED, LEGACY_FAILED)
+
+
+ATTEMPTS_ENV = "TPRBENCH_ERRORED_ATTEMPTS"
+DEFAULT_ATTEMPTS = 3
+
+
+def max_attempts() -> int:
+    """How many times a run key may end `errored` before `tprbench run` stops retrying it
+    ($TPRBENCH_ERRORED_ATTEMPTS, default 3; `--force` starts a cell over whatever the count)."""
+    try:
+        return max(int(os.environ.get(ATTEMPTS_ENV, DEFAULT_ATTEMPTS)), 1)
+    except ValueError:
+        return DEFAULT_ATTEMPTS
+
+
+def attempt_of(tags: dict[str, str]) -> int:
+    try:
+        return int(tags.get(ATTEMPT, 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def will_retry(status: str | None, tags: dict[str, str]) -> bool:
+    """An errored record that the next `tprbench run` retries (its attempts are under the cap)."""
+    return status == ERRORED and attempt_of(tags) < max_attempts()
 
 
 def mlflow_status(status: str) -> str:

@@ -20,11 +20,12 @@ import os
 import shutil
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from .jobs import TrialRef, WorkerJob
+from .live import LiveRuns, start_sink
 from .record import (
     ERRORED,
     FINAL_PARAMS,
@@ -38,15 +39,20 @@ from .record import (
     PARAMS_TOTAL,
     PHASE,
     PRUNED,
+    REASON,
     REPRODUCIBLE,
     SEED,
     TAG,
     TRIAL,
+    attempt_of,
+    is_diverged,
     is_failure,
+    max_attempts,
     split_tags,
+    will_retry,
 )
-from .storage import default_storage_url, open_storage, trial_states
-from .tracking import Tracker, cell_tags, default_tracking_uri, git_commit, with_retry
+from .storage import default_storage_url, display_url, open_storage, trial_states
+from .tracking import Tracker, cell_tags, default_tracking_uri, git_commit, retry_seconds, with_retry
 
 
 class RunnerError(RuntimeError):
@@ -86,14 +92,20 @@ class Job:
 
 
 def cell_status(trials_done: int, trials_wanted: int, trials_running: int, trials_without_value: int,
-                seeds_done: int, seeds_wanted: int, note: str = "") -> str:
+                seeds_done: int, seeds_wanted: int, note: str = "", errored: int = 0, seeds_running: int = 0) -> str:
     """A cell's state, for the driver's live view, its summary and `study show` alike:
-    pending | searching | failed (every trial failed or was pruned) | final | done, or the
-    driver's note (e.g. "failed: no search trial completed")."""
+    pending | searching | failed (every trial diverged or was pruned) | final | done, or the
+    driver's note (e.g. "failed: no search trial completed"), or `errored` once nothing of the
+    cell runs and `errored` of its runs could not be carried out (retried by the next `run`, up
+    to the cap: harness/record.py)."""
     if note:
         return note
-    if trials_done < trials_wanted or trials_running:
-        return "pending" if not trials_done and not trials_running else "searching"
+    if trials_running or seeds_running:
+        return "searching" if trials_running or trials_done < trials_wanted else "final"
+    if errored:
+        return "errored"
+    if trials_done < trials_wanted:
+        return "pending" if not trials_done else "searching"
     if trials_wanted and trials_done == trials_without_value:
         return "failed"
     if seeds_done < seeds_wanted:
@@ -113,7 +125,7 @@ class CellState:
     seeds_done: int = 0
     seeds_failed: int = 0
     running: int = 0
-    stale: list[tuple[int, int]] = field(default_factory=list)  # (number, trial id) left RUNNING by a dead driver
+    stale: list[Any] = field(default_factory=list)  # optuna trials left RUNNING by a dead driver
     to_ask: int = 0
     final_params: dict[str, Any] | None = None
     final_todo: list[int] = field(default_factory=list)
@@ -121,11 +133,24 @@ class CellState:
     running_search: int = 0
     records: dict[str, Any] = field(default_factory=dict)  # MLflow records of this cell by run key
     tags: dict[str, str] = field(default_factory=dict)  # the cell run's tags as recorded (prefixed)
+    errored: int = 0  # runs whose record is errored (this driver's, and capped ones found at open)
+    errored_reason: str = ""
+    retried: int = 0  # errored records this driver dispatches again
 
     @property
     def status(self) -> str:
         return cell_status(self.trials_done, self.trials_wanted, self.running_search,
-                           self.trials_failed + self.trials_pruned, self.seeds_done, self.seeds_wanted, self.note)
+                           self.trials_failed + self.trials_pruned, self.seeds_done, self.seeds_wanted, self.note,
+                           self.errored, self.running - self.running_search)
+
+    def attempt(self, run_key: str) -> int:
+        """The attempt a new record of `run_key` will be (an errored record is replaced, its count carried on)."""
+        rec = self.records.get(run_key)
+        return attempt_of(rec.tags) + 1 if rec is not None and rec.status == ERRORED else 1
+
+    def note_errored(self, reason: str) -> None:
+        self.errored += 1
+        self.errored_reason = self.errored_reason or reason
 
 
 class StudyLock:
@@ -148,6 +173,32 @@ class StudyLock:
     def __exit__(self, *exc: object) -> None:
         fcntl.flock(self.handle, fcntl.LOCK_UN)
         self.handle.close()
+
+
+ADDRESS_TIMEOUT = 5.0  # seconds a cluster address gets to accept a connection before `run` gives up
+
+
+def check_address(address: str, timeout: float = ADDRESS_TIMEOUT) -> None:
+    """Fail within seconds, in one line, when nothing listens at a Ray address (`host:port` or
+    `ray://host:port`). Ray itself retries a wrong address for minutes, printing GCS client errors.
+    `auto` (and anything without a port) is left to Ray, which answers at once when no cluster runs."""
+    import socket
+
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        return
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return
+    except socket.gaierror as exc:
+        why = f"unknown host {host!r} ({exc.strerror})"
+    except TimeoutError:
+        why = f"no answer within {timeout:.0f} s"
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+    raise RunnerError(f"--address {address}: no Ray cluster reachable there ({why}); start one with "
+                      "`ray start --head --port 6379` (docs/cluster.md) or check the host and port")
 
 
 def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | None = None) -> None:
@@ -225,6 +276,9 @@ class StudyRunner:
         self._logged: set[str] = set()  # run keys recorded by this driver
         self.snapshots: Any = None  # harness.record_guard.Snapshots, set when the record is opened
         self.recovered = 0  # ended runs logged again from their run directories (a restored record)
+        self._live: LiveRuns | None = None  # per-epoch metrics while runs train (harness/live.py)
+        self._touched: set[str] = set()  # cells whose run this driver reopened or created (ended when it exits)
+        self._preflight_done = False
 
     # -- setup -----------------------------------------------------------------------------
     def _optuna_name(self, cell: Any) -> str:
@@ -236,10 +290,13 @@ class StudyRunner:
 
         from .search_space import make_pruner
 
-        return with_retry(lambda: optuna.create_study(
+        study = with_retry(lambda: optuna.create_study(
             study_name=self._optuna_name(cell), storage=self.storage, direction=cell.direction,
             sampler=self._sampler(cell, 0), pruner=make_pruner(self.study.pruner), load_if_exists=True),
-            f"Optuna storage {self.storage_url}", self._say)
+            f"Optuna storage {display_url(self.storage_url)}", self._say)
+        with_retry(lambda: describe_optuna_study(study, cell, self.study.name),
+                   f"Optuna storage {display_url(self.storage_url)}", self._say)
+        return study
 
     def _study(self, st: CellState):
         """The cell's Optuna study, opened (or created) when first needed: a rerun with nothing
@@ -280,6 +337,18 @@ class StudyRunner:
             self._say(f"preparing data for {cell.task} ({cell.data})")
             adapter.prepare()
 
+    def preflight(self, address: str | None = None) -> None:
+        """The checks that need nothing written: the Ray address answers (one line within seconds,
+        not minutes of Ray's retries) and each task's data is where the study says. `tprbench run`
+        calls it before pointing library output at `<root>/logs/`, so bad input leaves the run
+        directory as it was; `run()` calls it too (once)."""
+        if self._preflight_done:
+            return
+        if address:
+            check_address(address)
+        self._check_data()
+        self._preflight_done = True
+
     def _check_data(self) -> None:
         """Each task's cheap data check (does the path exist?) before the record is opened, so a
         wrong data path stops the study with nothing written to the run directory."""
@@ -310,19 +379,49 @@ class StudyRunner:
             # The cell's checkpoints and result.json files go too: a finished run directory is
             # returned as is by `train`, so without this --force recomputed nothing.
             shutil.rmtree(self.work_dir / cell.id, ignore_errors=True)
-        st.trials_done, st.trials_failed, st.trials_pruned, st.stale = count_trials(trials)
-        st.to_ask = max(st.trials_wanted - st.trials_done - len(st.stale), 0)
-        st.trials_wanted = max(st.trials_wanted, st.trials_done + len(st.stale))
         st.records = records
         st.tags = dict(tags)
+        trials = self._give_up_errored(st, trials)
+        st.trials_done, st.trials_failed, st.trials_pruned, st.stale = count_trials(trials)
+        st.retried += sum(self._errored(st, f"{cell.id}/trial/{number}") is not None for number, _ in st.stale)
+        st.to_ask = max(st.trials_wanted - st.trials_done - len(st.stale), 0)
+        st.trials_wanted = max(st.trials_wanted, st.trials_done + len(st.stale))
         return st
 
+    @staticmethod
+    def _errored(st: CellState, run_key: str) -> Any:
+        rec = st.records.get(run_key)
+        return rec if rec is not None and rec.status == ERRORED else None
+
+    def _give_up_errored(self, st: CellState, trials: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+        """Trials left unfinished because they errored `max_attempts()` times are failed in Optuna
+        now, so the search completes without them; returns the trials with their states after that."""
+        from optuna.trial import TrialState
+
+        out = []
+        for number, trial_id, state in trials:
+            rec = self._errored(st, f"{st.cell.id}/trial/{number}")
+            if state == "RUNNING" and rec is not None and not will_retry(rec.status, rec.tags):
+                with_retry(lambda n=number: self._study(st).tell(n, state=TrialState.FAIL, skip_if_finished=True),
+                           f"Optuna storage {display_url(self.storage_url)}", self._say)
+                state = "FAIL"
+            out.append((number, trial_id, state))
+        for key, rec in st.records.items():  # trials that errored past the cap keep the cell errored
+            if "/trial/" in key and rec.status == ERRORED and not will_retry(rec.status, rec.tags):
+                st.note_errored(rec.tags.get(REASON, ""))
+        return out
+
     def _cell_run(self, st: CellState, extra_tags: dict[str, Any] | None = None) -> str:
-        """The cell's run id; created on first need (its first dispatch or plan), with `extra_tags`."""
+        """The cell's run id; created on first need (its first dispatch or plan), with `extra_tags`.
+        An existing cell run that an earlier driver ended is RUNNING again while this one works on
+        the cell (ended with its summary when the driver exits: `_close_record`)."""
         cid = st.cell.id
         if cid not in self.cell_runs:
             self.cell_runs[cid] = self.tracker.create_cell_run(st.cell, self.study_run_id, extra_tags)
             st.tags.update({k: str(v) for k, v in (extra_tags or {}).items()})
+        elif cid not in self._touched:
+            self.tracker.reopen(self.cell_runs[cid])
+        self._touched.add(cid)
         return self.cell_runs[cid]
 
     def _set_cell_tags(self, st: CellState, tags: dict[str, Any]) -> None:
@@ -360,17 +459,24 @@ class StudyRunner:
     def _plan_final(self, st: CellState) -> None:
         params = self._final_params(st)
         if params is None:
-            st.note = "failed: no search trial completed"
+            # No trial completed: every one diverged or was pruned (a result: failed), or some
+            # errored past the retry cap (not a result: the cell is errored, `study show` says why).
+            st.note = "errored" if st.errored else "failed: no search trial completed"
             return
         st.final_params = params
         h = params_hash(params)
         # The report reads which seed runs are current from the cell's record.
         self._set_cell_tags(st, {FINAL_PARAMS_HASH: h, FINAL_PARAMS: json.dumps(params, sort_keys=True),
                                  FINAL_TRIALS: st.trials_done})
-        done = [s for s in range(st.seeds_wanted) if f"{st.cell.id}/seed/{s}/{h}" in st.records]
+        recorded = {s: st.records.get(f"{st.cell.id}/seed/{s}/{h}") for s in range(st.seeds_wanted)}
+        done = [s for s, rec in recorded.items() if rec is not None and not will_retry(rec.status, rec.tags)]
         st.seeds_done = len(done)
-        st.seeds_failed = sum(is_failure(st.records[f"{st.cell.id}/seed/{s}/{h}"].status) for s in done)
+        st.seeds_failed = sum(is_diverged(recorded[s].status) for s in done)
+        for s in done:  # seeds that errored past the cap
+            if recorded[s].status == ERRORED:
+                st.note_errored(recorded[s].tags.get(REASON, ""))
         st.final_todo = [s for s in range(st.seeds_wanted) if s not in done]
+        st.retried += sum(recorded[s] is not None for s in st.final_todo)
 
     def _has_work(self, st: CellState) -> bool:
         if st.stale or st.to_ask:
@@ -390,7 +496,7 @@ class StudyRunner:
         if st.to_ask:
             st.to_ask -= 1
             study = self._study(st)
-            trial = with_retry(study.ask, f"Optuna storage {self.storage_url}", self._say)
+            trial = with_retry(study.ask, f"Optuna storage {display_url(self.storage_url)}", self._say)
             return self._trial_job(st, trial.number, trial._trial_id, t0)
         if st.running_search or st.trials_done < st.trials_wanted or st.note:
             return None
@@ -424,7 +530,7 @@ class StudyRunner:
             trial.set_user_attr("fixed", {k: v for k, v in params.items() if k not in trial.params})
             return params
 
-        params = with_retry(propose, f"Optuna storage {self.storage_url}", self._say)
+        params = with_retry(propose, f"Optuna storage {display_url(self.storage_url)}", self._say)
         st.running_search += 1
         ref = TrialRef(self.storage_url, study.study_name, trial_id, _dump(self.study.pruner))
         work = self._work(st.cell, SEARCH_SEED_OFFSET + number, params,
@@ -436,7 +542,7 @@ class StudyRunner:
     def _tell(self, st: CellState, job: Job, value: float | None = None, state: Any = None) -> None:
         """Optuna `tell`, retried while the storage is unavailable (skip_if_finished: idempotent)."""
         with_retry(lambda: self._study(st).tell(job.trial_number, value, state=state, skip_if_finished=True),
-                   f"Optuna storage {self.storage_url}", self._say)
+                   f"Optuna storage {display_url(self.storage_url)}", self._say)
 
     # -- results ---------------------------------------------------------------------------
     def _record(self, st: CellState, job: Job, result: dict[str, Any]) -> None:
@@ -446,19 +552,29 @@ class StudyRunner:
         self._tag_splits(st, result)
         params = {**(result.get("hparams") or job.hparams), "seed": job.seed}
         best = job.run_dir / "best.pt"
+        live_run, live_epochs = self._live.pop(job.run_key) if self._live is not None else (None, set())
         self.tracker.log_run(self._cell_run(st), job.run_key, self._run_tags(job, result), params, result,
                              best if result.get("status") == "finished" else None,
-                             new=job.run_key not in st.records and job.run_key not in self._logged)
+                             new=job.run_key not in st.records and job.run_key not in self._logged,
+                             live_run_id=live_run, logged_epochs=live_epochs)
         self._logged.add(job.run_key)
         t1 = time.perf_counter()
         status = result.get("status")
+        attempt = st.attempt(job.run_key)
+        retry = status == ERRORED and attempt < max_attempts()
+        if status == ERRORED:
+            st.note_errored(result.get("reason", ""))
         if job.phase == "search":
-            self._tell_result(st, job, result)
+            self._tell_result(st, job, result, retry)
         else:
-            st.seeds_done += 1
-            st.seeds_failed += is_failure(status)
+            st.seeds_done += not retry
+            st.seeds_failed += is_diverged(status)
         self._time(job, result, log=t1 - t0, tell=time.perf_counter() - t1)
-        if is_failure(status):
+        if status == ERRORED:
+            then = (f"attempt {attempt} of {max_attempts()}: the next `tprbench run` retries it" if retry
+                    else f"attempt {attempt} of {max_attempts()}: not retried again (use --force to start the cell over)")
+            self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} errored ({then}):[/] {result.get('reason', '')[:200]}")
+        elif is_failure(status):
             self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} {status}:[/] {result.get('reason', '')[:200]}")
         for note in result.get("notes") or []:
             self._say(f"{cell.label} {job.run_key.split('/', 1)[1]}: {note}")
@@ -488,12 +604,16 @@ class StudyRunner:
             self._set_cell_tags(st, split_tags(splits["valid"], splits["test"]))
             self._splits_tagged.add(st.cell.id)
 
-    def _tell_result(self, st: CellState, job: Job, result: dict[str, Any]) -> None:
+    def _tell_result(self, st: CellState, job: Job, result: dict[str, Any], retry: bool = False) -> None:
         """Optuna hears the run's best value of the cell's metric — the value the trainer chose
-        the best epoch by and the pruner saw each epoch — or PRUNED / FAIL."""
+        the best epoch by and the pruner saw each epoch — or PRUNED / FAIL. An errored trial that
+        will be retried is not told: it stays unfinished, and the next `run` dispatches it again
+        with the same number and parameters (from its checkpoint)."""
         from optuna.trial import TrialState
 
         st.running_search -= 1
+        if retry:
+            return
         st.trials_done += 1
         status = result.get("status")
         if status == "finished" and result.get("best_valid") is not None:
@@ -522,19 +642,97 @@ class StudyRunner:
     # -- the loop --------------------------------------------------------------------------
     def run(self, address: str | None = None, num_cpus: int | None = None, ray_temp_dir: str | None = None) -> dict[str, Any]:
         """Open the record, plan every cell, dispatch until nothing is left; returns a summary."""
-        self._check_data()
+        self.preflight(address)
         self.root.mkdir(parents=True, exist_ok=True)
         with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
             states = self._open_record()
             if any(self._has_work(st) for st in states):
-                self._prepare_data()
-                init_ray(address, num_cpus, ray_temp_dir)
-                self._dispatch(states)
-            else:
-                self._say("nothing to do: every cell is done (use --force to rerun)")
+                outcome = "FAILED"
+                try:
+                    self.tracker.reopen(self.study_run_id)
+                    self._say_resume(states)
+                    self._prepare_data()
+                    init_ray(address, num_cpus, ray_temp_dir)
+                    self._dispatch(states)
+                    outcome = "FINISHED"
+                except KeyboardInterrupt:
+                    outcome = "KILLED"
+                    raise
+                finally:
+                    self._close_record(states, outcome)
+            else:  # a no-op rerun writes nothing (its study and cell runs were ended by the driver that did the work)
+                gave_up = sum(st.status == "errored" for st in states)
+                self._say("nothing to do: every cell is done" + (
+                    f" or errored past the retry cap ({gave_up} cell(s); `study show` says why)" if gave_up else "")
+                    + " (use --force to rerun)")
             self.snapshots.take()  # the record as this driver leaves it (only if it wrote anything)
             return {"cells": len(states), "seconds": time.time() - self.started,
                     "states": {st.cell.id: st.status for st in states}}
+
+    def _say_resume(self, states: list[CellState]) -> None:
+        """What a rerun continues: trials from checkpoints, errored runs retried, runs already recorded."""
+        recorded = sum(len(st.records) for st in states)
+        if not recorded and not any(st.stale for st in states):
+            return
+        retried = sum(st.retried for st in states)
+        stale = sum(len(st.stale) for st in states) - sum(
+            self._errored(st, f"{st.cell.id}/trial/{number}") is not None for st in states for number, _ in st.stale)
+        parts = [f"{stale} trial(s) continue from their checkpoints"] if stale else []
+        if retried:
+            parts.append(f"{retried} errored run(s) retried")
+        parts.append(f"{recorded} run(s) already recorded")
+        self._say("resuming: " + ", ".join(parts))
+
+    def _close_record(self, states: list[CellState], outcome: str) -> None:
+        """When the driver exits (done, error or Ctrl-C): each cell run gets its summary metrics and
+        ends FINISHED (done) or FAILED (failed, errored, unfinished) — KILLED for unfinished cells
+        when interrupted — and the study run ends with `outcome` (FAILED if any cell is not done)."""
+        self.tracker.window = min(retry_seconds(), 10.0)  # the store may be what stopped the driver: do not wait long
+        try:
+            summary = self._cell_summaries([st.cell.id for st in states if st.cell.id in self._touched])
+        except Exception as exc:  # a summary is a convenience: ending the runs matters more
+            self._say(f"cell summaries not logged ({type(exc).__name__}: {str(exc)[:200]})")
+            summary = {}
+        try:
+            for st in states:
+                if st.cell.id not in self._touched:  # not worked on by this driver: left as it was
+                    continue
+                run_id = self.cell_runs[st.cell.id]
+                if summary.get(st.cell.id):
+                    self.tracker.log_summary(run_id, summary[st.cell.id])
+                done = st.status == "done"
+                self.tracker.end(run_id, "FINISHED" if done else "KILLED" if outcome == "KILLED" else "FAILED")
+            study_ok = outcome == "FINISHED" and all(st.status == "done" for st in states)
+            self.tracker.end(self.study_run_id, "FINISHED" if study_ok else "KILLED" if outcome == "KILLED" else "FAILED")
+        except Exception as exc:  # the store is down: the runs stay RUNNING until the next driver ends them
+            self._say(f"study and cell runs not ended ({type(exc).__name__}: {str(exc)[:200]})")
+
+    def _cell_summaries(self, cell_ids: list[str]) -> dict[str, dict[str, float]]:
+        """Per cell: best validation score of the search, mean and std of the counted seeds per
+        split, seeds finished, parameter counts — as `tprbench report` computes them."""
+        from .report import aggregate
+        from .report.aggregate import _is_missing
+
+        reader = self.tracker.reader
+        runs, cells = reader.runs(cell_ids), reader.cells(cell_ids)
+        if not len(cells):
+            return {}
+        agg = aggregate(runs, cells, self.study.study.seeds)
+        out: dict[str, dict[str, float]] = {}
+        for row in (agg if isinstance(agg, list) else agg.to_dict("records")):
+            m = out.setdefault(row["cell_id"], {})
+            key = str(row["metric_key"]).removeprefix("best_")
+            if row["n"]:
+                m[f"{key}_mean"] = row["mean"]
+                if row["n"] > 1:
+                    m[f"{key}_std"] = row["std"]
+            if not _is_missing(row["best_search"]):
+                m[f"best_search_valid_{row['metric']}"] = row["best_search"]
+            m["seeds_finished"] = row["seeds_finished"]
+            for count in ("params_formula", "params_total"):
+                if not _is_missing(row[count]):
+                    m[count] = int(row[count])
+        return out
 
     def _open_record(self) -> list[CellState]:
         """Optuna storage, the MLflow study run, and each cell's state as recorded — read in bulk:
@@ -543,7 +741,8 @@ class StudyRunner:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.storage = with_retry(lambda: open_storage(self.storage_url, notify=self._say), f"Optuna storage {self.storage_url}", self._say)
+        self.storage = with_retry(lambda: open_storage(self.storage_url, notify=self._say),
+                                  f"Optuna storage {display_url(self.storage_url)}", self._say)
         self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts", root=self.root)
         self.tracker.on_retry = self._say
         self.study_run_id = self.tracker.study_run(self.commit)
@@ -560,7 +759,7 @@ class StudyRunner:
         for key, rec in found.items():
             by_cell.setdefault(rec.cell_id, {})[key] = rec
         names = [self._optuna_name(c) for c in self.cells]
-        trials = with_retry(lambda: trial_states(self.storage, names), f"Optuna storage {self.storage_url}", self._say)
+        trials = with_retry(lambda: trial_states(self.storage, names), f"Optuna storage {display_url(self.storage_url)}", self._say)
         states = [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {}))
                   for c, name in zip(self.cells, names)]
         from .record_guard import Snapshots
@@ -589,7 +788,7 @@ class StudyRunner:
                 result = json.loads(done.read_text())
             except (OSError, ValueError):
                 continue  # unreadable: the trial stays unrecorded, as it was
-            frozen = with_retry(lambda t=trial_id: self.storage.get_trial(t), f"Optuna storage {self.storage_url}", self._say)
+            frozen = with_retry(lambda t=trial_id: self.storage.get_trial(t), f"Optuna storage {display_url(self.storage_url)}", self._say)
             proposed = {**frozen.params, **frozen.user_attrs.get("fixed", {})}
             work = self._work(st.cell, SEARCH_SEED_OFFSET + number, proposed, done.parent)
             job = Job(st.cell, "search", key, work, number)
@@ -616,11 +815,18 @@ class StudyRunner:
         in_flight: dict[Any, tuple[CellState, Job]] = {}
         order = deque(states)
         self.dispatch_started = time.time()
+        self._live = LiveRuns(self.tracker, start_sink(), self._say)
         try:
-            with self._live(states) as live:
-                self._loop(states, order, in_flight, live)
+            with self._live_view(states) as view:
+                self._loop(states, order, in_flight, view)
         finally:
             self.dispatch_ended = time.time()
+            self._live.drop_unrecorded()  # jobs still in flight: their runs start again next time
+            if self._live.sink is not None:
+                try:
+                    ray.kill(self._live.sink)
+                except Exception:  # gone already
+                    pass
             # Stopped by an error (store unavailable, Ctrl-C in a notebook): tasks still running
             # would go on writing into run directories that the next `run` dispatches again.
             for ref in in_flight:
@@ -629,14 +835,15 @@ class StudyRunner:
                 except Exception:  # already gone: nothing to cancel
                     pass
 
-    def _loop(self, states: list[CellState], order: deque, in_flight: dict[Any, tuple[CellState, Job]], live: Any) -> None:
+    def _loop(self, states: list[CellState], order: deque, in_flight: dict[Any, tuple[CellState, Job]], view: Any) -> None:
         while True:
             self._fill_slots(order, in_flight)
-            live(states, len(in_flight))
+            view(states, len(in_flight))
             if not in_flight:
                 return
             self._collect(in_flight)
-            live(states, len(in_flight))
+            self._live.poll({job.run_key: job for _, job in in_flight.values()}, self._start_live)
+            view(states, len(in_flight))
 
     def _fill_slots(self, order: deque, in_flight: dict[Any, tuple[CellState, Job]]) -> None:
         """Take work from the cells round-robin until every slot is busy or no cell has work now."""
@@ -658,7 +865,12 @@ class StudyRunner:
         self._cell_run(st)  # the MLflow UI shows a cell from its first dispatch
         job.run_dir.mkdir(parents=True, exist_ok=True)
         job.started = time.time()
-        return self._remote.remote(job.work)
+        sink = self._live.sink if self._live is not None else None
+        return self._remote.remote(replace(job.work, run_key=job.run_key, sink=sink))
+
+    def _start_live(self, job: Job, start: float) -> str | None:
+        """The MLflow run of a job whose worker has started (harness/live.py)."""
+        return self.tracker.start_live(self.cell_runs[job.cell.id], job.run_key, self._run_tags(job, {}), job.cell.label, start)
 
     def _collect(self, in_flight: dict[Any, tuple[CellState, Job]]) -> None:
         """Record whatever finished within a second (a lost worker is an errored run)."""
@@ -689,7 +901,7 @@ class StudyRunner:
         if self.console is not None:
             self.console.print(text)
 
-    def _live(self, states: list[CellState]):
+    def _live_view(self, states: list[CellState]):
         from .progress import live_view
 
         return live_view(self, states)
@@ -729,27 +941,53 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     names = [f"{study.name}/{c.id}" for c in cells]
     exists = not journal.startswith("journal://") or Path(journal[10:]).exists()
-    trials = trial_states(open_storage(journal, repair=False), names) if exists else {}
+    trials = trial_states(open_storage(journal, create=False), names) if exists else {}
     seeds_by_cell: dict[str, list[Any]] = {}
+    trials_by_cell: dict[str, list[Any]] = {}
     for key, rec in records.items():
         if "/seed/" in key:
             seeds_by_cell.setdefault(rec.cell_id, []).append((key, rec))
+        elif "/trial/" in key:
+            trials_by_cell.setdefault(rec.cell_id, []).append(rec)
     rows = []
     for cell, name in zip(cells, names):
         done, failed, pruned, unfinished = count_trials(trials.get(name, []))
         counts = {"done": done, "failed": failed, "pruned": pruned, "running": len(unfinished)}
         final_hash = tags_by_cell.get(cell.id, {}).get(FINAL_PARAMS_HASH)
         seeds = [r for k, r in seeds_by_cell.get(cell.id, []) if final_hash and k.endswith("/" + final_hash)]
-        seeds_done = len(seeds)  # records are keyed by run key: one per seed
-        status = cell_status(counts["done"], study.trials, counts["running"], counts["failed"] + counts["pruned"],
-                             seeds_done, study.seeds)
+        cell_trials = trials_by_cell.get(cell.id, [])
+        errored = [r for r in cell_trials + seeds if r.status == ERRORED]
+        retried = [r for r in errored if will_retry(r.status, r.tags)]
+        # An errored trial to be retried is still unfinished in Optuna: waiting, not running.
+        running = max(counts["running"] - sum(r in retried for r in cell_trials), 0)
+        seeds_done = len(seeds) - sum(r in retried for r in seeds)  # records are keyed by run key: one per seed
+        status = cell_status(counts["done"], study.trials, running, counts["failed"] + counts["pruned"],
+                             seeds_done, study.seeds, errored=len(errored))
         rows.append({"id": cell.id, "label": cell.label, "task": cell.task, "arch": cell.arch, "unit": cell.unit,
                      "dims": {"dim": cell.dim, "input_dim": cell.input_dim},
                      "trials_done": counts["done"], "trials_wanted": study.trials, "trials_failed": counts["failed"],
-                     "trials_pruned": counts["pruned"], "trials_running": counts["running"],
-                     "seeds_done": seeds_done, "seeds_failed": sum(is_failure(r.status) for r in seeds),
-                     "seeds_wanted": study.seeds, "status": status})
+                     "trials_pruned": counts["pruned"], "trials_running": running,
+                     "seeds_done": seeds_done, "seeds_failed": sum(is_diverged(r.status) for r in seeds),
+                     "seeds_wanted": study.seeds, "runs_errored": len(errored), "errored_retried": len(retried),
+                     "errored_reason": errored[0].tags.get(REASON, "") if errored else "", "status": status})
     return rows
+
+
+def describe_optuna_study(study: Any, cell: Any, study_name: str) -> None:
+    """What optuna-dashboard shows beside `<study>/<cell id>`: the cell's label, task, unit and
+    dims as user attributes, and the objective's name (the cell's metric, not "Objective 0")."""
+    attrs = {"label": cell.label, "study": study_name, "cell_id": cell.id, "task": cell.task, "arch": cell.arch,
+             "unit": cell.unit, "dim": cell.dim, "metric": cell.metric, "direction": cell.direction}
+    have = study.user_attrs
+    for key, value in attrs.items():
+        if have.get(key) != value:
+            study.set_user_attr(key, value)
+    if study.metric_names != [cell.metric]:
+        import warnings
+
+        with warnings.catch_warnings():  # "experimental" since Optuna 3.2; optuna-dashboard reads it
+            warnings.simplefilter("ignore")
+            study.set_metric_names([cell.metric])
 
 
 def _dump(model: Any) -> Any:

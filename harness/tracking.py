@@ -21,11 +21,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .record import (
+    ATTEMPT,
     CELL,
+    ERRORED,
     KIND,
     KIND_CELL,
     KIND_RUN,
     KIND_STUDY,
+    LABEL,
+    MLFLOW_ENDED,
     PHASE,
     REASON,
     RUN_KEY,
@@ -35,6 +39,7 @@ from .record import (
     CellRecord,
     RecordReader,
     RunRecord,
+    attempt_of,
     mlflow_status,
     split_tags,
 )
@@ -127,6 +132,34 @@ def default_tracking_uri(root: Path) -> str:
     return f"sqlite:///{(root / 'mlflow.db').resolve()}"
 
 
+def is_server(tracking_uri: str) -> bool:
+    return tracking_uri.startswith(("http://", "https://"))
+
+
+def artifact_location(tracking_uri: str, artifact_root: Path | None) -> str | None:
+    """Where a new experiment keeps its artifacts (best.pt): with a tracking server, the server's
+    own artifact store (None: the server decides, `mlflow-artifacts:/…`), so every machine that
+    reaches the server reaches the weights; with a local store, `<root>/mlartifacts`."""
+    if is_server(tracking_uri) or artifact_root is None:
+        return None
+    return artifact_root.resolve().as_uri()
+
+
+# The experiment's kind, as the UI's experiment-kind switch sets it: model development (runs, not
+# GenAI traces). MLflow 3.17's UI still starts in its GenAI mode; docs/cluster.md says how to switch.
+EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
+
+
+def run_name(label: str, run_key: str) -> str:
+    """A trial/seed run's name in the UI: its cell's label and what it is (`… trial 3`, `… seed 0`)."""
+    _, kind, number = (run_key.split("/") + ["", ""])[:3]
+    return f"{label} {kind} {number}".strip() if label else run_key.split("/", 1)[-1]
+
+
+def _ms(seconds: float | None) -> int | None:
+    return None if seconds is None else int(seconds * 1000)
+
+
 class Tracker:
     """The driver's handle on MLflow for one study.
 
@@ -143,6 +176,7 @@ class Tracker:
         self._parents: dict[str, str] = {}
         self.on_retry: Callable[[str], None] | None = None  # told about each retry (the driver logs it)
         self.retries = 0
+        self.window: float | None = None  # how long writes wait for an unavailable store (None: retry_seconds())
         name = experiment_name(study)
         where = f"MLflow tracking store {tracking_uri}"
         source: Any = None
@@ -163,8 +197,8 @@ class Tracker:
             exp_id = with_retry(lambda: self.client.get_experiment_by_name(name), where)
             exp_id = None if exp_id is None else exp_id.experiment_id
         if exp_id is None and create:
-            location = artifact_root.resolve().as_uri() if artifact_root is not None else None
-            exp_id = with_retry(lambda: self.client.create_experiment(name, artifact_location=location), where)
+            exp_id = with_retry(lambda: self.client.create_experiment(
+                name, artifact_location=artifact_location(tracking_uri, artifact_root), tags=EXPERIMENT_TAGS), where)
         self.experiment_id = exp_id
         if source is None and is_sql_uri(tracking_uri) and (path is None or path.exists()):
             source = SqlSource(tracking_uri)
@@ -191,7 +225,7 @@ class Tracker:
             if self.on_retry is not None:
                 self.on_retry(message)
 
-        return with_retry(fn, f"MLflow tracking store {self.uri}" + (f" ({what})" if what else ""), note)
+        return with_retry(fn, f"MLflow tracking store {self.uri}" + (f" ({what})" if what else ""), note, self.window)
 
     def set_tag(self, run_id: str, key: str, value: Any) -> None:
         self.retry(lambda: self.client.set_tag(run_id, key, value), "set_tag")
@@ -242,8 +276,17 @@ class Tracker:
             recorded = tags.get("git_commit")
         if recorded != commit:
             self.set_tag(run_id, TAG + "git_commit", commit)
-        self._parents["study"] = run_id
+            self._tag_experiment()
+        self._parents["study"] = run_id  # reopened (RUNNING) by the driver only when it has work: `reopen`
         return run_id
+
+    def _tag_experiment(self) -> None:
+        """The experiment kind tag on an experiment made before it (checked when the study run is
+        written anyway, so a no-op rerun still writes nothing and imports no MLflow)."""
+        experiment = self.retry(lambda: self.client.get_experiment(self.experiment_id), "get experiment")
+        for k, v in EXPERIMENT_TAGS.items():
+            if experiment.tags.get(k) != v:
+                self.retry(lambda k=k, v=v: self.client.set_experiment_tag(self.experiment_id, k, v), "experiment tag")
 
     def create_cell_run(self, cell: Any, study_run_id: str, extra_tags: dict[str, Any] | None = None) -> str:
         """A new cell run holding the cell's record (and `extra_tags`): two writes."""
@@ -264,9 +307,63 @@ class Tracker:
             found = self.retry(lambda: self.reader.cell_runs([cell.id]), "find a cell run")
             if found:
                 self._parents[key] = min(found, key=lambda r: (r["start_time"] or 0, r["run_id"]))["run_id"]
+                self.reopen(self._parents[key])
             else:
                 self.create_cell_run(cell, study_run_id)
         return self._parents[key]
+
+    # -- study and cell runs: RUNNING while a driver works on them, ended when it exits ------
+    def reopen(self, run_id: str) -> None:
+        """A study or cell run that an earlier driver ended is RUNNING again while this one works."""
+        if self.retry(lambda: self.client.get_run(run_id).info.status, "get run") != "RUNNING":
+            self.retry(lambda: self.client.update_run(run_id, status="RUNNING"), "reopen run")
+
+    def end(self, run_id: str, status: str) -> None:
+        """End a study or cell run: FINISHED (done), FAILED (failed or errored cells, or the driver
+        stopped on an error) or KILLED (interrupted)."""
+        self.retry(lambda: self.client.set_terminated(run_id, status), "end run")
+
+    def log_summary(self, run_id: str, metrics: dict[str, float]) -> None:
+        """Summary metrics of a cell run (step 0), so MLflow's runs table compares cells."""
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        rows = [Metric(k, float(v), now, 0) for k, v in sorted(metrics.items())]
+        self.retry(lambda: self._log(run_id, rows), "log cell summary")
+
+    # -- live trial/seed runs: created at dispatch, per-epoch metrics while they train ------
+    def start_live(self, cell_run_id: str, run_key: str, tags: dict[str, Any], label: str, start: float | None) -> str | None:
+        """Create the MLflow run of a trial/seed run that a worker has started (`start`: the worker's
+        clock), RUNNING with status tag `running`, so its per-epoch metrics can be logged while it
+        trains. Readers ignore it until it has ended. A run
+        left RUNNING for this key by a driver that died is deleted first. None when the key is
+        already recorded (a finished result is never written twice)."""
+        def create() -> str | None:
+            for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
+                if run.info.status in MLFLOW_ENDED:
+                    if run.data.tags.get(STATUS) != ERRORED:
+                        return None
+                else:
+                    self.client.delete_run(run.info.run_id)
+            all_tags = {**{k: str(v) for k, v in tags.items()}, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study,
+                        STATUS: "running", "mlflow.parentRunId": cell_run_id}
+            return self.client.create_run(self.experiment_id, start_time=_ms(start), tags=all_tags,
+                                          run_name=run_name(label, run_key)).info.run_id
+
+        return self.retry(create, f"start {run_key}")
+
+    def log_epochs(self, run_id: str, rows: list[tuple[int, dict[str, float], float]]) -> None:
+        """Per-epoch metrics (epoch, metrics, wall time in seconds) of a run that is training."""
+        from mlflow.entities import Metric
+
+        metrics = [Metric(k, float(v), int(ts * 1000), int(epoch)) for epoch, row, ts in rows
+                   for k, v in row.items() if k != "epoch" and v is not None]
+        if metrics:
+            self.retry(lambda: self._log(run_id, metrics), "log epochs")
+
+    def drop_live(self, run_id: str) -> None:
+        """A live run whose job will not be recorded by this driver (it stopped): the next one starts it again."""
+        self.retry(lambda: self.client.delete_run(run_id), "delete unfinished run")
 
     def set_splits(self, cell_run_id: str, valid_split: str, test_splits: list[str]) -> None:
         """Name the cell's validation split and ordered test splits (known once a worker prepared the data)."""
@@ -290,55 +387,86 @@ class Tracker:
             i_p, i_t, i_m = i_p + len(p), i_t + len(t), i_m + len(m)
 
     def log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                result: dict[str, Any], artifact: Path | None = None, new: bool = False) -> str:
+                result: dict[str, Any], artifact: Path | None = None, new: bool = False,
+                live_run_id: str | None = None, logged_epochs: set[int] | None = None) -> str:
         """Record one trial/seed run. Idempotent by `run_key`; returns the MLflow run id.
 
         `new=True`: the caller knows no run with this key exists (the driver read its cells'
-        records and deleted half-written runs when it opened the record), so the first attempt
-        skips the search by key. A transient store error (locked, unreachable) retries the whole
-        record with backoff, searching by key again: a half-written attempt is found and
-        replaced, so nothing is written twice."""
+        records, errored ones included, and deleted half-written runs when it opened the record),
+        so the first attempt skips the search by key (never with a `live_run_id`). `live_run_id`:
+        the run `start_live` created for this job (its epochs in `logged_epochs` are not logged
+        again). A transient store error (locked, unreachable) retries the whole record with
+        backoff, searching by key again: a half-written attempt is found and replaced, so nothing
+        is written twice. An errored record of the key is replaced, its attempt count carried on."""
         attempt = [0]
 
         def once() -> str:
             attempt[0] += 1
-            return self._log_run(cell_run_id, run_key, tags, params, result, artifact, search=not (new and attempt[0] == 1))
+            search = live_run_id is not None or not (new and attempt[0] == 1)
+            return self._log_run(cell_run_id, run_key, tags, params, result, artifact, live_run_id,
+                                 logged_epochs or set(), search)
 
         return self.retry(once, f"record {run_key}")
 
     def _log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                 result: dict[str, Any], artifact: Path | None = None, search: bool = True) -> str:
+                 result: dict[str, Any], artifact: Path | None, live_run_id: str | None, logged_epochs: set[int],
+                 search: bool = True) -> str:
+        errored, live_ok = [], False
         if search:
             for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
-                if run.info.status in ("FINISHED", "FAILED", "KILLED"):
-                    return run.info.run_id  # already recorded: never twice
-                self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
-        all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result)
-        # Readers see only ended runs: one created with its tags, then given its metrics and
-        # params, then ended, is either complete or invisible (and deleted by the next driver).
-        run_id = self.client.create_run(self.experiment_id, tags={k: str(v)[:5000] for k, v in all_tags.items()},
-                                        run_name=run_key.split("/", 1)[-1]).info.run_id
-        self._log(run_id, metrics, params=params)
+                if run.info.status in MLFLOW_ENDED:
+                    if run.data.tags.get(STATUS) != ERRORED:
+                        return run.info.run_id  # already recorded: never twice
+                    errored.append(run)  # replaced below by this attempt
+                elif run.info.run_id == live_run_id:
+                    live_ok = True
+                else:
+                    self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
+        attempt = max((attempt_of(r.data.tags) for r in errored), default=0) + 1
+        worker = result.get("worker") or {}
+        end_ms = _ms(worker.get("end")) or int(time.time() * 1000)
+        all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result, end_ms, attempt,
+                                             logged_epochs if live_ok else set())
+        if live_ok:
+            run_id = live_run_id
+            self._log(run_id, metrics, params=params, tags=all_tags)
+        else:
+            # Readers see only ended runs: one created with its tags, then given its metrics and
+            # params, then ended, is either complete or invisible (and deleted by the next driver).
+            run_id = self.client.create_run(self.experiment_id, start_time=_ms(worker.get("start")),
+                                            tags={k: str(v)[:5000] for k, v in all_tags.items()},
+                                            run_name=run_name(str(tags.get(LABEL, "")), run_key)).info.run_id
+            self._log(run_id, metrics, params=params)
         if artifact is not None and artifact.exists():
             self.client.log_artifact(run_id, str(artifact))
-        self.client.set_terminated(run_id, mlflow_status(result["status"]))
+        for run in errored:
+            self.client.delete_run(run.info.run_id)
+        self.client.set_terminated(run_id, mlflow_status(result["status"]), end_time=end_ms)
         return run_id
 
     def run_payload(self, cell_run_id: str, run_key: str, tags: dict[str, Any], result: dict[str, Any],
-                    now: int | None = None) -> tuple[dict[str, Any], list[Any]]:
-        """(tags, metrics) of a trial/seed run record: what `log_run` and `log_bulk` write."""
+                    now: int | None = None, attempt: int = 1, logged_epochs: set[int] | None = None,
+                    ) -> tuple[dict[str, Any], list[Any]]:
+        """(tags, metrics) of a trial/seed run record: what `log_run` and `log_bulk` write. Epoch
+        metrics carry the worker's time of each epoch when it sent them (`epoch_times`), else `now`
+        (ms); epochs in `logged_epochs` (logged live) are left out."""
         from mlflow.entities import Metric
 
         status = result["status"]
-        all_tags = {**tags, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study, STATUS: status,
+        all_tags = {**tags, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study, STATUS: status, ATTEMPT: attempt,
                     "mlflow.parentRunId": cell_run_id}
         if result.get("reason"):
             all_tags[REASON] = result["reason"]
         now = int(time.time() * 1000) if now is None else now
+        worker = result.get("worker") or {}
+        times = {int(k): float(v) for k, v in (result.get("epoch_times") or {}).items()}
         metrics = []
         for row in result.get("history", []):
             epoch = int(row["epoch"])
-            metrics += [Metric(k, float(v), now, epoch) for k, v in row.items() if k != "epoch" and v is not None]
+            if logged_epochs and epoch in logged_epochs:
+                continue
+            ts = int(times[epoch] * 1000) if epoch in times else (_ms(worker.get("start")) or now)
+            metrics += [Metric(k, float(v), ts, epoch) for k, v in row.items() if k != "epoch" and v is not None]
         metrics += [Metric(k, v, now, 0) for k, v in final_metrics(result).items()]
         return all_tags, metrics
 

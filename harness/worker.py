@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .jobs import TrialRef, WorkerJob
+from .live import sender
 from .record import ERRORED
 
 # Per-process cache of prepared adapters (key: task, options, data, cache dir). Process-local
@@ -46,11 +47,11 @@ def _pruning_reporter(ref: TrialRef, metric_key: str, info: dict[str, Any]):
     import optuna
 
     from harness.search_space import make_pruner
-    from harness.storage import open_storage
+    from harness.storage import display_url, open_storage
     from harness.tracking import StoreUnavailable, with_retry
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    where = f"Optuna storage {ref.storage}"
+    where = f"Optuna storage {display_url(ref.storage)}"
     window = min(REPORT_RETRY_SECONDS, float(os.environ.get("TPRBENCH_STORE_RETRY_SECONDS", REPORT_RETRY_SECONDS)))
     try:
         trial = with_retry(lambda: optuna.trial.Trial(
@@ -112,6 +113,14 @@ def run_job(job: WorkerJob) -> dict[str, Any]:
     info = worker_info()
     _log_attempt(job.run_dir, info)
     notes: list[str] = []
+    epoch_times: dict[int, float] = {}  # the worker's wall clock at the end of each epoch (MLflow timestamps)
+    send = sender(job.sink, job.run_key, info["start"])
+    send(None, None)  # started: the driver creates the run with this worker's start time
+
+    def progress(epoch: int, row: dict[str, float]) -> None:
+        epoch_times[epoch] = time.time()
+        send(epoch, row)
+
     try:
         import torch
 
@@ -123,7 +132,8 @@ def run_job(job: WorkerJob) -> dict[str, Any]:
         ready = time.perf_counter()
         report = _pruning_reporter(job.trial, job.metric, info) if job.trial is not None else None
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        result = train(adapter, job.train_config(), job.run_dir, report=report, device=device, notice=notes.append)
+        result = train(adapter, job.train_config(), job.run_dir, report=report, progress=progress, device=device,
+                       notice=notes.append)
         out = asdict(result)
         out["splits"] = {"valid": adapter.valid_split, "test": list(adapter.test_splits)}
         info["setup_seconds"] = ready - started
@@ -137,4 +147,5 @@ def run_job(job: WorkerJob) -> dict[str, Any]:
     info["worker_seconds"] = time.perf_counter() - started
     info["end"] = time.time()
     out["worker"] = info
+    out["epoch_times"] = epoch_times
     return out

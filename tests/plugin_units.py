@@ -106,3 +106,16 @@ class SlowUnit(ElmanUnit):
 
             time.sleep(self.delay)
         return super().forward(x, mask)
+
+
+class MissingDepUnit(ElmanUnit):
+    """Cannot be built where the file named by `flag` exists: raises ModuleNotFoundError as a
+    unit whose optional dependency is missing on the workers would. An environment error, not a
+    result: its runs end `errored` and are retried once the file is gone (tests/test_errored.py)."""
+
+    def __init__(self, input_size: int, hidden_size: int, flag: str = "") -> None:
+        import os
+
+        if flag and os.path.exists(flag):
+            raise ModuleNotFoundError("No module named 'tprbench_missing_dep'")
+        super().__init__(input_size, hidden_size)

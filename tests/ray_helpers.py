@@ -76,8 +76,9 @@ def local_ray(num_cpus: int = 2) -> Iterator[str]:
 
     tmp = short_tmp("tprl")
     with environ(ray_environ()):
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _temp_dir=tmp, logging_level=logging.ERROR,
-                 log_to_driver=False)
+        from harness.runner import init_ray
+
+        init_ray(None, num_cpus, tmp)  # as the driver starts it (retried if its node times out on a busy machine)
         try:
             yield tmp
         finally:
@@ -181,14 +182,15 @@ def seed_root(root: Path) -> Path:
     return root
 
 
-def run_study(study_path: Path, root: Path, only: list[str] | None = None, force: bool = False, **run_kw: Any):
+def run_study(study_path: Path, root: Path, only: list[str] | None = None, force: bool = False,
+              tracking_uri: str | None = None, storage: str | None = None, **run_kw: Any):
     """Drive a study in this process (Ray must already be up); returns (runner, summary)."""
     from harness.runner import StudyRunner
     from harness.study import expand, filter_cells, load_study
 
     study = load_study(study_path)
     cells = filter_cells(expand(study), only) if only else expand(study)
-    runner = StudyRunner(study, cells, root, force=force)
+    runner = StudyRunner(study, cells, root, tracking_uri, storage, force=force)
     return runner, runner.run(**run_kw)
 
 
@@ -245,7 +247,7 @@ def count_recorded(root: Path) -> int:
         return 0
 
 
-def optuna_trials(root: Path, study: str, cell_id: str) -> list[Any]:
+def optuna_trials(root: Path, study: str, cell_id: str, storage: str | None = None) -> list[Any]:
     import optuna
 
     from harness.storage import default_storage_url, open_storage
@@ -253,7 +255,7 @@ def optuna_trials(root: Path, study: str, cell_id: str) -> list[Any]:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
         return optuna.load_study(study_name=f"{study}/{cell_id}",
-                                 storage=open_storage(default_storage_url(Path(root)))).get_trials(deepcopy=False)
+                                 storage=open_storage(storage or default_storage_url(Path(root)))).get_trials(deepcopy=False)
     except KeyError:
         return []
 
@@ -290,16 +292,18 @@ def aggregated(root: Path, study: str, seeds: int) -> Any:
                 "best_search"]].sort_values(["cell_id", "split"]).reset_index(drop=True)
 
 
-def status_rows(study_path: Path, root: Path) -> dict[str, dict[str, Any]]:
+def status_rows(study_path: Path, root: Path, storage: str | None = None) -> dict[str, dict[str, Any]]:
     from harness.runner import study_status
     from harness.study import expand, load_study
 
     study = load_study(study_path)
-    return {r["id"]: r for r in study_status(study, expand(study), root)}
+    return {r["id"]: r for r in study_status(study, expand(study), root, storage_url=storage)}
 
 
-def check_complete(study_path: Path, root: Path, failing: tuple[str, ...] = ()) -> dict[str, int]:
-    """Every cell done (or failed, for the units listed); in MLflow one record per run key and
+def check_complete(study_path: Path, root: Path, failing: tuple[str, ...] = (), errored: tuple[str, ...] = (),
+                   storage: str | None = None) -> dict[str, int]:
+    """Every cell done (or failed, for the units listed; errored for those in `errored`, which
+    must also be in `failing`, with the retry cap reached); in MLflow one record per run key and
     exactly the expected keys; in Optuna exactly `trials` finished trials per cell."""
     from harness.study import load_study
 
@@ -308,7 +312,7 @@ def check_complete(study_path: Path, root: Path, failing: tuple[str, ...] = ()) 
     expected = set()
     for cell in cells_of(study_path):
         bad = cell.unit in failing
-        trials = optuna_trials(root, study.name, cell.id)
+        trials = optuna_trials(root, study.name, cell.id, storage)
         assert len(trials) == study.trials, (cell.label, [t.state for t in trials])
         assert all(t.state.is_finished() for t in trials), (cell.label, [t.state for t in trials])
         expected |= {f"{cell.id}/trial/{n}" for n in range(study.trials)}
@@ -317,9 +321,10 @@ def check_complete(study_path: Path, root: Path, failing: tuple[str, ...] = ()) 
             assert len(seeds) == study.seeds, (cell.label, seeds)
             expected |= seeds
     assert keys == expected, (sorted(keys - expected), sorted(expected - keys))
-    rows = status_rows(study_path, root)
+    rows = status_rows(study_path, root, storage)
     for cell in cells_of(study_path):
-        assert rows[cell.id]["status"] == ("failed" if cell.unit in failing else "done"), rows[cell.id]
+        want = "errored" if cell.unit in errored else "failed" if cell.unit in failing else "done"
+        assert rows[cell.id]["status"] == want, rows[cell.id]
     return {"runs": len(keys), "cells": len(rows)}
 
 

@@ -54,6 +54,16 @@ def make_study(directory: Path) -> Path:
     return write_study(directory, "faults", UNITS, trials=2, seeds=SEEDS)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def errored_once():
+    """RaiseUnit's trials end errored; with a cap of one attempt they are final at once (failed in
+    Optuna), so every fault below compares with the same reference. Retries of errored runs are
+    tested in tests/test_errored.py."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TPRBENCH_ERRORED_ATTEMPTS", "1")
+        yield
+
+
 @pytest.fixture(scope="module")
 def cluster():
     with simulated_cluster(nodes=2, cpus=2) as c:
@@ -68,7 +78,7 @@ def reference(cluster, tmp_path_factory):
     path = make_study(base)
     t0 = time.time()
     run_study(path, root)
-    check_complete(path, root, failing=FAILING)
+    check_complete(path, root, failing=FAILING, errored=(RAISE,))
     print(f"\nreference run: {time.time() - t0:.1f} s")
     return numbers(root, "faults"), aggregated(root, "faults", SEEDS)
 
@@ -76,7 +86,7 @@ def reference(cluster, tmp_path_factory):
 def same_as_reference(path: Path, root: Path, reference: Any) -> None:
     import pandas as pd
 
-    counts = check_complete(path, root, failing=FAILING)
+    counts = check_complete(path, root, failing=FAILING, errored=(RAISE,))
     assert counts["runs"] == TOTAL
     ref_numbers, ref_agg = reference
     got = numbers(root, "faults")

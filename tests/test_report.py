@@ -203,7 +203,7 @@ def test_tables_mark_failures(store):
     tex = make_table(agg, "latex")
     assert r"\toprule" in tex and r"82.0 $\pm$ 2.0" in tex and r"tpru\textsuperscript{\dag}" in tex and r"\ddag" in tex
     csv = make_table(agg, "csv", ["cmd"])
-    assert csv.startswith("# cmd\n") and "82.0" not in csv.split("\n")[1]
+    assert csv.startswith("cell_id,") and "#" not in csv and "82.0" not in csv.split("\n")[1]  # raw numbers, no comments
 
 
 def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatch):
@@ -219,7 +219,8 @@ def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatc
     argv = ["report", "synth", "--root", str(store.root), "--out", str(out), "--seeds", "3", "--bench", str(bench)]
     assert main(argv) == 0
     names = ["table.md", "table.tex", "table.csv", "search.csv", "curves_roles.png", "curves_roles.svg",
-             "curves_slices.png", "curves_slices.svg", "speed.png", "speed.svg"]
+             "curves_slices.png", "curves_slices.svg", "speed.png", "speed.svg",
+             "units.png", "units.svg", "curves.png", "curves.svg"]  # every unit compared, learning curves with bands
     first = {n: (out / n).read_bytes() for n in names}
     assert main(argv) == 0
     assert {n: (out / n).read_bytes() for n in names} == first
@@ -227,13 +228,27 @@ def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatc
     assert "tpru[slices=8]‡" in printed and "82.0 ± 2.0" in printed
     md = first["table.md"].decode()
     assert f"tprbench report synth --root {store.root} --out {out} --bench {bench} --seeds 3" in md and COMMIT in md
-    table = pd.read_csv(out / "table.csv", comment="#")
+    table = pd.read_csv(out / "table.csv")  # plain: no comment lines (issue 18)
+    assert f"tprbench report synth --root {store.root}" in (out / "provenance.txt").read_text()
     gru = table[table["cell_id"] == GRU.id].iloc[0]
     assert gru["valid_mean"] == pytest.approx(0.82) and gru["valid_n"] == 3 and gru["seeds_failed"] == 0
     assert table[table["cell_id"] == R32.id].iloc[0]["seeds_failed"] == 1
-    search = pd.read_csv(out / "search.csv", comment="#")
+    search = pd.read_csv(out / "search.csv")
     assert search[search["cell_id"] == GRU.id].iloc[0]["trials_pruned"] == 1
     assert b"<dc:date>" not in first["speed.svg"] and b"Matplotlib" not in first["curves_roles.png"]
+    # The comparison figure has a bar for every cell with finished seeds, GRU and new units alike,
+    # and the curves figure a line per cell (issue 21; SVG text is drawn as paths, so read the figures).
+    from harness.figures import fig_units
+    from harness.report.aggregate import aggregate
+    from harness.report.load import load_record
+
+    runs, cells = load_record(store.uri, "synth")
+    agg = aggregate(runs, cells, 3)
+    fig = fig_units(agg)
+    valid_ax = next(ax for ax in fig.axes if ax.get_visible() and "logic: valid" in ax.get_title())
+    ticks = [t.get_text() for t in valid_ax.get_yticklabels()]
+    assert ticks == ["gru", "tpru (8 roles)", "tpru (32 roles)", "tpru[slices=8] (32 roles)"], ticks
+    assert len(valid_ax.patches) == 4  # bars: mean over seeds, with ± std error bars
 
 
 def test_report_errors(store, tmp_path, capsys):
@@ -262,6 +277,19 @@ def test_compare_studies_and_commits(store, capsys, monkeypatch):
     assert main(["compare", "synth", "synth2", "--root", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert "+10.0" in out and "only in A" in out
+    # Cells in one study only (issue 21): their numbers and parameter counts, not just their labels.
+    import pandas as pd
+
+    res = compare_studies({"study": "synth", "uri": store.uri}, {"study": "synth2", "uri": store.uri}, seeds_wanted=3)
+    one = res.frame[(res.frame["match"] == "A only") & (res.frame["split"] == "valid")]
+    assert len(one) == 4 and set(one["label"]) == set(res.only_a)
+    r8 = one[one["cell_id_a"] == R8.id].iloc[0]
+    assert r8["mean_a"] == pytest.approx(0.72) and r8["n_a"] == 3 and r8["n_b"] == 0
+    assert r8["params_a"] == 1536 and pd.isna(r8["params_b"]) and pd.isna(r8["diff"])
+    assert main(["compare", "synth", "synth2", "--root", str(store.root)]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if R8.label in ln and "(A only)" in ln and "valid" in ln)
+    assert "72.0 ± 2.6" in line and "not in B" in line and "1,536" in line, line
 
 
 def test_print_summary_includes_unrecorded_cells(store):

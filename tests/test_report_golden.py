@@ -6,6 +6,14 @@ from it: tables, the search table, the speed figure (SVG), a study compared with
 `study show --json`'s rows. The current code must make the same bytes from that record — which
 also proves that records written before the record schema (no metric/direction/splits tags on
 the cell runs) still read as they did.
+
+Deliberate changes of the expected bytes (the code changed what it writes, not how it reads):
+issue 18 — table.csv and search.csv have no `#` provenance lines (they load with a plain
+`pandas.read_csv`; provenance.txt beside them says where they come from); issue 21 — table.tex's
+label names the study and the task (`tab:golden-logic`) and the best value per column is bold;
+table.csv has a `seeds_errored` column and `study show`'s rows `runs_errored`, `errored_retried`
+and `errored_reason` (errored runs are not results: counted apart from diverged ones); compare.csv has
+`params_a`/`params_b` (parameter counts) and rows for cells present in one study only.
 """
 
 from __future__ import annotations

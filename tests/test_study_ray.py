@@ -86,6 +86,50 @@ class TestLocal:
             assert all(r.status == "finished" and "test_test_easy_acc" in r.metrics for r in seeds)
         print(f"\nend to end: {counts['runs']} runs in {seconds:.1f} s")
 
+    def test_the_record_as_people_read_it(self, done):
+        """Issue 21 on the embedded store (tests/test_servers.py does the same on an MLflow
+        server): the classic runs view, runs named by cell label, study and cell runs ended with
+        summary metrics, the worker's times, per-epoch timestamps, Optuna studies described."""
+        import optuna
+
+        from harness.storage import default_storage_url, open_storage
+        from tests.ray_helpers import tracker
+
+        path, root, *_ = done
+        cells = {c.unit: c for c in cells_of(path)}
+        t = tracker(root, "tiny")
+        client = t.client
+        assert client.get_experiment(t.experiment_id).tags.get("mlflow.experimentKind") == "custom_model_development"
+        (study_run,) = t.search("tags.`tprbench.kind` = 'study'")
+        # The diverging cell is not done: the study run says so (FAILED), the healthy cells FINISHED.
+        assert study_run.info.run_name == "tiny" and study_run.info.status == "FAILED"
+        cell_runs = {r.data.tags["tprbench.cell_id"]: r for r in t.search("tags.`tprbench.kind` = 'cell'")}
+        for unit, cell in cells.items():
+            run = cell_runs[cell.id]
+            assert run.info.run_name == cell.label and run.info.end_time
+            assert run.info.status == ("FAILED" if unit == NAN else "FINISHED")
+        gru = cell_runs[cells["gru"].id].data.metrics
+        assert {"valid_acc_mean", "valid_acc_std", "test_test_easy_acc_mean", "best_search_valid_acc",
+                "params_formula", "params_total", "seeds_finished"} <= set(gru), sorted(gru)
+        assert gru["seeds_finished"] == 2
+        for run in run_rows(root, "tiny"):
+            tags = run.data.tags
+            label = next(c.label for c in cells.values() if c.id == tags["tprbench.cell_id"])
+            n = tags["tprbench.trial"] if tags["tprbench.phase"] == "search" else tags["tprbench.seed"]
+            assert run.info.run_name == f"{label} {'trial' if tags['tprbench.phase'] == 'search' else 'seed'} {n}"
+            if tags["tprbench.status"] != "finished":
+                continue
+            seconds = (run.info.end_time - run.info.start_time) / 1000  # the worker's start and end
+            assert seconds >= 0.8 * run.data.metrics["train_seconds"], (seconds, run.data.metrics["train_seconds"])
+            history = sorted(client.get_metric_history(run.info.run_id, "train_loss"), key=lambda h: h.step)
+            stamps = [h.timestamp for h in history]
+            assert [h.step for h in history] == [1, 2] and stamps[0] < stamps[1]  # each epoch its own time
+            assert run.info.start_time <= stamps[0] and stamps[-1] <= run.info.end_time
+        storage = open_storage(default_storage_url(root))
+        st = optuna.load_study(study_name=f"tiny/{cells['gru'].id}", storage=storage)
+        assert st.user_attrs["label"] == cells["gru"].label and st.user_attrs["metric"] == "valid_acc"
+        assert st.metric_names == ["valid_acc"]
+
     def test_nan_trial_is_recorded_diverged_and_the_study_goes_on(self, done):
         path, root, *_ = done
         nan_cell = next(c for c in cells_of(path) if c.unit == NAN)
@@ -189,6 +233,13 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
             proc.wait()
         kill_session(proc.pid)
     assert rc == 0, log.read_text()[-3000:]
+    # The rerun says what it resumes (issue 21), e.g. "resuming: 1 trial(s) continue from their
+    # checkpoints, 2 run(s) already recorded" (with --quiet too: only the progress lines go).
+    resume = [ln for ln in log.read_text().splitlines() if ln.startswith("resuming:")]
+    import re
+
+    said = re.search(r"(\d+) run\(s\) already recorded", resume[0]) if len(resume) == 1 else None
+    assert said and int(said.group(1)) >= 2, resume
     counts = check_complete(path, root)
     assert counts["runs"] == total
     after = records(root, "killme")

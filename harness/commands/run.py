@@ -22,15 +22,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, help="Ray cluster address (default: start Ray locally)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
     p.add_argument("--force", action="store_true", help="rerun the selected cells from scratch (their records are deleted)")
-    p.add_argument("--quiet", action="store_true", help="no live view")
+    p.add_argument("--quiet", action="store_true", help="no live view or progress lines")
+    p.add_argument("--verbose", action="store_true",
+                   help="library messages (Ray, MLflow) on the terminal too, not only in <root>/logs/")
 
 
 def load_cells(args: argparse.Namespace):
-    from harness.study import expand, filter_cells, load_study
+    """The study and its cells, restricted by `--only`; a filter that keeps no cell is an error
+    (exit 2) naming the filter and the values the study has, never "nothing to do"."""
+    from harness.study import StudyError, expand, filter_cells, load_study
 
     study = load_study(args.study)
-    cells = filter_cells(expand(study), args.only) if args.only else expand(study)
-    return study, cells
+    cells = expand(study)
+    if not args.only:
+        return study, cells
+    kept = filter_cells(cells, args.only)
+    if not kept:
+        keys = sorted({p.partition("=")[0].strip() for p in args.only})
+        have = "; ".join(f"{k}: {', '.join(sorted({_value(c, k) for c in cells}))}" for k in keys)
+        raise StudyError(args.study, [(" ".join(f"--only {p}" for p in args.only), f"matches no cell of the study ({have})")])
+    return study, kept
+
+
+def _value(cell, key: str) -> str:
+    return str(getattr(cell, key))
 
 
 def check_root(root: str):
@@ -50,26 +65,46 @@ def check_root(root: str):
     return path.resolve()
 
 
+def watch_hint(tracking_uri: str) -> str:
+    """How to watch the study in MLflow's UI: a server is already serving it (open its URL); a
+    store (SQLite, a database URL) needs `mlflow ui` on it, bound to 127.0.0.1 (docs/security.md)."""
+    if tracking_uri.startswith(("http://", "https://")):
+        return f"open {tracking_uri.rstrip('/')}/#/experiments in a browser (the MLflow server's UI)"
+    return f"mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1 --port 5000, then open http://127.0.0.1:5000"
+
+
 def run(args: argparse.Namespace) -> int:
     import os
 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import contextlib
+
     from rich.console import Console
 
     from harness.logs import route_library_logs
+    from harness.quiet import log_path, quiet_libraries, stderr_to
     from harness.runner import StudyRunner
 
+    quiet_libraries()
     console = Console()
     study, cells = load_cells(args)
     root = check_root(args.root)
     route_library_logs(root)  # SQLAlchemy tracebacks of a failing store go to <root>/logs, not the terminal
     runner = StudyRunner(study, cells, root, args.tracking_uri, args.storage, force=args.force,
-                         console=None if args.quiet else console)
+                         console=console)
+    runner.show_progress = not args.quiet  # --quiet: no live view or progress lines; the driver's messages stay
     console.print(f"[bold]tprbench run[/] {args.study}: {len(cells)} cells · root {root}")
-    # MLflow's UI binds to 127.0.0.1 unless told otherwise; soft_wrap keeps the command on one copyable line.
-    console.print(f"watch: mlflow ui --backend-store-uri {runner.tracking_uri} --host 127.0.0.1", soft_wrap=True)
-    summary = runner.run(address=args.address, num_cpus=args.num_cpus)
+    # soft_wrap keeps the command on one copyable line.
+    console.print(f"watch: {watch_hint(runner.tracking_uri)}", soft_wrap=True, markup=False, highlight=False)
+    runner.preflight(args.address)  # bad input (address, data path) stops here, before <root>/logs/ is written
+    log = log_path(root, study.name)
+    try:
+        with contextlib.nullcontext() if args.verbose else stderr_to(log):
+            summary = runner.run(address=args.address, num_cpus=args.num_cpus)
+    finally:
+        if log.exists() and log.stat().st_size:
+            console.print(f"library messages (Ray, MLflow): {log}", soft_wrap=True, highlight=False)
     console.print(f"finished in {summary['seconds']:.1f} s")
     from harness.report import print_summary
 

@@ -34,10 +34,18 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     table = Table(title=f"study {study.name} ({args.study}) · root {args.root}")
-    for col in ("cell", "id", "trials", "pruned", "failed", "seeds", "status"):
+    for col in ("cell", "id", "trials", "pruned", "failed", "errored", "seeds", "status"):
         table.add_column(col, justify="left" if col in ("cell", "id", "status") else "right")
     for r in rows:
+        failed = r["trials_failed"] + r["seeds_failed"]
         table.add_row(escape(r["label"]), r["id"], f"{r['trials_done']}/{r['trials_wanted']}", str(r["trials_pruned"]),
-                      str(r["trials_failed"] + r["seeds_failed"]), f"{r['seeds_done']}/{r['seeds_wanted']}", r["status"])
-    Console(width=max(120, Console().width)).print(table)
+                      str(failed), str(r["runs_errored"]), f"{r['seeds_done']}/{r['seeds_wanted']}", r["status"])
+    console = Console(width=max(120, Console().width))
+    console.print(table)
+    for r in rows:
+        if r["runs_errored"]:
+            then = ("the next `tprbench run` retries them" if r["errored_retried"] == r["runs_errored"] else
+                    f"{r['errored_retried']} retried by the next `tprbench run`, the others reached the retry cap (--force starts the cell over)")
+            console.print(f"errored {escape(r['label'])}: {r['runs_errored']} run(s) could not be carried out ({then}): "
+                          f"{escape(r['errored_reason'][:300])}", soft_wrap=True, highlight=False)
     return 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-HELP = "evaluate the frozen encoder of a tracked run on SentEval tasks (logged to MLflow, tabled like 000 Table 3)"
+HELP = ("evaluate the frozen sentence encoder of tracked runs on SentEval transfer tasks: accuracy in per cent (Pearson × 100 for "
+        "relatedness/STS) per task, printed as a table and logged as a nested `transfer` run under each run")
 
 DEFAULT = "MR,CR,SUBJ,MPQA,SST2,TREC,MRPC,SICKEntailment,SICKRelatedness,STSBenchmark"
 
@@ -13,9 +14,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_ids", nargs="+", metavar="RUN_ID", help="MLflow run id(s) of finished seed/trial runs")
     p.add_argument("--tasks", default=DEFAULT, help=f"comma-separated SentEval tasks (default {DEFAULT}); STS12..STS16 too")
     p.add_argument("--root", default="runs", help="run directory (default ./runs)")
-    p.add_argument("--tracking-uri", default=None)
+    p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI holding the runs (default: sqlite under --root)")
     p.add_argument("--task-path", default=None, help="SentEval data/downstream folder (default <run data>/senteval)")
-    p.add_argument("--kfold", type=int, default=10)
+    p.add_argument("--kfold", type=int, default=10, help="cross-validation folds for tasks without a test split (default 10)")
     p.add_argument("--out", default=None, help="also write table.md/table.csv here")
     p.add_argument("--no-log", action="store_true", help="do not record the results in MLflow")
 
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         row = {"run": run_id[:8], "encoder": results.pop("_source")["label"]}
         for task in tasks:
             r = results[task]
-            # As 000 Table 3: accuracy for classification, Pearson × 100 for relatedness/STS.
+            # As the TPRU paper's transfer table: accuracy for classification, Pearson × 100 for relatedness/STS.
             row[task] = round(r["acc"], 1) if "acc" in r else round(100 * r["pearson"], 1)
         row["seconds"] = round(sum(r.get("seconds", 0) for r in results.values()), 1)
         rows.append(row)
@@ -66,6 +67,6 @@ def run(args: argparse.Namespace) -> int:
         lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
         lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
         (out / "table.md").write_text(f"<!-- regenerate: {command} -->\n\n" + "\n".join(lines) + "\n")
-        (out / "table.csv").write_text(f"# regenerate: {command}\n" + df.to_csv(index=False))
+        (out / "table.csv").write_text(df.to_csv(index=False))  # plain CSV: the command is in table.md
         console.print(f"wrote {out}/table.md, table.csv")
     return 0

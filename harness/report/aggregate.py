@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any
 
-from ..record import is_failure
+from ..record import ERRORED, is_failure
 
 #: Logical-entailment test splits in the papers' column order (records without a test_splits tag).
 LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
@@ -233,13 +233,16 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
     runs and counted runs as dicts: plain Python, since a dozen pandas operations on each
     cell's small frames cost ~40 ms a cell — minutes at 5,000 cells (issue 24)."""
     metric, direction, _ = table
-    failed = [r for r in cur if r.get("status") != "finished"]
-    finished = len(cur) - len(failed)
+    finished = sum(r.get("status") == "finished" for r in cur)
+    # Errored seeds are not results (harness/record.py): counted apart, shown as missing, never as †.
+    errored = [r for r in cur if r.get("status") == ERRORED]
+    failed = [r for r in cur if r.get("status") not in ("finished", ERRORED)]
     present = {int(r["seed"]) for r in cur}
     missing = [s for s in range(seeds_wanted) if s not in present]
     search = [r for r in mine if r.get("phase") == "search"]
     commits = sorted({str(r["git_commit"]) for r in cur + search if _present(r.get("git_commit"))})
     reasons = [f"seed {int(r['seed'])}: {r['reason']}" for r in failed if _present(r.get("reason"))]
+    errored_reasons = [f"seed {int(r['seed'])}: {r['reason']}" for r in errored if _present(r.get("reason"))]
     counts = cur + mine if cur else mine
     return {
         "order": order, "cell_id": cell["cell_id"], "task": cell.get("task"), "task_label": cell["task_label"],
@@ -249,9 +252,10 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
         "task_options": cell.get("task_options"),
         "summary": _summaries([r for r in cur if r.get("status") == "finished"]),
         "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": finished,
-        "seeds_failed": len(failed), "seeds_missing": len(missing),
+        "seeds_failed": len(failed), "seeds_missing": len(missing), "seeds_errored": len(errored),
         "failed_seeds": ",".join(str(int(r["seed"])) for r in failed), "missing_seeds": ",".join(map(str, missing)),
-        "failure_reasons": "; ".join(reasons),
+        "errored_seeds": ",".join(str(int(r["seed"])) for r in errored),
+        "failure_reasons": "; ".join(reasons), "errored_reasons": "; ".join(errored_reasons),
         "params_formula": _first_count(counts, "params_formula"),
         "params_total": _first_count(counts, "params_total"),
         "final_params": None if _is_missing(cell.get("final_params")) else cell.get("final_params"),

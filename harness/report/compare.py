@@ -25,7 +25,10 @@ class Side:
 
 @dataclass
 class Comparison:
-    """Per matching cell and split: means, stds, n and B − A (`frame`); cells on one side only."""
+    """Per cell and split: means, stds, n, parameter counts and B − A (`frame`). Cells on one side
+    only are rows too (match "A only" / "B only": their numbers, nothing for the other side, no
+    difference), so a new unit compared with a baseline study shows its results; `only_a` and
+    `only_b` list their labels."""
 
     a: Side
     b: Side
@@ -36,7 +39,8 @@ class Comparison:
 
 
 COMPARE_COLUMNS = ["label", "split", "metric", "match", "cell_id_a", "cell_id_b", "mean_a", "std_a", "n_a", "failed_a",
-                   "missing_a", "mean_b", "std_b", "n_b", "failed_b", "missing_b", "diff"]
+                   "missing_a", "mean_b", "std_b", "n_b", "failed_b", "missing_b", "diff", "params_a", "params_b"]
+ONLY_A, ONLY_B = "A only", "B only"
 
 
 def _side(spec: dict[str, Any], seeds_wanted: int | None) -> Side:
@@ -89,8 +93,31 @@ def _rows(ga: Any, gb: Any, ida: str, idb: str, how: str) -> list[dict[str, Any]
             "failed_a": int(ra["seeds_failed"]), "missing_a": int(ra["seeds_missing"]),
             "mean_b": rb["mean"], "std_b": rb["std"], "n_b": int(rb["n"]),
             "failed_b": int(rb["seeds_failed"]), "missing_b": int(rb["seeds_missing"]),
-            "diff": rb["mean"] - ra["mean"],
+            "diff": rb["mean"] - ra["mean"], "params_a": _params(ra), "params_b": _params(rb),
         })
+    return rows
+
+
+def _params(row: Any) -> Any:
+    """The papers' parameter count (weights only) of a cell's row, None when not recorded."""
+    v = row["params_formula"]
+    return None if _is_missing(v) else int(v)
+
+
+def _one_side_rows(g: Any, cell_id: str, which: str) -> list[dict[str, Any]]:
+    """A cell present in one study only (`g`: its aggregate rows indexed by split, `_by_cell`):
+    its numbers on its side, nothing on the other."""
+    rows = []
+    for r in g.reset_index().to_dict("records"):
+        mine = {"mean": r["mean"], "std": r["std"], "n": int(r["n"]), "failed": int(r["seeds_failed"]),
+                "missing": int(r["seeds_missing"])}
+        none = {"mean": float("nan"), "std": float("nan"), "n": 0, "failed": 0, "missing": 0}
+        a, b = (mine, none) if which == ONLY_A else (none, mine)
+        rows.append({"label": r["label"], "split": r["split"], "metric": r["metric"], "match": which,
+                     "cell_id_a": cell_id if which == ONLY_A else "", "cell_id_b": cell_id if which == ONLY_B else "",
+                     **{f"{k}_a": v for k, v in a.items()}, **{f"{k}_b": v for k, v in b.items()},
+                     "diff": float("nan"), "params_a": _params(r) if which == ONLY_A else None,
+                     "params_b": _params(r) if which == ONLY_B else None})
     return rows
 
 
@@ -106,9 +133,12 @@ def compare_studies(a: dict[str, Any], b: dict[str, Any], seeds_wanted: int | No
     matched_a = {p[0] for p in pairs}
     by_a, by_b = _by_cell(sa.agg), _by_cell(sb.agg)
     rows = [row for ida, idb, how in pairs for row in _rows(by_a[ida], by_b[idb], ida, idb, how)]
+    only_a = [(cid, lbl) for cid, lbl in zip(ca["cell_id"], ca["label"]) if cid not in matched_a]
+    only_b = [(cid, lbl) for cid, lbl in zip(cb["cell_id"], cb["label"]) if cid not in used_b]
+    rows += [row for cid, _ in only_a for row in _one_side_rows(by_a[cid], cid, ONLY_A)]
+    rows += [row for cid, _ in only_b for row in _one_side_rows(by_b[cid], cid, ONLY_B)]
     return Comparison(sa, sb, pd.DataFrame(rows, columns=COMPARE_COLUMNS),
-                      [lbl for cid, lbl in zip(ca["cell_id"], ca["label"]) if cid not in matched_a],
-                      [lbl for cid, lbl in zip(cb["cell_id"], cb["label"]) if cid not in used_b],
+                      [lbl for _, lbl in only_a], [lbl for _, lbl in only_b],
                       [n for n in (sa.note, sb.note) if n])
 
 
@@ -122,14 +152,29 @@ def format_diff(diff: Any, metric: str) -> str:
 
 def comparison_rows(result: Comparison) -> tuple[list[str], list[list[str]]]:
     a, b = result.a.title, result.b.title
-    columns = ["cell", "split", f"A: {a}", f"B: {b}", "B − A"]
+    columns = ["cell", "split", f"A: {a}", f"B: {b}", "B − A", "# params (A / B)"]
     rows = []
     for r in result.frame.to_dict("records"):
         ma = format_cell(r["mean_a"], r["std_a"], r["n_a"], r["metric"]) + ("†" if r["failed_a"] else "") + ("‡" if r["missing_a"] else "")
         mb = format_cell(r["mean_b"], r["std_b"], r["n_b"], r["metric"]) + ("†" if r["failed_b"] else "") + ("‡" if r["missing_b"] else "")
         label = r["label"] + (" (matched by label)" if r["match"] == "label" else "")
-        rows.append([label, r["split"], ma, mb, format_diff(r["diff"], r["metric"])])
+        if r["match"] == ONLY_A:
+            label, mb = f"{r['label']} (A only)", "not in B"
+        elif r["match"] == ONLY_B:
+            label, ma = f"{r['label']} (B only)", "not in A"
+        rows.append([label, r["split"], ma, mb, format_diff(r["diff"], r["metric"]),
+                     _format_params(r["params_a"], r["params_b"], r["match"])])
     return columns, rows
+
+
+def _format_params(pa: Any, pb: Any, match: str) -> str:
+    """One count where both sides agree (or only one side has the cell), else "A / B"."""
+    fa, fb = (DASH if _is_missing(p) else f"{int(p):,}" for p in (pa, pb))
+    if match == ONLY_A:
+        return fa
+    if match == ONLY_B or fa == fb:
+        return fb
+    return f"{fa} / {fb}"
 
 
 def print_comparison(result: Comparison, console: Any) -> None:

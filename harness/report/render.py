@@ -77,6 +77,24 @@ class Section:
     footnotes: list[str] = field(default_factory=list)
     search_columns: list[str] = field(default_factory=list)
     search_rows: list[list[str]] = field(default_factory=list)
+    best: set[tuple[int, int]] = field(default_factory=set)  # (row, column) of the best value per split column
+
+
+def _best_cells(cells: list[Any], splits: list[str], offset: int, metric: str, direction: str) -> set[tuple[int, int]]:
+    """The best mean of each split column as displayed (rounded: ties all count), by the metric's direction."""
+    scale, digits, _ = metric_scale(metric)
+    best: set[tuple[int, int]] = set()
+    for j, split in enumerate(splits):
+        shown = {}
+        for i, c in enumerate(cells):
+            g = next((row for row in c if row["split"] == split), None)
+            if g is not None and int(g["n"]) and not _is_missing(g["mean"]):
+                shown[i] = round(float(g["mean"]) * scale, digits)
+        if len(shown) < 2:
+            continue
+        top = (max if direction == "maximize" else min)(shown.values())
+        best |= {(i, offset + j) for i, v in shown.items() if v == top}
+    return best
 
 
 def _references(task: str) -> dict[str, dict[str, str]]:
@@ -149,7 +167,8 @@ def sections(df: Any) -> list[Section]:
         for c in cells:
             r = c[0]
             unit = r["unit_short"] if has_roles else r["unit"]
-            marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] else "")
+            errored = int(r.get("seeds_errored") or 0)
+            marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] or errored else "")
             vals = {g["split"]: format_cell(g["mean"], g["std"], int(g["n"]), metric) for g in c}
             row = [str(r["arch"]), _count(r["dim"])] + ([_count(r["input_dim"])] if show_input else [])
             row += [f"{unit}{marks}"] + ([_count(r["roles"])] if has_roles else [])
@@ -165,6 +184,10 @@ def sections(df: Any) -> list[Section]:
                 state = "search not finished" if _is_missing(r["final_params_hash"]) else "not yet run"
                 notes.append(f"‡ {where}: {r['seeds_missing']} of {r['seeds_wanted']} seeds missing "
                              f"({_seeds(r['missing_seeds'])}: {state})")
+            if errored:
+                why = f"; {r['errored_reasons'][:160]}" if r["errored_reasons"] else ""
+                notes.append(f"‡ {where}: {errored} of {r['seeds_wanted']} seeds errored, not a result "
+                             f"({_seeds(r['errored_seeds'])}{why}); `tprbench run` retries them")
             params = r["final_params"]
             try:
                 params = ", ".join(f"{k}={_short(v)}" for k, v in sorted(json.loads(params).items())) if params else DASH
@@ -174,9 +197,10 @@ def sections(df: Any) -> list[Section]:
                           _num(r["best_search"], *metric_scale(metric)[:2]), _count(r["best_trial"]), params])
         _, _, desc = metric_scale(metric, first.get("direction"))
         title = f"{task_label}: {desc}, mean ± std over seeds; valid = the best epoch's validation score"
+        best = _best_cells(cells, splits, len(keys), metric, metric_direction(metric, first.get("direction")))
         out.append(Section(task_label, layout, title, columns, align, rows, notes,
                            ["cell", "trials", "pruned", "failed", f"best valid {metric}", "best trial", "best hyperparameters"],
-                           srows))
+                           srows, best))
     return out
 
 
@@ -222,16 +246,17 @@ def _fmt(fmt: str) -> str:
     return f
 
 
-def make_table(df: Any, fmt: str, header: Iterable[str] | None = None) -> str:
-    """Render the aggregated frame as Markdown, LaTeX (booktabs) or CSV (raw numbers), with the
-    `header` lines as comments at the top. Deterministic: same frame → same text."""
+def make_table(df: Any, fmt: str, header: Iterable[str] | None = None, study: str | None = None) -> str:
+    """Render the aggregated frame as Markdown, LaTeX (booktabs) or CSV (raw numbers). Markdown and
+    LaTeX start with the `header` lines as comments; CSV never has comment lines (it must load with
+    a plain `pandas.read_csv` or a spreadsheet: provenance goes beside it). LaTeX labels name the
+    `study` and the task, and the best value of each column is bold. Deterministic: same frame → same text."""
     fmt = _fmt(fmt)
-    lines = _header(fmt, header)
     if fmt == "csv":
-        return "\n".join(lines + [wide_frame(df).to_csv(index=False, float_format="%.10g", lineterminator="\n")]).rstrip("\n") + "\n"
-    render = _markdown if fmt == "markdown" else _latex
+        return wide_frame(df).to_csv(index=False, float_format="%.10g", lineterminator="\n").rstrip("\n") + "\n"
+    lines = _header(fmt, header)
     for sec in sections(df):
-        lines += render(sec)
+        lines += _markdown(sec) if fmt == "markdown" else _latex(sec, study)
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
@@ -252,22 +277,28 @@ def _markdown(sec: Section) -> list[str]:
     return lines
 
 
-def _latex(sec: Section) -> list[str]:
+def tex_label(study: str | None, task_label: str) -> str:
+    """`tab:<study>-<task>`: unique when several studies' tables go into one paper."""
+    return "tab:" + "-".join(re.sub(r"[^A-Za-z0-9]+", "-", p).strip("-") for p in (study, task_label) if p)
+
+
+def _latex(sec: Section, study: str | None = None) -> list[str]:
     lines = [f"% {sec.task_label}", r"\begin{table}[t]", r"\centering", r"\small",
              r"\begin{tabular}{" + "".join(sec.align) + "}", r"\toprule"]
     lines.append(" & ".join(tex_escape(c) for c in sec.columns) + r" \\")
     lines.append(r"\midrule")
     prev_arch = None
-    for row in sec.rows:
+    for i, row in enumerate(sec.rows):
         if prev_arch is not None and row[0] != prev_arch:
             lines.append(r"\midrule")
         prev_arch = row[0]
-        lines.append(" & ".join(tex_escape(v) for v in row) + r" \\")
+        cells = [r"\textbf{" + tex_escape(v) + "}" if (i, j) in sec.best else tex_escape(v) for j, v in enumerate(row)]
+        lines.append(" & ".join(cells) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
-    caption = tex_escape(sec.title)
+    caption = tex_escape(sec.title) + ("; best per column in bold." if sec.best else "")
     if sec.footnotes:
         caption += " " + " ".join(tex_escape(n) + "." for n in sec.footnotes)
-    lines += [r"\caption{" + caption + "}", r"\label{tab:" + re.sub(r"[^A-Za-z0-9]+", "-", sec.task_label) + "}",
+    lines += [r"\caption{" + caption + "}", r"\label{" + tex_label(study, sec.task_label) + "}",
               r"\end{table}", ""]
     return lines
 
@@ -277,7 +308,7 @@ def wide_frame(df: Any) -> Any:
     import pandas as pd
 
     keys = ["cell_id", "label", "task", "arch", "dim", "input_dim", "unit", "unit_canonical", "roles", "slices",
-            "metric", "seeds_wanted", "seeds_finished", "seeds_failed", "seeds_missing", "failed_seeds",
+            "metric", "seeds_wanted", "seeds_finished", "seeds_failed", "seeds_missing", "seeds_errored", "failed_seeds",
             "missing_seeds", "params_formula", "params_total", "final_params", "git_commits"]
     if df is None or not len(df):
         return pd.DataFrame(columns=keys)

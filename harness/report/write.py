@@ -13,7 +13,7 @@ from typing import Any
 from ..record import CELL_COLUMNS, RUN_COLUMNS, RecordReader, ReportError, frame, per_epoch
 from .aggregate import aggregate, counted_runs, infer_seeds, search_frame
 from .load import load_history, load_record
-from .render import Section, _header, make_table, print_sections, sections
+from .render import Section, make_table, print_sections, sections
 
 
 @dataclass
@@ -28,10 +28,23 @@ class Report:
     cells: Any
     extra: dict[str, Any] = field(default_factory=dict)
 
+def commits_of(agg: Any) -> list[str]:
+    return sorted({c for cs in (agg["git_commits"] if len(agg) else []) for c in str(cs).split(",") if c})
+
+
 def provenance(command: str, agg: Any) -> list[str]:
-    commits = sorted({c for cs in (agg["git_commits"] if len(agg) else []) for c in str(cs).split(",") if c})
+    commits = commits_of(agg)
     return [f"Regenerate with: {command}",
             f"From the MLflow record only; runs from git commit(s): {', '.join(commits) or 'none recorded'}"]
+
+
+def dirty_note(agg: Any) -> str | None:
+    """A report that cites uncommitted code cannot be reproduced from the repository: say so."""
+    dirty = [c for c in commits_of(agg) if c.endswith("-dirty") or c == "unknown"]
+    if not dirty:
+        return None
+    return (f"runs from uncommitted code ({', '.join(dirty)}): rerun the study on a clean commit before committing this "
+            "report (`git status` must show no changes to tracked files when `tprbench run` starts)")
 
 
 def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wanted: int | None = None,
@@ -59,18 +72,23 @@ def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wan
         files.append(path)
 
     write("table.md", make_table(agg, "markdown", [f"tprbench report: study {study_name}"] + header))
-    write("table.tex", make_table(agg, "latex", [f"tprbench report: study {study_name}; needs \\usepackage{{booktabs}}"] + header))
-    write("table.csv", make_table(agg, "csv", header))
-    search = search_frame(agg)
-    write("search.csv", "\n".join(_header("csv", header)) + "\n" + search.to_csv(index=False, float_format="%.10g", lineterminator="\n"))
-    notes: list[str] = []
+    write("table.tex", make_table(agg, "latex", [f"tprbench report: study {study_name}; needs \\usepackage{{booktabs}}"] + header,
+                                  study=study_name))
+    # CSVs load with a plain pandas.read_csv / spreadsheet: no comment lines; provenance.txt says where they come from.
+    write("table.csv", make_table(agg, "csv"))
+    write("search.csv", search_frame(agg).to_csv(index=False, float_format="%.10g", lineterminator="\n"))
+    write("provenance.txt", "\n".join([f"tprbench report: study {study_name}", *header,
+                                        "Files: table.md, table.tex, table.csv (one row per cell, raw numbers), search.csv "
+                                        "(search phase per cell), figures (PNG and SVG)"]) + "\n")
+    notes: list[str] = [n for n in [dirty_note(agg)] if n]
     if figures:
         counted = counted_runs(runs, cells, seeds_wanted)
         used = counted[counted["status"] == "finished"]
         history = load_history(tracking_uri, study_name, run_ids=list(used["run_id"]) + list(runs["run_id"]),
                                keys=sorted({*_history_keys(runs), "epoch_seconds"}))
-        made, notes = figs.make_figures(agg, runs, used, history, out_dir, header, bench_csv=bench_csv)
+        made, fig_notes = figs.make_figures(agg, runs, used, history, out_dir, header, bench_csv=bench_csv)
         files += made
+        notes += fig_notes
     return Report(agg, files, sections(agg), notes, runs, cells)
 
 
