@@ -76,10 +76,11 @@ def lookup(name: str) -> type:
 
 
 def unit_options(cls: type) -> dict[str, inspect.Parameter]:
-    """The unit's own options: its declared `OPTIONS` (name → (type, default): the built-ins'
-    metadata, units/meta.py, and the classes that subclass it), else `constructor_options(cls)`."""
-    declared = getattr(cls, "OPTIONS", None)
-    if isinstance(declared, dict):
+    """The unit's own options: for a built-in's metadata class (units/meta.py) its `OPTIONS`
+    (name → (type, default)), for a unit class `constructor_options(cls)` (a plug-in that
+    subclasses a built-in and adds options is read from its own constructor)."""
+    if _is_meta(cls):
+        declared = cls.OPTIONS
         kind = inspect.Parameter.KEYWORD_ONLY
         return {name: inspect.Parameter(name, kind, default=default, annotation=annotation)
                 for name, (annotation, default) in declared.items()}
