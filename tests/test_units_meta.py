@@ -59,3 +59,22 @@ def test_a_unit_registered_at_run_time_under_a_new_name_is_its_own_metadata():
         assert units.unit_meta("probe-unit-xyz") is Probe and units.resolve("probe-unit-xyz").cls is Probe
     finally:
         registry.UNITS.remove("probe-unit-xyz")
+
+
+def test_a_plugin_subclass_of_a_builtin_is_read_from_its_own_constructor():
+    base = units.lookup("tpru")
+
+    class TPRUPlus(base):
+        def __init__(self, input_size: int, hidden_size: int, roles: int = 64, extra: int = 1) -> None:
+            super().__init__(input_size, hidden_size, roles=roles)
+            self.extra = extra
+
+    registry.UNITS.add("tpru-plus-xyz", TPRUPlus)
+    try:
+        resolved = units.resolve("tpru-plus-xyz[extra=2,roles=4]", 8)
+        assert resolved.cls is TPRUPlus and resolved.options == {"roles": 4, "extra": 2}
+        assert resolved.identity == "tpru-plus-xyz[extra=2,roles=4]"
+        with pytest.raises(units.UnitSpecError, match="roles must be >= 1"):  # the inherited check
+            units.resolve("tpru-plus-xyz[roles=0]", 8)
+    finally:
+        registry.UNITS.remove("tpru-plus-xyz")
