@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from typing import Any, ClassVar, Literal
 
 from .registry import register_unit_meta
@@ -39,7 +40,12 @@ class GRUMeta(UnitMeta):
 
 
 def triton_installed() -> bool:
-    """Whether Triton can be imported (found without importing it, or torch)."""
+    """Whether Triton can be used: what units.tpru_triton found when it imported it, once that
+    module is loaded (it imports torch); before, whether the package is installed (found
+    without importing it)."""
+    loaded = sys.modules.get("units.tpru_triton")
+    if loaded is not None:
+        return loaded.available()
     return importlib.util.find_spec("triton") is not None
 
 
