@@ -109,7 +109,7 @@ def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
     return pd.DataFrame(rows, columns=list(CELL_COLUMNS))
 
 
-def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any) -> Any:
+def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None) -> Any:
     """The aggregated table of these cells, printed to the console (end of `tprbench run`).
 
     Cells with no record yet are shown with every seed missing. Returns the aggregated frame.
@@ -120,11 +120,12 @@ def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any)
     name, seeds = section.name, int(section.seeds)
     ids = {c.id for c in cells}
     try:
-        reader = RecordReader(tracking_uri, name)
+        reader = RecordReader(tracking_uri, name, root=root)  # `root`: through the summary of ended runs
         runs, recorded = reader.runs(ids), reader.cells(ids)
     except ReportError:  # nothing recorded yet
         runs, recorded = frame([], RUN_COLUMNS), cells_frame([])
-    unrecorded = [c for c in cells if c.id not in set(recorded["cell_id"])]
+    have = set(recorded["cell_id"])
+    unrecorded = [c for c in cells if c.id not in have]
     if unrecorded:
         recorded = pd.concat([recorded, cells_frame(unrecorded)], ignore_index=True)
     agg = aggregate(runs, recorded, seeds)
