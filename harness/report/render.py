@@ -246,7 +246,8 @@ def _fmt(fmt: str) -> str:
     return f
 
 
-def make_table(df: Any, fmt: str, header: Iterable[str] | None = None, study: str | None = None) -> str:
+def make_table(df: Any, fmt: str, header: Iterable[str] | None = None, study: str | None = None,
+               secs: list[Section] | None = None) -> str:
     """Render the aggregated frame as Markdown, LaTeX (booktabs) or CSV (raw numbers). Markdown and
     LaTeX start with the `header` lines as comments; CSV never has comment lines (it must load with
     a plain `pandas.read_csv` or a spreadsheet: provenance goes beside it). LaTeX labels name the
@@ -255,7 +256,7 @@ def make_table(df: Any, fmt: str, header: Iterable[str] | None = None, study: st
     if fmt == "csv":
         return wide_frame(df).to_csv(index=False, float_format="%.10g", lineterminator="\n").rstrip("\n") + "\n"
     lines = _header(fmt, header)
-    for sec in sections(df):
+    for sec in sections(df) if secs is None else secs:  # `secs`: sections(df) already laid out by the caller
         lines += _markdown(sec) if fmt == "markdown" else _latex(sec, study)
     return "\n".join(lines).rstrip("\n") + "\n"
 
