@@ -161,7 +161,7 @@ def _size_free(specs: list[str]) -> str | None:
 
     for text in specs:
         try:
-            cls = units.lookup(units.parse_spec(text).name)
+            cls = units.unit_meta(units.parse_spec(text).name)
         except ValueError:  # UnitSpecError
             continue
         if getattr(cls, "implied_hidden_size", None) is None:
@@ -413,9 +413,9 @@ def non_default_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
     """Task options minus those at their default: a task option added later (with a default)
     leaves every existing cell id, and so its records, untouched."""
     try:
-        from tasks.registry import get_task
+        from tasks.registry import task_meta
 
-        fields = get_task(task).Options.model_fields
+        fields = task_meta(task).Options.model_fields
     except Exception:  # an unknown task is reported elsewhere; hash everything
         return options
     out = {}
@@ -535,11 +535,11 @@ def _search_problems(where: str, cls: type, task: str, space: dict[str, dict[str
 
 def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[str, dict[str, Any]],
                   problems: list[tuple[str, str]]) -> TaskConfig | None:
-    from tasks.registry import get_task
+    from tasks.registry import task_meta
 
     where = f"tasks[{i}]"
     try:
-        cls = get_task(entry.name)
+        cls = task_meta(entry.name)  # a built-in's declarations (tasks/<name>/meta.py): no torch
     except ValueError as exc:  # TaskError
         problems.append((f"{where}.name", str(exc)))
         return None
@@ -564,8 +564,8 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[s
                 problems.extend(validation_problems(exc, f"{where}.options", model))
     data = expand_data(entry.data, f"{where}.data", problems)
     archs = tuple(getattr(cls, "archs", ()) or ())
+    from tasks.meta import run_metric
     from tasks.registry import TaskError
-    from tasks.training import run_metric
 
     metric = direction = ""
     try:
@@ -782,7 +782,7 @@ def _resolve_matrix(matrix: Matrix, prefix: str, tasks: list[TaskConfig],
 
 def _check_cells(cells: list[Cell], tasks: list[TaskConfig], problems: list[tuple[str, str]]) -> None:
     """Every cell once, and each arch × unit one its task can build (`TaskAdapter.check_unit`)."""
-    from tasks.registry import get_task
+    from tasks.registry import task_meta
 
     seen: dict[str, Cell] = {}
     checked: set[tuple[str, str, str]] = set()
@@ -794,7 +794,7 @@ def _check_cells(cells: list[Cell], tasks: list[TaskConfig], problems: list[tupl
         if key in checked:
             continue
         checked.add(key)
-        check = getattr(get_task(cell.task), "check_unit", None)
+        check = getattr(task_meta(cell.task), "check_unit", None)
         try:
             if check is not None:
                 check(cell.arch, cell.unit)

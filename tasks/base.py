@@ -40,13 +40,15 @@ import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pydantic
 import torch
 from torch import nn
 
-from .hparams import HParams, resolve_hparams
+from .hparams import HParams
+from .meta import NoOptions as NoOptions  # re-exported: it lived here
+from .meta import TaskMeta
 from .registry import TaskError
 
 GENERATED = "generated"
@@ -82,25 +84,10 @@ def _prepare_once(prepare: Callable[[Any], None]) -> Callable[[Any], None]:
     return once
 
 
-class NoOptions(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
-
-
-class TaskAdapter(ABC):
-    name: ClassVar[str]
-    archs: ClassVar[tuple[str, ...]]
-    Options: ClassVar[type[pydantic.BaseModel]] = NoOptions
-    HParams: ClassVar[type[HParams]] = HParams  # a task with hyperparameters of its own subclasses it
-    layouts: ClassVar[str] = ""
-    metric: ClassVar[str] = "acc"  # the default validation metric that selects the best epoch
-    direction: ClassVar[str] = "maximize"  # its direction
-    # Every metric `evaluate` returns, with its direction: what a study's `metric` may name.
-    metrics: ClassVar[dict[str, str]] = {"loss": "minimize", "acc": "maximize"}
-    # Training defaults of the papers for this task (HParams names); a study's search space overrides them.
-    defaults: ClassVar[dict[str, Any]] = {}
-    # Published numbers that reports print beside the measured ones: {column title: {row: text}},
-    # rows named as the test splits (or a layout's summary rows, e.g. bAbI's "mean error").
-    references: ClassVar[dict[str, dict[str, str]]] = {}
+class TaskAdapter(TaskMeta, ABC):
+    """An adapter. Its declarations (name, archs, Options, HParams, metrics, defaults, references,
+    check_unit) are `TaskMeta`'s (tasks/meta.py): a built-in declares them in tasks/<name>/meta.py
+    and its adapter subclasses that class, so a study file is read without torch."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -118,18 +105,6 @@ class TaskAdapter(ABC):
         self.data = data
         self.cache_dir = Path(cache_dir)
         self._eval_cache: dict[tuple[str, int], list[Any]] = {}
-
-    # -- hyperparameters and metrics -----------------------------------------------------------
-    @classmethod
-    def resolve_hparams(cls, values: dict[str, Any] | HParams | None) -> HParams:
-        """The run's hyperparameters: study values over this task's `defaults` over HParams' own."""
-        return resolve_hparams(values, cls.defaults, cls.HParams)
-
-    @classmethod
-    def metric_direction(cls, metric: str) -> str | None:
-        """Direction of a logged metric (`valid_acc` or `acc`); None when the task does not log it."""
-        name = metric.removeprefix("valid_")
-        return cls.metrics.get(name)
 
     # -- data ------------------------------------------------------------------------------
     @property
@@ -169,13 +144,7 @@ class TaskAdapter(ABC):
             self._eval_cache[key] = list(make())
         return iter(self._eval_cache[key])
 
-    # -- model -----------------------------------------------------------------------------
-    @classmethod  # noqa: B027 (optional hook: by default every unit fits every architecture)
-    def check_unit(cls, arch: str, unit: str) -> None:
-        """Raise TaskError when architecture `arch` cannot be built around unit spec `unit` (e.g.
-        bAbI's tpr-rnn needs tpr3). The study reader calls it for every cell, so a study that pairs
-        them wrongly stops when it is read; `build_model` should call it too."""
-
+    # -- model (check_unit: TaskMeta's) ------------------------------------------------------
     def check_arch(self, arch: str) -> None:
         if arch not in self.archs:
             raise TaskError(f"task {self.name!r} has no architecture {arch!r} (choose one of {', '.join(self.archs)})")

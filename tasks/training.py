@@ -36,6 +36,7 @@ from .checkpoint import CheckpointCorrupt, CheckpointMismatch, CheckpointRefused
 from .determinism import Determinism, is_nondeterminism_error, rng_state, set_rng_state
 from .errors import DataError
 from .hparams import HParams, as_params, fingerprint_params
+from .meta import run_metric as run_metric  # it lives with the task metadata (no torch)
 from .optim import Schedule, make_optimizer, optimizer_step
 from .registry import TaskError
 
@@ -156,25 +157,6 @@ def check_masks(batch: Any) -> None:
 
 def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
-def run_metric(adapter: TaskAdapter | type[TaskAdapter], metric: str | None = None,
-               direction: str | None = None) -> tuple[str, str]:
-    """(validation key, direction) of a run: the study's metric, else valid_<the task's metric>;
-    its direction as the task declares it. A metric the task does not log is a TaskError."""
-    key = metric or f"valid_{adapter.metric}"
-    if not key.startswith("valid_"):
-        raise TaskError(f"metric {key!r}: the best epoch is chosen on the validation split; use valid_<name> "
-                        f"with <name> one of {', '.join(adapter.metrics)}")
-    declared = adapter.metric_direction(key)
-    if declared is None:
-        import difflib
-
-        names = [f"valid_{m}" for m in adapter.metrics]
-        close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise TaskError(f"metric {key!r}{hint}: task {adapter.name!r} logs {', '.join(names)}")
-    return key, direction or declared
 
 
 def _print_notice(text: str) -> None:

@@ -177,3 +177,30 @@ def test_sql_and_client_sources_give_the_same_frames(record, monkeypatch) -> Non
         assert {k: run[k] for k in ("status", "start_time", "tags", "params")} == \
             {k: by_id[run["run_id"]][k] for k in ("status", "start_time", "tags", "params")}
     sql.close()
+
+
+SHOW_MODULES = """
+import sys
+from harness.cli import main
+
+assert main(["study", "show", sys.argv[1], "--root", sys.argv[2], "--json"]) == 0
+print("HEAVY", sorted(m for m in ("torch", "pandas", "mlflow", "sqlalchemy", "ray") if m in sys.modules), file=sys.stderr)
+"""
+
+
+def test_a_warm_study_show_imports_neither_torch_nor_pandas(record) -> None:
+    """Issue 24's fixed cost: with the summary in place, `study show` reads it with pyarrow alone
+    (pyarrow imports pandas, ~0.5 s, only to build arrays: when the summary is written)."""
+    import os
+    import subprocess
+    import sys
+
+    root, _case = record
+    args = [sys.executable, "-c", SHOW_MODULES, str(root / "studies" / "summary.toml"), str(root)]
+    env = {k: v for k, v in os.environ.items() if k != "TPRBENCH_RECORD_SUMMARY"}
+    heavy = []
+    for _ in range(2):  # the first read may build the summary; the second finds it
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        heavy.append(proc.stderr.split("HEAVY ")[-1].strip())
+    assert heavy[1] == "[]", heavy

@@ -25,7 +25,8 @@ _LAZY = {
     "build": "factory", "ParamCounts": "factory", "model_param_counts": "factory", "param_counts": "factory",
     "RecurrentUnit": "base", "Bidirectional": "wrappers", "Stacked": "wrappers",
     "ENTRY_POINT_GROUP": "registry", "ResolvedUnit": "registry", "available": "registry", "lookup": "registry",
-    "register_unit": "registry", "resolve": "registry", "unit_options": "registry",
+    "register_unit": "registry", "resolve": "registry", "unit_options": "registry", "unit_meta": "registry",
+    "constructor_options": "registry",
 }
 
 __all__ = sorted([*_LAZY, "UnitSpec", "UnitSpecError", "parse_spec"])

@@ -7,6 +7,14 @@
     UNITS.lookup("mypkg.cells:MyCell")           # an import path: `package.module:Class`
     UNITS.lookup("elman")                        # an installed package's entry point (group tprbench.units)
     UNITS.lookup("gur")                          # error: unknown unit 'gur'; did you mean 'gru'?
+    UNITS.meta("gru")                            # what a study file needs to know, without importing torch
+
+Metadata (`meta`): looking a class up imports its module, and the built-ins' modules import torch
+(~2 s), which a command that only reads a study file (`study show`, `report`) does not need. A
+built-in may therefore also declare a torch-free metadata class (`@REGISTRY.register_meta(name)`,
+in the modules `metas()` lists: units/meta.py, tasks/<name>/meta.py) that its real class
+subclasses; `meta(name)` returns it, and falls back to `lookup(name)` (the class itself) for
+plug-ins, import paths and unknown names, so errors read the same.
 
 Modelled on lm-evaluation-harness's `@register_model`. Entry points are listed lazily and
 imported on first use, so a broken plug-in cannot hide the others; each class found is checked
@@ -42,11 +50,16 @@ class Registry:
 
     def __init__(self, kind: str, group: str, builtins: Callable[[], Iterable[str]], error: type[Exception],
                  base: Callable[[], type | None] = lambda: None,
-                 on_add: Callable[[type, str], None] | None = None, name_import_paths: bool = False) -> None:
+                 on_add: Callable[[type, str], None] | None = None, name_import_paths: bool = False,
+                 metas: Callable[[], Iterable[str]] = lambda: (),
+                 on_meta: Callable[[type, str], None] | None = None) -> None:
         self.kind, self.group, self.error = kind, group, error
         self._builtins, self._base, self._on_add = builtins, base, on_add
         self._name_import_paths = name_import_paths
+        self._metas, self._on_meta = metas, on_meta
         self.entries: dict[str, Any] = {}  # name → class, or _LazyEntryPoint until first used
+        self.metas: dict[str, type] = {}  # name → torch-free metadata class of a built-in
+        self.metas_loaded = False
         self.broken: set[str] = set()  # entry points that failed to import (not listed again)
         self.skipped: dict[str, str] = {}  # built-in modules left out: module → why
         self.builtins_loaded = False
@@ -71,6 +84,21 @@ class Registry:
         if self._on_add is not None:
             self._on_add(cls, name)
 
+    def register_meta(self, name: str) -> Callable[[type], type]:
+        """Class decorator: `name`'s torch-free metadata (what `meta(name)` returns; the real class,
+        registered with `register`, subclasses it)."""
+
+        def decorate(cls: type) -> type:
+            found = self.metas.get(name)
+            if found is not None and found is not cls:
+                raise ValueError(f"{self.kind} name {name!r} already has metadata {found.__qualname__}")
+            self.metas[name] = cls
+            if self._on_meta is not None:
+                self._on_meta(cls, name)
+            return cls
+
+        return decorate
+
     def remove(self, name: str) -> None:
         """Forget a name (tests and benchmarks that register a temporary entry)."""
         self.entries.pop(name, None)
@@ -90,6 +118,19 @@ class Registry:
                 if exc.name is None or exc.name == module or exc.name.startswith(module.split(".")[0] + "."):
                     raise
                 self.skipped[module] = f"needs {exc.name!r}, which is not installed"
+
+    def load_metas(self) -> None:
+        """Import the metadata modules once (torch-free by contract; a missing optional dependency
+        skips the module, as for built-ins: its names then fall back to `lookup`)."""
+        if self.metas_loaded:
+            return
+        self.metas_loaded = True
+        for module in self._metas():
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as exc:
+                if exc.name is None or exc.name == module or exc.name.startswith(module.split(".")[0] + "."):
+                    raise
 
     def load_entry_points(self) -> None:
         """List the entry points installed packages advertise, once (imported only when used)."""
@@ -124,6 +165,19 @@ class Registry:
         skipped = "".join(f"; {m} was not loaded: {why}" for m, why in sorted(self.skipped.items()))
         raise self.error(f"unknown {self.kind} {name!r}{hint} (available: {', '.join(sorted(self.entries)) or 'none'})"
                          f"{skipped}")
+
+    def meta(self, name: str) -> type:
+        """What a study file needs to know of `name`: the torch-free metadata class of a built-in,
+        else the class itself (`lookup`: plug-ins, import paths, names registered at run time,
+        and the did-you-mean error of an unknown name)."""
+        if ":" not in name:
+            self.load_metas()
+            found = self.metas.get(name)
+            entry = self.entries.get(name)
+            # a name registered under another class at run time (tests) is that class's
+            if found is not None and (entry is None or (isinstance(entry, type) and issubclass(entry, found))):
+                return found
+        return self.lookup(name)
 
     def _load_entry_point(self, name: str, ep: metadata.EntryPoint) -> type:
         where = f"{self.kind} {name!r} from entry point {ep.value!r} (group {self.group})"

@@ -5,6 +5,12 @@ they either declare an entry point in the group `tprbench.units` (name → "pkg.
 or are named by import path in a spec (`pkg.mod:Class[opt=1]`). The lookup itself is the
 generic registry of units/plugins.py (shared with tasks): lazy built-ins, entry points,
 import paths, a base-class check (an `nn.Module`) and "did you mean".
+
+`resolve` (what study files and the CLI call) reads a built-in unit's options and checks from its
+torch-free metadata (units/meta.py: `OPTIONS`, `check_options`, `implied_hidden_size`), which the
+unit class subclasses; the class itself, and torch with it, is imported only when something asks
+for `ResolvedUnit.cls` (building the unit). tests/test_units_meta.py checks that each built-in's
+metadata equals its constructor's signature.
 """
 
 from __future__ import annotations
@@ -40,12 +46,23 @@ def _stamp(cls: type, name: str) -> None:
 # Built-ins: every module of the units package, imported on the first lookup (a new unit file
 # registers itself with @register_unit; no list to edit). Listing and parsing import no torch.
 UNITS = Registry("unit", ENTRY_POINT_GROUP, builtins=lambda: package_modules("units"), error=UnitSpecError,
-                 base=_module_base, on_add=_stamp)
+                 base=_module_base, on_add=_stamp, metas=lambda: ["units.meta"])
 
 
 def register_unit(name: str) -> Callable[[type], type]:
     """Class decorator: make a unit available under `name`."""
     return UNITS.register(name)
+
+
+def register_unit_meta(name: str) -> Callable[[type], type]:
+    """Class decorator: the torch-free metadata of built-in unit `name` (units/meta.py)."""
+    return UNITS.register_meta(name)
+
+
+def unit_meta(name: str) -> type:
+    """A unit's options and option checks without importing it: the built-ins' torch-free
+    metadata, else the unit class (plug-ins, import paths); unknown names raise as `lookup`."""
+    return UNITS.meta(name)
 
 
 def available() -> list[str]:
@@ -59,7 +76,19 @@ def lookup(name: str) -> type:
 
 
 def unit_options(cls: type) -> dict[str, inspect.Parameter]:
-    """The unit's own options: keyword parameters of its constructor after (input_size, hidden_size).
+    """The unit's own options: for a built-in's metadata class (units/meta.py) its `OPTIONS`
+    (name → (type, default)), for a unit class `constructor_options(cls)` (a plug-in that
+    subclasses a built-in and adds options is read from its own constructor)."""
+    if _is_meta(cls):
+        declared = cls.OPTIONS
+        kind = inspect.Parameter.KEYWORD_ONLY
+        return {name: inspect.Parameter(name, kind, default=default, annotation=annotation)
+                for name, (annotation, default) in declared.items()}
+    return constructor_options(cls)
+
+
+def constructor_options(cls: type) -> dict[str, inspect.Parameter]:
+    """Keyword parameters of a unit's constructor after (input_size, hidden_size): a plug-in's options.
 
     Annotations are resolved to real types (modules with `from __future__ import annotations`
     store them as strings), so `Literal[...]` options convert in any unit's module.
@@ -86,13 +115,21 @@ def _convert(spec_text: str, key: str, raw: str, annotation: Any) -> Any:
 
 @dataclass(frozen=True)
 class ResolvedUnit:
-    """A spec checked against its class: typed options, defaults filled in, wrappers chosen."""
+    """A spec checked against its unit: typed options, defaults filled in, wrappers chosen.
+
+    `meta` is what the options were checked against (units/meta.py for built-ins: no torch);
+    `cls`, the unit class, is imported on first use."""
 
     spec: UnitSpec
-    cls: type
+    meta: type
     options: dict[str, Any]
     layers: int
     bidirectional: bool
+
+    @property
+    def cls(self) -> type:
+        """The unit class (imports its module, and torch)."""
+        return lookup(self.spec.name) if _is_meta(self.meta) else self.meta
 
     @property
     def canonical(self) -> str:
@@ -104,7 +141,7 @@ class ResolvedUnit:
     def implied_hidden_size(self) -> int | None:
         """The hidden size this unit's options fix (a class method `implied_hidden_size(**options)`,
         e.g. tpr3: entity·relation·entity), or None for units that take any size."""
-        implied = getattr(self.cls, "implied_hidden_size", None)
+        implied = getattr(self.meta, "implied_hidden_size", None)
         return None if implied is None else int(implied(**self.options))
 
     @property
@@ -113,18 +150,23 @@ class ResolvedUnit:
 
         `tpru` and `tpru[roles=64]` are one unit; and a unit option added later with a default
         leaves the ids of every existing cell (and so their records) as they were."""
-        defaults = {k: p.default for k, p in unit_options(self.cls).items() if p.default is not inspect.Parameter.empty}
+        defaults = {k: p.default for k, p in unit_options(self.meta).items() if p.default is not inspect.Parameter.empty}
         defaults.update({k: default for k, (_, default) in GENERIC_OPTIONS.items()})
         opts = dict(self.options, layers=self.layers, bidirectional=self.bidirectional)
         kept = sorted((k, format_value(v)) for k, v in opts.items() if k not in defaults or defaults[k] != v)
         return str(UnitSpec(self.spec.name, tuple(kept)))
 
 
+def _is_meta(cls: type) -> bool:
+    """Whether `cls` is a registered metadata class (not a unit class)."""
+    return any(cls is m for m in UNITS.metas.values())
+
+
 def resolve(spec: str | UnitSpec, hidden_size: int | None = None) -> ResolvedUnit:
     """Parse and type-check a spec; with `hidden_size`, also check size-dependent constraints."""
     parsed = parse_spec(spec) if isinstance(spec, str) else spec
     text = str(parsed)
-    cls = lookup(parsed.name)
+    cls = unit_meta(parsed.name)
     known = unit_options(cls)
     typed: dict[str, Any] = {}
     generic = {k: default for k, (_, default) in GENERIC_OPTIONS.items()}

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
+from .meta import GRUMeta, LSTMMeta
 from .registry import register_unit
 
 
@@ -35,7 +36,7 @@ class _TorchRNN(RecurrentUnit):
 
 
 @register_unit("lstm")
-class LSTM(_TorchRNN):
+class LSTM(_TorchRNN, LSTMMeta):
     """torch.nn.LSTM: 4d² + 4dd' weights."""
 
     torch_class = nn.LSTM
@@ -43,7 +44,7 @@ class LSTM(_TorchRNN):
 
 
 @register_unit("gru")
-class GRU(_TorchRNN):
+class GRU(_TorchRNN, GRUMeta):
     """torch.nn.GRU: 3d² + 3dd' weights."""
 
     torch_class = nn.GRU

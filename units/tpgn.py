@@ -44,20 +44,11 @@ from torch import nn
 from torch.nn import functional as F
 
 from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
+from .meta import TPGNMeta, plan_side
 from .registry import register_unit
 
 Carry = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 GATES = 4  # i, f, g (= Ĉ), o: torch.nn.LSTM's order
-
-
-def plan_side(hidden_size: int) -> int:
-    """d for hidden_size = d²; ValueError naming the nearest squares otherwise."""
-    d = math.isqrt(max(hidden_size, 0))
-    if hidden_size < 1 or d * d != hidden_size:
-        lo, hi = d * d, (d + 1) ** 2
-        raise ValueError(f"tpgn needs hidden size d² (a perfect square: the plan Ŝ is d×d and f_t has d² entries), "
-                         f"got {hidden_size}; nearest: {lo} (d={d}) or {hi} (d={d + 1})")
-    return d
 
 
 def block_unbind(S_hat: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -67,7 +58,7 @@ def block_unbind(S_hat: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 @register_unit("tpgn")
-class TPGN(RecurrentUnit):
+class TPGN(RecurrentUnit, TPGNMeta):
     """TPGN decoder unit: x_t (previous word's embedding) → f_t = (I ⊗ Ŝ_t) u_t ∈ R^{d²}."""
 
     def __init__(self, input_size: int, hidden_size: int, plan_size: int = 0,
@@ -97,11 +88,7 @@ class TPGN(RecurrentUnit):
         for p in (self.u_D, self.u_U, self.u_w, self.u_b, self.unbind_W, self.unbind_b):
             nn.init.uniform_(p, -1.0 / math.sqrt(d), 1.0 / math.sqrt(d))
 
-    @classmethod
-    def check_options(cls, hidden_size: int, plan_size: int = 0, **_: object) -> None:
-        plan_side(hidden_size)
-        if plan_size < 0:
-            raise ValueError(f"plan_size must be >= 0 (0: no plan projection), got {plan_size}")
+    # check_options: TPGNMeta's (units/meta.py), read by study files without torch
 
     @classmethod
     def formula_params(cls, input_size: int, hidden_size: int, **options: object) -> int:

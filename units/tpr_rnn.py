@@ -34,9 +34,10 @@ import torch
 from torch import nn
 
 from .base import RecurrentUnit, lengths_from_mask, mask_outputs
+from .meta import TPR3_OPS, TPR3Meta
 from .registry import register_unit
 
-OPS = ("wmb", "w", "wm", "wb")
+OPS = TPR3_OPS  # write, move, backlink (units/meta.py)
 LN_EPS = 1e-7  # lib.py `norm`: (x − mean) / sqrt(var + 1e−7)
 
 
@@ -110,7 +111,7 @@ class MLPBank(nn.Module):
 
 
 @register_unit("tpr3")
-class TPR3(RecurrentUnit):
+class TPR3(RecurrentUnit, TPR3Meta):
     """TPR-RNN update module (Schlag & Schmidhuber 2018): write/move/backlink on F ∈ R^{E×R×E}."""
 
     def __init__(
@@ -135,29 +136,7 @@ class TPR3(RecurrentUnit):
         """r1 always; r2 with move, r3 with backlink (an ablated operation has no MLP)."""
         return 1 + ("m" in ops) + ("b" in ops)
 
-    @staticmethod
-    def width(entity: int, relation: int) -> int:
-        """The output and hidden size of the unit: len(vec(F)) = E·R·E."""
-        return entity * relation * entity
-
-    @classmethod
-    def implied_hidden_size(cls, entity: int = 15, relation: int = 10, **_: object) -> int:
-        """The only hidden size tpr3 takes: a study matrix without `dim` gives its cells this size."""
-        return cls.width(entity, relation)
-
-    @classmethod
-    def check_options(cls, hidden_size: int, entity: int = 15, relation: int = 10, mlp_hidden: int = 0,
-                      ops: str = "wmb", **_: object) -> None:
-        if entity < 1 or relation < 1:
-            raise ValueError(f"entity and relation must be >= 1, got entity={entity}, relation={relation}")
-        if mlp_hidden < 0:
-            raise ValueError(f"mlp_hidden must be >= 0 (0 = the input size), got {mlp_hidden}")
-        if ops not in OPS:
-            raise ValueError(f"ops must be one of {', '.join(OPS)}, got {ops!r}")
-        if hidden_size != cls.width(entity, relation):
-            raise ValueError(
-                f"tpr3's hidden size is the size of vec(F) = entity·relation·entity = {entity}·{relation}·{entity} = "
-                f"{cls.width(entity, relation)}, got {hidden_size}: use that size or change entity/relation")
+    # width, implied_hidden_size, check_options: TPR3Meta's (units/meta.py), read by study files without torch
 
     @classmethod
     def formula_params(cls, input_size: int, hidden_size: int, entity: int = 15, relation: int = 10,

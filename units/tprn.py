@@ -38,6 +38,7 @@ from torch import nn
 
 from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
 from .binding import outer_bind
+from .meta import TPRNMeta
 from .registry import register_unit
 from .tprn_fused import TPRNRecurrence
 
@@ -62,7 +63,7 @@ def _uniform_unit_scaling_(weight: torch.Tensor, fan_in: int) -> None:
 
 
 @register_unit("tprn")
-class TPRN(RecurrentUnit):
+class TPRN(RecurrentUnit, TPRNMeta):
     """Palangi et al.'s TPRN: logistic symbol/role attention, v_t = vec((S a_S)(R a_R)ᵀ); quantisation aux loss."""
 
     def __init__(
@@ -116,18 +117,7 @@ class TPRN(RecurrentUnit):
     def recurrent_width(hidden_size: int, gated: bool) -> int:
         return 2 * hidden_size if gated else hidden_size
 
-    @classmethod
-    def check_options(cls, hidden_size: int, symbols: int = 100, roles: int = 20, role_dim: int = 10,
-                      quantization: float = 1e-5, **_: object) -> None:
-        if symbols < 1 or roles < 1:
-            raise ValueError(f"symbols and roles must be >= 1, got symbols={symbols}, roles={roles}")
-        if role_dim < 1 or hidden_size % role_dim:
-            raise ValueError(
-                f"role_dim={role_dim} must divide the hidden size {hidden_size} "
-                f"(the hidden size is d_S·d_R = symbol dim × role_dim; e.g. hidden 100 = 10 × 10)"
-            )
-        if not quantization >= 0:
-            raise ValueError(f"quantization must be >= 0, got {quantization}")
+    # check_options: TPRNMeta's (units/meta.py), read by study files without torch
 
     @property
     def output_size(self) -> int:

@@ -38,6 +38,7 @@ from torch.nn import functional as F
 
 from . import tpru_triton
 from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
+from .meta import TPRUMeta
 from .registry import register_unit
 from .tpru_fused import NORM_EPS, fold_is_cheaper
 
@@ -51,7 +52,7 @@ def normalise_fillers(fb: torch.Tensor, fx: torch.Tensor, c_b: torch.Tensor, c_x
     return torch.softmax(fb + c_b + fx + c_x, dim=-1)
 
 
-class TPRUBase(RecurrentUnit):
+class TPRUBase(RecurrentUnit, TPRUMeta):
     """The TPRU family. Subclasses fix the variant; `roles`, `slices` and `impl` are options."""
 
     has_vb: bool = True  # False: V_b = I (tpru-v1, Mod I)
@@ -115,14 +116,7 @@ class TPRUBase(RecurrentUnit):
             if self.gate_bias is not None:
                 self.gate_bias.zero_()
 
-    @classmethod
-    def check_options(cls, hidden_size: int, roles: int = 64, slices: int = 1, impl: str = "fused", **_: object) -> None:
-        if roles < 1:
-            raise ValueError(f"roles must be >= 1, got {roles}")
-        if slices < 1 or hidden_size % slices:
-            raise ValueError(f"slices={slices} must divide the hidden size {hidden_size}")
-        if impl == "triton" and not tpru_triton.available():
-            raise ValueError("impl=triton needs Triton, which is not installed (pip install 'tprbench[gpu]')")
+    # check_options: TPRUMeta's (units/meta.py), read by study files without torch
 
     @classmethod
     def formula_params(cls, input_size: int, hidden_size: int, **options: object) -> int:

@@ -43,8 +43,8 @@ import torch
 from ..errors import DataError, where
 from ..paths import dataset_dir
 from ..registry import TaskError
+from .meta import TASK_IDS, parse_tasks  # noqa: F401 (re-exported: they lived here)
 
-TASK_IDS = range(1, 21)
 SIZES = {"10k": "en-10k", "1k": "en"}
 PAD_TOKEN = "<pad>"
 PAD_ID = 0
@@ -59,28 +59,6 @@ _HOW = ("put the bAbI v1.2 tasks there (folders en/ and en-10k/ with qa{N}_*_{tr
 # ---------------------------------------------------------------------------------------------
 # Options
 # ---------------------------------------------------------------------------------------------
-def parse_tasks(text: str | int | list | tuple) -> tuple[int, ...]:
-    """"1-20", "1,2", "1-3,7", 3 or [1, 2] → sorted distinct task ids in 1..20."""
-    if isinstance(text, int):
-        parts = [str(text)]
-    elif isinstance(text, (list, tuple)):
-        parts = [str(p) for p in text]
-    else:
-        parts = [p.strip() for p in str(text).split(",")]
-    ids: set[int] = set()
-    for part in parts:
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not m:
-            raise TaskError(f"babi tasks {text!r}: cannot read {part!r}; write ids 1..20 like '1-20', '1,2' or '1-3,7'")
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if lo > hi or lo not in TASK_IDS or hi not in TASK_IDS:
-            raise TaskError(f"babi tasks {text!r}: {part!r} is outside 1..20")
-        ids.update(range(lo, hi + 1))
-    if not ids:
-        raise TaskError(f"babi tasks {text!r}: no task ids")
-    return tuple(sorted(ids))
-
-
 def story_window(task: int, max_story: int | None) -> int:
     """How many of the latest statements an example of `task` keeps (reader.py: 70, qa3 130)."""
     return max_story if max_story is not None else LONG_STORY_TASKS.get(task, DEFAULT_MAX_STORY)

@@ -21,9 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import pydantic
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -36,72 +35,7 @@ from ..hparams import HParams
 from ..registry import TaskError, register_task
 from .data import CORPORA, batchify, bptt_batches, load_lm_corpus, sentence_batches, split_sentences
 from .hrr import EmbeddingParamCounts, HRRWordEmbedding
-
-# lingvo's role-annealing steps (lingvo/tasks/lm/params/ptb_word_level.py): `HRRify` sets 15000 and the
-# contiguous PTB config keeps it; the sentence-level configs set 3000.
-HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES = 15000, 3000
-
-
-class LMOptions(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid")
-
-    corpus: Literal["wikitext2", "wikitext103", "ptb"] = "wikitext2"
-    bpe_vocab_size: int | None = pydantic.Field(None, ge=64, description="train a BPE vocabulary of this size (None: words)")
-    bptt: int = pydantic.Field(35, ge=2, description="truncated-BPTT window length")
-    layers: int = pydantic.Field(2, ge=1, description="unit layers when the unit spec does not say")
-    max_train_tokens: int | None = pydantic.Field(None, ge=1000, description="use only the first N train tokens (CPU runs)")
-    max_eval_tokens: int | None = pydantic.Field(None, ge=1000, description="use only the first N valid/test tokens")
-    eval_batch_size: int = pydantic.Field(10, ge=1)
-    projection: bool = pydantic.Field(True, description="Linear(d, d_embed) before the tied decoder, as the authors' lm.py "
-                                                        "(false: none, allowed only when d = d_embed)")
-    contiguous: bool = pydantic.Field(True, description="true: the split as one stream, truncated BPTT, state carried "
-                                                        "across windows; false: one sentence per row, state reset per sentence")
-    embedding: Literal["plain", "hrr"] = pydantic.Field(
-        "plain", description="plain: nn.Embedding with a tied decoder; hrr: Luo et al.'s HRR embedding and readout (word level)")
-    hrr_roles: int = pydantic.Field(2, ge=1, description="hrr: roles N (the paper: 2)")
-    hrr_fillers: int | None = pydantic.Field(None, ge=1, description="hrr: basis fillers per role d' (required with hrr)")
-    hrr_basis: Literal["fixed", "isometric"] = pydantic.Field(
-        "fixed", description="hrr: fixed = frozen N(0, 1/d) bases; isometric = trained bases with the isometry loss (N·d' <= d)")
-    hrr_beta: float = pydantic.Field(
-        100.0, ge=0, description="hrr isometric: β against the cross-entropy summed over each sequence's tokens (lingvo's "
-                                 "loss); applied as β·B/tokens against the per-token mean loss")
-    hrr_anneal_steps: int | list[int] | None = pydantic.Field(
-        None, description="hrr: updates over which role i > 1 fades in (N − 1 values for N > 2; 0 = off; "
-                          f"None = the authors': {HRR_ANNEAL_CONTIGUOUS} contiguous, {HRR_ANNEAL_SENTENCES} per sentence)")
-    hrr_filler_dropout: float = pydantic.Field(0.5, ge=0, lt=1, description="hrr: dropout on the decoded fillers "
-                                                                              "(the authors' code, not in the paper)")
-
-    @pydantic.model_validator(mode="after")
-    def _hrr_options(self) -> LMOptions:
-        fields = type(self).model_fields
-        hrr_set = sorted(name for name in fields
-                         if name.startswith("hrr_") and getattr(self, name) != fields[name].default)
-        if self.embedding != "hrr":
-            if hrr_set:
-                raise ValueError(f"{', '.join(hrr_set)}: HRR options need embedding = \"hrr\"")
-            return self
-        if self.bpe_vocab_size is not None:
-            raise ValueError("embedding = \"hrr\" is word level only (Luo et al. decompose words); "
-                             "drop bpe_vocab_size or use embedding = \"plain\"")
-        if self.hrr_fillers is None:
-            raise ValueError("embedding = \"hrr\" needs hrr_fillers (d', basis fillers per role; the paper: 320 at d = 650)")
-        steps = self.hrr_anneal_steps
-        if isinstance(steps, list) and len(steps) != self.hrr_roles - 1:
-            raise ValueError(f"hrr_anneal_steps: {self.hrr_roles} roles need {self.hrr_roles - 1} step counts, got {steps}")
-        if isinstance(steps, int) and steps and self.hrr_roles > 2:
-            raise ValueError(f"hrr_anneal_steps: with {self.hrr_roles} roles give one step count per role after the "
-                             f"first (a list of {self.hrr_roles - 1}), or 0 to turn annealing off")
-        if steps is not None and any(s < 0 for s in (steps if isinstance(steps, list) else [steps])):
-            raise ValueError(f"hrr_anneal_steps: step counts must be >= 0, got {steps}")
-        return self
-
-    def hrr_anneal(self) -> int | list[int]:
-        """The annealing steps this run uses (the authors' value for the mode when not given)."""
-        if self.hrr_anneal_steps is not None:
-            return self.hrr_anneal_steps
-        if self.hrr_roles > 2:  # the authors' 4-role configs; no contiguous one exists
-            return [HRR_ANNEAL_SENTENCES + 1000 * i for i in range(self.hrr_roles - 1)]
-        return HRR_ANNEAL_CONTIGUOUS if self.contiguous else HRR_ANNEAL_SENTENCES
+from .meta import HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES, LMMeta, LMOptions  # noqa: F401 (re-exported: they lived here)
 
 
 class LanguageModel(nn.Module):
@@ -167,15 +101,8 @@ def detach(carry: Any) -> Any:
 
 
 @register_task("lm")
-class LMTask(TaskAdapter):
-    archs = ("lm",)
-    Options = LMOptions
-    layouts = ("WikiText-2/103 folder (train.txt|wiki.train.tokens, valid, test) or PTB folder "
-               "(ptb.train.txt, ptb.valid.txt, ptb.test.txt); tokens = line.split() + <eos>")
-    metric = "ppl"
-    direction = "minimize"
-    metrics = {"loss": "minimize", "ppl": "minimize", "word_ppl": "minimize"}
-    defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 0.25, "batch_size": 20, "dropout": 0.2}
+class LMTask(LMMeta, TaskAdapter):
+    # archs, Options, metrics, defaults, ...: LMMeta's (tasks/lm/meta.py)
 
     def check_data(self) -> None:
         if self.data == "generated":

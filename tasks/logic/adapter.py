@@ -13,45 +13,27 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import pydantic
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..architectures import ARCHS, PairArchOptions, PairModel, describe_arch, encoder_spec
+from ..architectures import PairModel, describe_arch, encoder_spec
 from ..base import TaskAdapter
 from ..errors import DataError
 from ..hparams import HParams
 from ..registry import register_task
 from . import data as logic_data
 from .generator import write_dataset
+from .meta import LogicMeta, LogicOptions  # noqa: F401 (LogicOptions re-exported: it lived here)
 
 TEST_SPLITS = ("test_easy", "test_hard", "test_big", "test_massive", "test_exam")
 
 
-class LogicOptions(PairArchOptions):
-
-    train_size: int = pydantic.Field(100_000, ge=4, description="generated training pairs (when the data has no train.txt)")
-    eval_size: int = pydantic.Field(5_000, ge=0, description="pairs per generated validate/test split (data = generated)")
-    data_seed: int = pydantic.Field(0, description="seed of the data generator")
-    svp: bool = pydantic.Field(True, description="Symbolic Vocabulary Permutation during training")
-    max_len: int | None = pydantic.Field(None, ge=1, description="drop training pairs with a formula longer than this")
-    preset: Literal["easy", "hard", "big", "massive", "exam"] = pydantic.Field(
-        "easy", description="generator preset for train (and, with generated data, validate/test_easy); "
-                            "easy matches the real train/validate distribution")
-
-
 @register_task("logic")
-class LogicTask(TaskAdapter):
-    archs = ARCHS
-    Options = LogicOptions
-    layouts = ("DeepMind logical-entailment directory: train.txt (optional: generated if absent), validate.txt, "
-               "test_{easy,hard,big,massive,exam}.txt, lines `A,B,E,H1,H2,H3`; or data = \"generated\"")
-    metric = "acc"
-    direction = "maximize"
-    defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 5.0, "batch_size": 64, "dropout": 0.0}
+class LogicTask(LogicMeta, TaskAdapter):
+    # archs, Options, metrics, defaults, ...: LogicMeta's (tasks/logic/meta.py)
 
     def check_data(self) -> None:
         if not self.generated:

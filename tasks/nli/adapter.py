@@ -18,18 +18,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pydantic
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..architectures import ARCHS, PairArchOptions, PairModel, describe_arch, encoder_spec
+from ..architectures import PairModel, describe_arch, encoder_spec
 from ..base import TaskAdapter
 from ..errors import DataError
 from ..hparams import HParams
 from ..paths import data_root
 from ..registry import TaskError, register_task
 from . import data as nli_data
+from .meta import NLIMeta, NLIOptions  # noqa: F401 (NLIOptions re-exported: it lived here)
 
 TRAIN = "train"  # the (concatenated) training splits' name in `_encoded`
 
@@ -38,52 +38,9 @@ def _split_name(ref: str) -> str:
     return ref.replace(":", "_")
 
 
-class NLIOptions(PairArchOptions):
-    train: list[str] = pydantic.Field(["snli:test"], min_length=1, description=(
-        "training split(s) as source:split (mnli|snli|qnli), concatenated; the papers: ['mnli:train', 'snli:train']"))
-    valid: list[str] = pydantic.Field(["snli:dev"], min_length=1, description=(
-        "validation split(s): the best epoch maximises their MEAN accuracy; the papers: "
-        "['mnli:dev_matched', 'mnli:dev_mismatched']"))
-    test: list[str] = pydantic.Field(["mnli:dev_matched", "mnli:dev_mismatched"], description="test splits")
-    max_len: int | None = pydantic.Field(64, ge=1, description="truncate sentences to this many tokens")
-    vocab_size: int | None = pydantic.Field(30000, ge=10, description="most frequent training words kept")
-    min_count: int = pydantic.Field(1, ge=1)
-    max_train: int | None = pydantic.Field(None, ge=10, description="use only the first N training pairs")
-    max_eval: int | None = pydantic.Field(None, ge=10, description=(
-        "use only the first N pairs of every validation and test split (CPU-sized studies; reports must say so)"))
-    vectors: str | None = pydantic.Field(None, description="GloVe/fastText text file of pretrained word vectors")
-    freeze_vectors: bool = False
-
-    @pydantic.field_validator("train", "valid", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value  # a single split may be written as a string
-
-    @pydantic.field_validator("train", "valid", "test")
-    @classmethod
-    def _refs(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError(f"a split is named twice in {value}")
-        return [_check_ref(v) for v in value]
-
-
-def _check_ref(ref: str) -> str:
-    source, _, split = ref.partition(":")
-    if source not in nli_data.SOURCES or not split:
-        raise ValueError(f"{ref!r} is not source:split with source one of {', '.join(nli_data.SOURCES)}")
-    return ref
-
-
 @register_task("nli")
-class NLITask(TaskAdapter):
-    archs = ARCHS
-    Options = NLIOptions
-    layouts = ("data root with mnli/ (dev CSV or official jsonl), senteval/SNLI or snli/ (SentEval s1/s2/labels "
-               "or snli_1.0 jsonl), qnli/ (GLUE tsv); splits named source:split")
-    metric = "acc"
-    direction = "maximize"
-    # lr 1e-4 constant (the authors' README command and main_mnli.py: Adam, no schedule), batch 64.
-    defaults = {"lr": 1e-4, "schedule": "none", "clip": 5.0, "batch_size": 64, "dropout": 0.0}
+class NLITask(NLIMeta, TaskAdapter):
+    # archs, Options, metrics, defaults, ...: NLIMeta's (tasks/nli/meta.py)
 
     def _root_and_sources(self) -> tuple[Path, set[str]]:
         root = data_root(None if self.generated else self.data)

@@ -10,31 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import pydantic
 from torch import nn
 
-from ..nli.adapter import NLIOptions, NLITask
+from ..nli.adapter import NLITask
 from ..registry import register_task
+from .meta import TransferMeta, TransferOptions  # noqa: F401 (TransferOptions re-exported: it lived here)
 from .senteval import PROTOCOL
 from .senteval import evaluate as senteval_evaluate
-from .senteval_data import TASKS, load_task
+from .senteval_data import load_task
 
 PREFIX = "senteval_"
-
-
-class TransferOptions(NLIOptions):
-    senteval_tasks: list[str] = pydantic.Field(["MR", "CR", "SUBJ", "MPQA", "TREC", "SICKEntailment", "STSBenchmark"],
-                                               description="SentEval tasks evaluated on the best model")
-    senteval_path: str | None = pydantic.Field(None, description="SentEval data/downstream folder (default <data>/senteval)")
-    kfold: int = pydantic.Field(10, ge=2, description="folds of the cross-validated SentEval tasks")
-
-    @pydantic.field_validator("senteval_tasks")
-    @classmethod
-    def _known(cls, value: list[str]) -> list[str]:
-        unknown = [t for t in value if t not in TASKS]
-        if unknown:
-            raise ValueError(f"unknown SentEval task(s) {unknown}; known: {', '.join(TASKS)}")
-        return value
 
 
 def senteval_metrics(result: dict[str, Any]) -> dict[str, float]:
@@ -45,9 +30,8 @@ def senteval_metrics(result: dict[str, Any]) -> dict[str, float]:
 
 
 @register_task("transfer")
-class TransferTask(NLITask):
-    Options = TransferOptions
-    layouts = NLITask.layouts + "; plus SentEval's data/downstream layout (<data>/senteval)"
+class TransferTask(TransferMeta, NLITask):
+    # archs, Options, metrics, defaults, ...: TransferMeta's (tasks/transfer/meta.py)
 
     @property
     def test_splits(self) -> list[str]:

@@ -29,6 +29,7 @@ import numpy as np
 
 from ..errors import DataError, where
 from ..paths import data_root, require_dir, require_file
+from .meta import SENTEVAL_TASKS
 
 HOW = ("run SentEval's data/downstream/get_transfer_data.bash (https://github.com/facebookresearch/SentEval) "
        "and point task_path (or $TPRBENCH_DATA/senteval) at data/downstream")
@@ -49,8 +50,7 @@ STS_DATASETS = {
     "STS15": ("STS15-en-test", ("answers-forums", "answers-students", "belief", "headlines", "images")),
     "STS16": ("STS16-en-test", ("answer-answer", "headlines", "plagiarism", "postediting", "question-question")),
 }
-TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment", "SICKRelatedness",
-         "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark")
+TASKS = SENTEVAL_TASKS  # every task SentEval's protocol here runs (declared with the task's options)
 
 
 @dataclass

@@ -1,0 +1,79 @@
+"""What a study file needs to know of a task, without torch: `TaskMeta`.
+
+Reading a study checks its task options (`Options`), architectures (`archs`), metric (`metrics`,
+`metric`, `direction`), search names and values (`HParams`, `defaults`) and which units an
+architecture takes (`check_unit`). None of that needs torch, but the adapters (tasks/<name>/
+adapter.py) build models and import it (~2 s). So each built-in task declares these in
+tasks/<name>/meta.py, registered with `@register_task_meta(name)`, and its adapter subclasses
+that class (`class LogicTask(LogicMeta, TaskAdapter)`), so there is one declaration of each.
+`tasks.registry.task_meta(name)` returns it (the adapter itself for plug-in tasks);
+tests/test_tasks_meta.py checks that every built-in adapter subclasses its metadata and
+redeclares none of it. Nothing here, or in any tasks/<name>/meta.py, may import torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, ClassVar
+
+import pydantic
+
+from .hparams import HParams, resolve_hparams
+from .registry import TaskError
+
+
+class NoOptions(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+
+class TaskMeta:
+    """The declarative half of a task adapter (tasks/base.py `TaskAdapter` subclasses it)."""
+
+    name: ClassVar[str]
+    archs: ClassVar[tuple[str, ...]]
+    Options: ClassVar[type[pydantic.BaseModel]] = NoOptions
+    HParams: ClassVar[type[HParams]] = HParams  # a task with hyperparameters of its own subclasses it
+    layouts: ClassVar[str] = ""
+    metric: ClassVar[str] = "acc"  # the default validation metric that selects the best epoch
+    direction: ClassVar[str] = "maximize"  # its direction
+    # Every metric `evaluate` returns, with its direction: what a study's `metric` may name.
+    metrics: ClassVar[dict[str, str]] = {"loss": "minimize", "acc": "maximize"}
+    # Training defaults of the papers for this task (HParams names); a study's search space overrides them.
+    defaults: ClassVar[dict[str, Any]] = {}
+    # Published numbers that reports print beside the measured ones: {column title: {row: text}},
+    # rows named as the test splits (or a layout's summary rows, e.g. bAbI's "mean error").
+    references: ClassVar[dict[str, dict[str, str]]] = {}
+
+    @classmethod
+    def resolve_hparams(cls, values: dict[str, Any] | HParams | None) -> HParams:
+        """The run's hyperparameters: study values over this task's `defaults` over HParams' own."""
+        return resolve_hparams(values, cls.defaults, cls.HParams)
+
+    @classmethod
+    def metric_direction(cls, metric: str) -> str | None:
+        """Direction of a logged metric (`valid_acc` or `acc`); None when the task does not log it."""
+        name = metric.removeprefix("valid_")
+        return cls.metrics.get(name)
+
+    @classmethod  # noqa: B027 (optional hook: by default every unit fits every architecture)
+    def check_unit(cls, arch: str, unit: str) -> None:
+        """Raise TaskError when architecture `arch` cannot be built around unit spec `unit` (e.g.
+        bAbI's tpr-rnn needs tpr3). The study reader calls it for every cell, so a study that pairs
+        them wrongly stops when it is read; `build_model` should call it too."""
+
+
+def run_metric(adapter: TaskMeta | type[TaskMeta], metric: str | None = None,
+               direction: str | None = None) -> tuple[str, str]:
+    """(validation key, direction) of a run: the study's metric, else valid_<the task's metric>;
+    its direction as the task declares it. A metric the task does not log is a TaskError."""
+    key = metric or f"valid_{adapter.metric}"
+    if not key.startswith("valid_"):
+        raise TaskError(f"metric {key!r}: the best epoch is chosen on the validation split; use valid_<name> "
+                        f"with <name> one of {', '.join(adapter.metrics)}")
+    declared = adapter.metric_direction(key)
+    if declared is None:
+        names = [f"valid_{m}" for m in adapter.metrics]
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.5)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise TaskError(f"metric {key!r}{hint}: task {adapter.name!r} logs {', '.join(names)}")
+    return key, direction or declared
