@@ -250,3 +250,58 @@ def state_gradients(unit: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
         loss = loss_fn(outputs, state)
     loss.backward()
     return analyse(unit, rec.calls, max_pairs)
+
+
+def on_batches(model: nn.Module, unit: nn.Module, adapter: Any, split: str, batches: int, batch_size: int,
+               max_pairs: int, device: torch.device | str = "cpu") -> GradientStats | None:
+    """The analysis of `unit` (a layer of `model`'s encoder) on the first `batches` batches of
+    `split`: the model in eval mode (no dropout: the gradient of the function it computes), the
+    task's loss backpropagated batch by batch with the unit recorded. None when the split gave no
+    batches. Leaves the model in eval mode with no gradients."""
+    from tasks.training import to_device
+
+    model.eval()
+    with record(unit) as rec:
+        for i, batch in enumerate(adapter.eval_batches(split, batch_size)):
+            if i >= batches:
+                break
+            with torch.enable_grad():
+                loss, _ = adapter.loss(model, to_device(batch, device))
+                loss.backward()
+            model.zero_grad(set_to_none=True)
+        calls = rec.calls
+    return analyse(unit, calls, max_pairs=max_pairs) if calls else None
+
+
+#: The per-epoch gradient summary the trainer logs when `grad_log_batches` > 0 (key in the
+#: epoch's metrics ← key of GradientStats.summary()).
+EPOCH_METRICS = {"grad_ratio_first_last": "grad_ratio_first_last", "grad_frac_sigma_gt_1": "frac_sigma_gt_1",
+                 "grad_sigma_max_mean": "sigma_max_mean"}
+EPOCH_BATCH_SIZE = 32   # sequences per batch of the per-epoch summary
+EPOCH_MAX_PAIRS = 256   # Jacobians per epoch (σ_max statistics): cheap next to an epoch
+
+
+def first_split(split: str) -> str:
+    """The first split of a validation key (`mean(a,b)` → a)."""
+    if split.startswith("mean(") and split.endswith(")"):
+        return split[5:-1].split(",")[0]
+    return split
+
+
+def epoch_summary(model: nn.Module, adapter: Any, batches: int, device: torch.device | str = "cpu",
+                  layer: int = 1) -> dict[str, float]:
+    """After an epoch: the gradient-flow summary of encoder layer `layer` on the first `batches`
+    validation batches (EPOCH_BATCH_SIZE sequences each): first/last ‖∂L/∂s_t‖ ratio, share of
+    steps with σ_max(J_t) > 1 and mean σ_max, as `EPOCH_METRICS` keys (non-finite values left out).
+    Raises CarryError / ValueError when the model's unit cannot be analysed."""
+    from .readout import encoder_layers, layer_unit
+
+    layers = encoder_layers(model)
+    unit = layer_unit(layers[min(layer, len(layers)) - 1])
+    stats = on_batches(model, unit, adapter, first_split(adapter.valid_split), batches, EPOCH_BATCH_SIZE,
+                       EPOCH_MAX_PAIRS, device)
+    if stats is None:
+        return {}
+    summary = stats.summary()
+    out = {key: float(summary[name]) for key, name in EPOCH_METRICS.items() if name in summary}
+    return {k: v for k, v in out.items() if np.isfinite(v)}
