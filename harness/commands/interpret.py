@@ -16,9 +16,11 @@ HELP = "per-token roles of a trained encoder vs gold POS on UD English EWT (NMI,
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id of a finished trial/seed run (nli, or lm: words or BPE)")
+    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id of a finished trial/seed run, or a `tprbench train` run directory "
+                   "(nli, or lm: words or BPE)")
     p.add_argument("--control", action="append", metavar="RUN_ID",
-                   help="a run of a unit without roles (LSTM/GRU of equal width): k-means of its states (repeatable)")
+                   help="a run (id or train run directory) of a unit without roles (LSTM/GRU of equal width): "
+                   "k-means of its states (repeatable)")
     p.add_argument("--treebank", default=None,
                    help="folder with en_ewt-ud-{dev,test}.conllu (default $TPRBENCH_DATA/ud_english_ewt)")
     p.add_argument("--tag", choices=("upos", "xpos"), default="upos", help="gold tag column (default UPOS, 17 tags)")
@@ -46,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from harness.analysis import interpret as ip
-    from harness.analysis.sources import from_run, tracking
+    from harness.analysis.sources import load_source, tracking
 
     console = Console()
     root = Path(args.root).expanduser().resolve()
@@ -54,20 +56,21 @@ def run(args: argparse.Namespace) -> int:
     uri = tracking(args.root, args.tracking_uri)
     treebank = Path(args.treebank) if args.treebank else Path(os.environ.get("TPRBENCH_DATA", "../shared/data")) / "ud_english_ewt"
     adapters: dict = {}
-    main = from_run(uri, args.run_id, cache, trained=True, adapters=adapters)
+    main = load_source(args.run_id, uri, cache, trained=True, adapters=adapters)
     tokens = ip.map_treebank(main.adapter, treebank, args.tag)
     console.print(f"UD EWT: {sum(len(v) for v in tokens.tags.values())} tokens, OOV {tokens.oov_rate():.1%} "
                   f"(types {tokens.oov_type_rate():.1%}); {escape(tokens.mapping)}")
-    untrained = None if args.no_untrained else from_run(uri, args.run_id, cache, trained=False, adapters=adapters)
-    controls = [from_run(uri, c, cache, trained=True, adapters=adapters) for c in args.control or []]
-    results = _roles(args, console, tokens, main, untrained, controls)
+    untrained = None if args.no_untrained else load_source(args.run_id, uri, cache, trained=False, adapters=adapters)
+    controls = [load_source(c, uri, cache, trained=True, adapters=adapters) for c in args.control or []]
+    results, attention = _roles(args, console, tokens, main, untrained, controls)
     majority = ip.majority_baseline(tokens)
     command = shlex.join(["tprbench", *sys.argv[1:]]) if sys.argv[1:2] == ["interpret"] else "tprbench interpret ..."
     header = ["tprbench interpret", f"Regenerate with: {command}"]
-    out = Path(args.out) if args.out else Path("reports") / "interpret" / args.run_id[:8]
+    out = Path(args.out) if args.out else Path("reports") / "interpret" / Path(args.run_id).name[:8]
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "interpret.md", out / "interpret.json", out / "roles.md"]
-    files[0].write_text(ip.summary_md(results, tokens, majority, args.tag, header), encoding="utf-8")
+    files[0].write_text(ip.summary_md(results, tokens, majority, args.tag, header)
+                        + (ip.thresholds_md(attention) if attention else ""), encoding="utf-8")
     files[1].write_text(ip.to_json(results, tokens, majority) + "\n", encoding="utf-8")
     files[2].write_text(ip.role_table_md(results[0], tokens), encoding="utf-8")
     if ip.has_filler_sets(main.model):
@@ -78,8 +81,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _roles(args, console, tokens, main, untrained, controls) -> list:
-    """Roles (or clusters) vs tags for the run, its untrained model, each control and the embeddings."""
+def _roles(args, console, tokens, main, untrained, controls) -> tuple[list, dict]:
+    """Roles (or clusters) vs tags for the run, its untrained model, each control and the embeddings;
+    for TPRN (role attention) also the paper's thresholded measure, per system."""
     from rich.markup import escape
 
     from harness.analysis import interpret as ip
@@ -102,15 +106,25 @@ def _roles(args, console, tokens, main, untrained, controls) -> list:
                       f"control's are")
     results = [ip.evaluate(main.label, dev, test, tokens, None if dev.roles is not None else (k or 64))]
     k = k or (results[0].roles_used if dev.roles is not None else 64)
+    attention = {}
+    if dev.interface == "attention":
+        attention[main.label] = ip.attention_thresholds(dev, test, tokens)
     if untrained is not None:
-        results.append(ip.evaluate(untrained.label, *readings(untrained), tokens, k))
+        u_dev, u_test = readings(untrained)
+        results.append(ip.evaluate(untrained.label, u_dev, u_test, tokens, k))
+        if u_dev.interface == "attention":
+            attention[untrained.label] = ip.attention_thresholds(u_dev, u_test, tokens)
     for c in controls:
         results.append(ip.evaluate(f"{c.label} (control)", *readings(c), tokens, k))
     results.append(ip.evaluate("embeddings (layer input)", dev, test, tokens, k, what="inputs"))
     for r in results:
         console.print(f"{escape(r.name)}: NMI {r.nmi:.3f}, purity {r.purity:.3f}, probe {r.probe_features:.3f} "
-                      f"(states {r.probe_states:.3f}) [{escape(r.clusters)}]")
-    return results
+                      f"(states {r.probe_states:.3f}) {escape('[' + r.clusters + ']')}")
+    for name, rows in attention.items():
+        r = next(x for x in rows if x["theta"] == 0.65)
+        console.print(f"{escape(name)}: θ = 0.65, max p(DET | role) {r['max_p_det']:.3f}, max p(VERB ∪ ADJ | role) "
+                      f"{r['max_p_verb_adj']:.3f}")
+    return results, attention
 
 
 def _filler_sets(console, tokens, main, untrained, controls, out, header) -> list:

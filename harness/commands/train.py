@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+TRAIN_SPEC = "train.json"  # in the run directory: the command's task, options, data, unit, dims, seed, hyperparameters
 HELP = "train one model (task × arch × unit × dim) and print per-split scores; resumable"
 
 
@@ -56,7 +57,8 @@ def _value(text: str):
 
 def _setup(args: argparse.Namespace):
     """(adapter, config, run directory): every user error (spec, task, arch, --hp, --metric) is
-    raised here, before any data work."""
+    raised here, before any data work. Writes the run directory's train.json."""
+    import json
     from pathlib import Path
 
     import units
@@ -82,6 +84,12 @@ def _setup(args: argparse.Namespace):
                          epochs=args.epochs, seed=args.seed, hparams=hparams, metric=args.metric,
                          deterministic=args.deterministic)
     run_dir = Path(args.run_dir) if args.run_dir else root / "train" / fingerprint_of(adapter, config)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # What rebuilds the model later (`tprbench interpret RUN_DIR`, harness/analysis/sources.py from_run_dir).
+    spec = {"task": args.task, "options": {k: _value(v) for k, v in args.set}, "data": args.data or "generated",
+            "unit": args.unit, "arch": arch, "dim": args.dim, "input_dim": args.input_dim or args.dim,
+            "epochs": args.epochs, "seed": args.seed, "hparams": hparams}
+    (run_dir / TRAIN_SPEC).write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return adapter, config, run_dir
 
 

@@ -31,7 +31,7 @@ from torch import nn
 
 from units.base import last_state, lengths_from_mask, mask_outputs
 
-from .carry import CarryLayout, check_steppable, first_step, reference_path, step_function
+from .carry import CarryLayout, check_steppable, first_step, layout_of, reference_path, step_function
 
 
 @dataclass
@@ -68,7 +68,9 @@ def output_offset(out: torch.Tensor, s: torch.Tensor) -> int | None:
 class record:
     """Context manager: while inside, `unit` runs one step at a time through `forward_carry` (same
     outputs as its `forward` at real tokens: units are causal and right-padded) and every call is
-    kept in `self.calls` with its states retaining their gradients."""
+    kept in `self.calls` with its states retaining their gradients. Both ways a model runs a unit
+    are recorded: `forward(x, mask)` from the zero state, and `forward_carry(x, carry)` (the
+    contiguous LM's truncated BPTT) from the zero state or the carry it is given."""
 
     def __init__(self, unit: nn.Module) -> None:
         check_steppable(unit)
@@ -76,31 +78,49 @@ class record:
         self.calls: list[Recorded] = []
         self._ref = reference_path(unit)
 
-    def _forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        lengths = lengths_from_mask(x, mask)
-        out, s, layout = first_step(self.unit, x[:, 0])
+    def _run(self, x: torch.Tensor, lengths: torch.Tensor, carry: Any = None) -> tuple[torch.Tensor, torch.Tensor, CarryLayout]:
+        """Steps 1..T from the zero state (carry None) or from `carry`: (outputs, last s, layout)."""
+        if carry is None:
+            out, s, layout = first_step(self.unit, x[:, 0])
+            start = 1
+        else:
+            layout = layout_of(self.unit, carry)
+            s, start = layout.flatten(carry), 0
         step = step_function(self.unit, layout)
-        at = output_offset(out, s)
+        with torch.no_grad():  # where the output sits in s (one step, not recorded)
+            at = output_offset(out, s) if carry is None else output_offset(*step(s, x[:, 0]))
         read = (lambda o, s: s[:, at:at + o.shape[1]]) if at is not None else (lambda o, s: o)  # noqa: E731
-        outs, states = [read(out, s)], [s]
-        for t in range(1, x.shape[1]):
+        outs, states = ([read(out, s)], [s]) if carry is None else ([], [])
+        for t in range(start, x.shape[1]):
             out, s = step(s, x[:, t])
             outs.append(read(out, s))
             states.append(s)
-        for s in states:
-            if s.requires_grad:
-                s.retain_grad()
+        for st in states:
+            if st.requires_grad:
+                st.retain_grad()
         self.calls.append(Recorded(x.detach(), lengths, states, layout))
-        outputs = mask_outputs(torch.stack(outs, 1), lengths)
+        return torch.stack(outs, 1), states[-1], layout
+
+    def _forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        lengths = lengths_from_mask(x, mask)
+        outs, _, _ = self._run(x, lengths)
+        outputs = mask_outputs(outs, lengths)
         return outputs, last_state(outputs, lengths)
+
+    def _forward_carry(self, x: torch.Tensor, carry: Any = None) -> tuple[torch.Tensor, Any]:
+        lengths = torch.full((x.shape[0],), x.shape[1], dtype=torch.long, device=x.device)
+        outs, s, layout = self._run(x, lengths, carry)
+        return outs, layout.unflatten(s)
 
     def __enter__(self) -> record:
         self._ref.__enter__()
-        self.unit.forward = self._forward  # instance attribute: nn.Module.__call__ finds it first
+        self.unit.forward = self._forward  # instance attributes: found before the class's methods
+        self.unit.forward_carry = self._forward_carry
         return self
 
     def __exit__(self, *exc: object) -> None:
         del self.unit.forward
+        del self.unit.forward_carry
         self._ref.__exit__(*exc)
 
 
