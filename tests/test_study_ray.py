@@ -10,6 +10,7 @@ interrupted (SlowUnit: sleeps, no CPU). See tests/ray_helpers.py for how Ray is 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 import time
@@ -249,6 +250,75 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
     resumed = [k for k, (_, p) in now.items() if k not in finished and '"resumed_from_epoch": 1' in p.read_text()]
     print(f"rerun: {total - len(recorded)} runs recorded, {len(finished)} finished runs reused, "
           f"{len(resumed)} resumed from a checkpoint")
+
+
+@pytest.mark.slow
+def test_ctrl_c_ends_the_record_killed_then_rerun_finishes(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) on `tprbench run` after some runs are recorded: the driver says how to
+    resume and exits 130; the study run and every unfinished cell run end KILLED in MLflow (not
+    RUNNING forever, issue 21), finished cells FINISHED; the same command then finishes the study
+    without re-recording anything."""
+    import signal
+    import sqlite3
+
+    root = seed_root(tmp_path / "root")
+    path = write_study(tmp_path, "ctrlc", [SLOW, "gru"])
+    total = 2 * (2 + 2)
+    log = tmp_path / "driver.log"
+    env = {"RAY_TMPDIR": short_tmp("tprc")}
+
+    def statuses() -> dict[str, list[str]]:
+        con = sqlite3.connect(f"file:{root / 'mlflow.db'}?mode=ro", uri=True, timeout=5)
+        try:
+            rows = con.execute(
+                "select t.value, r.status from runs r join tags t on t.run_uuid = r.run_uuid "
+                "where t.key = 'tprbench.kind' and t.value in ('study', 'cell')").fetchall()
+        finally:
+            con.close()
+        out: dict[str, list[str]] = defaultdict(list)
+        for kind, status in rows:
+            out[kind].append(status)
+        return out
+
+    try:
+        proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
+        try:
+            t0 = time.time()
+            while count_recorded(root) < 2:
+                assert proc.poll() is None, log.read_text()[-3000:]
+                assert time.time() - t0 < 150, "the driver never recorded two runs"
+                time.sleep(0.2)
+            os.kill(proc.pid, signal.SIGINT)
+            rc = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            kill_session(proc.pid)
+        text = log.read_text()
+        assert rc == 130, text[-3000:]
+        assert "interrupted; everything finished so far is recorded" in text
+        recorded = records(root, "ctrlc")
+        assert 2 <= len(recorded) < total
+        ended = statuses()
+        assert ended["study"] == ["KILLED"], ended
+        assert ended["cell"] and set(ended["cell"]) <= {"KILLED", "FINISHED"} and "KILLED" in ended["cell"], ended
+
+        proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
+        try:
+            assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            kill_session(proc.pid)
+        assert check_complete(path, root)["runs"] == total
+        after = records(root, "ctrlc")
+        assert {k: after[k].run_id for k in recorded} == {k: r.run_id for k, r in recorded.items()}
+        ended = statuses()
+        assert ended["study"] == ["FINISHED"] and set(ended["cell"]) == {"FINISHED"}, ended
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 
 
 def _max_overlap(intervals: list[tuple[float, float]]) -> int:
