@@ -288,7 +288,7 @@ def polysemy_md(word: str, split: str, rows: list[dict[str, Any]], note: str) ->
         return f"Polysemy: {note}.\n"
     roles = sorted({r["role"] for r in rows})
     lines = [f"Occurrences of **{word}** in {split} (unique sentences; up to the first 40 containing it) and the role "
-             f"each takes (argmax filler, slice 0): {len(rows)} occurrences, {len(roles)} distinct role(s): "
+             f"each takes (argmax role; TPRU: slice 0): {len(rows)} occurrences, {len(roles)} distinct role(s): "
              f"{', '.join(map(str, roles))}. Senses are not annotated: read the sentences.", "",
              "| role | sentence |", "|---:|---|"]
     lines += [f"| {r['role']} | {r['sentence'].replace('|', '/')} |" for r in rows]
