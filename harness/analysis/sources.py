@@ -48,8 +48,17 @@ def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True, adapt
         raise AnalysisError(str(exc)) from None
     model.eval()
     unit = run.data.tags.get(TAG + "unit", config.unit)
-    return Source(unit if trained else f"{unit} (untrained)", unit, run.data.tags.get(TAG + "task", "?"),
+    label = described(unit, adapter)
+    return Source(label if trained else f"{label} (untrained)", unit, run.data.tags.get(TAG + "task", "?"),
                   adapter, model, run_id, config.seed, trained)
+
+
+def described(unit: str, adapter: Any) -> str:
+    """What tables call a run: its unit spec, and the LM's HRR embedding when it has one."""
+    options = getattr(adapter, "options", None)
+    if getattr(options, "embedding", None) == "hrr":
+        return f"{unit} + HRR embedding (N = {options.hrr_roles}, d' = {options.hrr_fillers})"
+    return unit
 
 
 def from_run_dir(path: Path, cache_dir: Path, trained: bool = True, adapters: dict | None = None) -> Source:
@@ -91,8 +100,8 @@ def from_run_dir(path: Path, cache_dir: Path, trained: bool = True, adapters: di
     except (DataError, CheckpointMismatch) as exc:
         raise AnalysisError(str(exc)) from None
     model.eval()
-    label = spec["unit"] if trained else f"{spec['unit']} (untrained)"
-    return Source(label, spec["unit"], spec["task"], adapter, model, None, config.seed, trained)
+    label = described(spec["unit"], adapter)
+    return Source(label if trained else f"{label} (untrained)", spec["unit"], spec["task"], adapter, model, None, config.seed, trained)
 
 
 def load_source(ref: str, uri: str, cache_dir: Path, trained: bool = True, adapters: dict | None = None) -> Source:
