@@ -57,8 +57,7 @@ def _value(text: str):
 
 def _setup(args: argparse.Namespace):
     """(adapter, config, run directory): every user error (spec, task, arch, --hp, --metric) is
-    raised here, before any data work. Writes the run directory's train.json."""
-    import json
+    raised here, before any data work."""
     from pathlib import Path
 
     import units
@@ -84,13 +83,20 @@ def _setup(args: argparse.Namespace):
                          epochs=args.epochs, seed=args.seed, hparams=hparams, metric=args.metric,
                          deterministic=args.deterministic)
     run_dir = Path(args.run_dir) if args.run_dir else root / "train" / fingerprint_of(adapter, config)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    # What rebuilds the model later (`tprbench interpret RUN_DIR`, harness/analysis/sources.py from_run_dir).
-    spec = {"task": args.task, "options": {k: _value(v) for k, v in args.set}, "data": args.data or "generated",
-            "unit": args.unit, "arch": arch, "dim": args.dim, "input_dim": args.input_dim or args.dim,
-            "epochs": args.epochs, "seed": args.seed, "hparams": hparams}
-    (run_dir / TRAIN_SPEC).write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     return adapter, config, run_dir
+
+
+def _write_spec(args: argparse.Namespace, config, run_dir) -> None:
+    """train.json: what rebuilds the model later (`tprbench interpret RUN_DIR`, harness/analysis/
+    sources.py from_run_dir). Written once the trainer has accepted the run directory."""
+    import json
+
+    spec = {"task": args.task, "options": {k: _value(v) for k, v in args.set}, "data": args.data or "generated",
+            "unit": args.unit, "arch": config.arch, "dim": config.dim, "input_dim": config.input_dim,
+            "epochs": config.epochs, "seed": config.seed, "hparams": config.hparams}
+    tmp = run_dir / (TRAIN_SPEC + ".tmp")
+    tmp.write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(run_dir / TRAIN_SPEC)
 
 
 def _print_result(console, args: argparse.Namespace, adapter, config, result) -> None:
@@ -139,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = train(adapter, config, run_dir, progress=progress, device=args.device,
                    notice=lambda line: console.print(f"[yellow]note:[/] {escape(line)}"))
+    _write_spec(args, config, run_dir)
     if result.resumed_from_epoch:
         console.print(f"(resumed after epoch {result.resumed_from_epoch})")
     if result.status != "finished":
