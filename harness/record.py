@@ -298,24 +298,29 @@ def runs_frame(cols: dict[str, list[Any]]) -> Any:
 
 
 def run_records(cols: dict[str, list[Any]]) -> dict[str, RunRecord]:
-    """Columns → RunRecord by run key (the latest run of a key if a store holds two)."""
-    names = [k for k in cols if k not in ("run_id", "mlflow_status", "start_time", "end_time")]
-    order = sorted(range(len(cols["run_id"])), key=lambda i: (cols["start_time"][i] or 0, cols["run_id"][i]))
+    """Columns → RunRecord by run key (the latest run of a key if a store holds two). Built column
+    by column: each column's name is classified once (tag, param or metric), not once per run."""
+    n = len(cols["run_id"])
+    tags: list[dict[str, Any]] = [{} for _ in range(n)]
+    params: list[dict[str, Any]] = [{} for _ in range(n)]
+    metrics: list[dict[str, Any]] = [{} for _ in range(n)]
+    for name, values in cols.items():
+        if name in ("run_id", "mlflow_status", "start_time", "end_time"):
+            continue
+        if name.startswith("param."):
+            into, key = params, name[6:]
+        elif name.startswith("metric."):
+            into, key = metrics, name[7:]
+        else:
+            into, key = tags, TAG + name
+        for row, v in zip(into, values):
+            if v is not None:
+                row[key] = v
+    order = sorted(range(n), key=lambda i: (cols["start_time"][i] or 0, cols["run_id"][i]))
     out: dict[str, RunRecord] = {}
     for i in order:
-        tags, params, metrics = {}, {}, {}
-        for name in names:
-            v = cols[name][i]
-            if v is None:
-                continue
-            if name.startswith("param."):
-                params[name[6:]] = v
-            elif name.startswith("metric."):
-                metrics[name[7:]] = v
-            else:
-                tags[TAG + name] = v
-        key = tags.get(RUN_KEY, "")
-        out[key] = RunRecord(cols["run_id"][i], key, tags.get(STATUS, ""), tags, params, metrics)
+        key = tags[i].get(RUN_KEY, "")
+        out[key] = RunRecord(cols["run_id"][i], key, tags[i].get(STATUS, ""), tags[i], params[i], metrics[i])
     return out
 
 

@@ -51,7 +51,7 @@ from .record import (
     split_tags,
     will_retry,
 )
-from .storage import default_storage_url, display_url, open_storage, trial_states
+from .storage import JOURNAL_PREFIX, default_storage_url, display_url, open_storage, read_trial_states, trial_states
 from .tracking import Tracker, cell_tags, default_tracking_uri, git_commit, retry_seconds, with_retry
 
 
@@ -261,6 +261,7 @@ class StudyRunner:
         self.root = Path(root).resolve()
         self.tracking_uri = tracking_uri or default_tracking_uri(self.root)
         self.storage_url = storage_url or default_storage_url(self.root)
+        self._storage: Any = None
         self.force = force
         self.console = console
         self.commit = git_commit(project_dir)
@@ -477,6 +478,19 @@ class StudyRunner:
                 st.note_errored(recorded[s].tags.get(REASON, ""))
         st.final_todo = [s for s in range(st.seeds_wanted) if s not in done]
         st.retried += sum(recorded[s] is not None for s in st.final_todo)
+
+    @property
+    def storage(self) -> Any:
+        """The Optuna storage, opened (a journal replayed, a torn last record repaired) when first
+        needed: a rerun with nothing to do reads trial states from the journal and never opens it."""
+        if self._storage is None:
+            self._storage = with_retry(lambda: open_storage(self.storage_url, notify=self._say),
+                                       f"Optuna storage {display_url(self.storage_url)}", self._say)
+        return self._storage
+
+    @storage.setter
+    def storage(self, storage: Any) -> None:  # an already open storage (tests, `tprbench bench record`)
+        self._storage = storage
 
     def _has_work(self, st: CellState) -> bool:
         if st.stale or st.to_ask:
@@ -741,8 +755,6 @@ class StudyRunner:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.storage = with_retry(lambda: open_storage(self.storage_url, notify=self._say),
-                                  f"Optuna storage {display_url(self.storage_url)}", self._say)
         self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts", root=self.root)
         self.tracker.on_retry = self._say
         self.study_run_id = self.tracker.study_run(self.commit)
@@ -759,7 +771,10 @@ class StudyRunner:
         for key, rec in found.items():
             by_cell.setdefault(rec.cell_id, {})[key] = rec
         names = [self._optuna_name(c) for c in self.cells]
-        trials = with_retry(lambda: trial_states(self.storage, names), f"Optuna storage {display_url(self.storage_url)}", self._say)
+        if self.storage_url.startswith(JOURNAL_PREFIX):  # read directly, without Optuna's replay (issue 24)
+            trials = read_trial_states(self.storage_url, names)
+        else:
+            trials = with_retry(lambda: trial_states(self.storage, names), f"Optuna storage {display_url(self.storage_url)}", self._say)
         states = [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {}))
                   for c, name in zip(self.cells, names)]
         from .record_guard import Snapshots
@@ -928,8 +943,6 @@ def count_trials(trials: list[tuple[int, int, str]]) -> tuple[int, int, int, lis
 def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
                  storage_url: str | None = None) -> list[dict[str, Any]]:
     """What is done per cell, read from Optuna and MLflow without changing (or creating) either."""
-    import optuna
-
     from .record import RecordReader
 
     root = Path(root).resolve()
@@ -938,10 +951,8 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
     records = reader.run_records(ids)
     tags_by_cell = reader.cell_tags(ids)
     journal = storage_url or default_storage_url(root)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     names = [f"{study.name}/{c.id}" for c in cells]
-    exists = not journal.startswith("journal://") or Path(journal[10:]).exists()
-    trials = trial_states(open_storage(journal, create=False), names) if exists else {}
+    trials = read_trial_states(journal, names)
     seeds_by_cell: dict[str, list[Any]] = {}
     trials_by_cell: dict[str, list[Any]] = {}
     for key, rec in records.items():

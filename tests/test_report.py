@@ -317,3 +317,29 @@ def test_report_from_study_file_that_does_not_validate_here(store, tmp_path, cap
     assert "81.0 ± 1.4" in md  # seeds 0 and 1 of the GRU cell only
     assert "does not validate here" in capsys.readouterr().out
     assert not list(out.glob("*.png"))
+
+
+def test_a_large_table_prints_as_aligned_plain_text_and_a_small_one_through_rich() -> None:
+    """Issue 24: rich renders ~5 ms a row; past PLAIN_ROWS rows the closing table is plain text
+    (same cells, aligned), so a 5,010-cell study's table prints in well under a second."""
+    import io
+
+    from rich.console import Console
+
+    from harness.report.render import PLAIN_ROWS, Section, print_sections
+
+    def section(n: int) -> Section:
+        rows = [[f"tpru[roles={i}]", f"{50 + i % 7}.0 ± 0.1"] for i in range(n)]
+        return Section("logic", "plain", "logic: accuracy (%)", ["unit", "valid"], ["l", "r"], rows, ["a footnote"])
+
+    out = io.StringIO()
+    print_sections([section(PLAIN_ROWS + 1), section(3)], Console(file=out, width=80, force_terminal=False))
+    text = out.getvalue()
+    lines = text.splitlines()
+    assert lines[0] == "logic: accuracy (%)" and lines[1].split() == ["unit", "valid"]
+    body = lines[3:3 + PLAIN_ROWS + 1]
+    assert [ln.split()[0] for ln in body] == [f"tpru[roles={i}]" for i in range(PLAIN_ROWS + 1)]
+    assert len({len(ln) for ln in body}) == 1  # right-aligned numbers: every row as wide as the widest
+    assert lines[3 + PLAIN_ROWS + 1] == "a footnote"
+    assert "┏" in text or "━" in text or "┃" in text  # the small table: a rich table
+    assert text.count("a footnote") == 2

@@ -394,6 +394,16 @@ def test_ray_is_started_without_a_dashboard(monkeypatch) -> None:
     assert calls[-1]["address"] == "ray://head:10001" and "dashboard_host" not in calls[-1]
 
 
+def _argv_hosts(node: ast.List | ast.Tuple, rel: Path) -> list[str]:
+    """'--host' elements of an argv list not followed by a loopback address."""
+    bad = []
+    for here, after in zip(node.elts, [*node.elts[1:], None]):
+        if isinstance(here, ast.Constant) and here.value == "--host":
+            if not (isinstance(after, ast.Constant) and after.value in ("127.0.0.1", "localhost")):
+                bad.append(f"{rel}:{here.lineno}: '--host' not followed by 127.0.0.1")
+    return bad
+
+
 def test_everything_served_binds_localhost() -> None:
     """No 0.0.0.0 anywhere; every host= / dashboard_host= / --host in the project is 127.0.0.1."""
     bad = []
@@ -407,8 +417,10 @@ def test_everything_served_binds_localhost() -> None:
             if isinstance(node, ast.keyword) and node.arg in ("host", "dashboard_host", "ray_client_server_host"):
                 if not (isinstance(node.value, ast.Constant) and node.value.value in ("127.0.0.1", "localhost")):
                     bad.append(f"{rel}:{node.value.lineno}: {node.arg}=")
+            if isinstance(node, (ast.List, ast.Tuple)):  # an argv list: "--host", "127.0.0.1"
+                bad += _argv_hosts(node, rel)
             if isinstance(node, ast.Constant) and isinstance(node.value, str) and "--host" in node.value:
-                if "--host 127.0.0.1" not in node.value:
+                if node.value != "--host" and "--host 127.0.0.1" not in node.value:  # "--host" alone: the argv check above
                     bad.append(f"{rel}:{node.lineno}: {node.value!r}")
             if isinstance(node, ast.JoinedStr):
                 pieces = "".join(v.value for v in node.values if isinstance(v, ast.Constant))

@@ -108,5 +108,5 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"finished in {summary['seconds']:.1f} s")
     from harness.report import print_summary
 
-    print_summary(study, cells, runner.tracking_uri, console)
+    print_summary(study, cells, runner.tracking_uri, console, root=runner.root)
     return 0

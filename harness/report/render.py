@@ -246,7 +246,8 @@ def _fmt(fmt: str) -> str:
     return f
 
 
-def make_table(df: Any, fmt: str, header: Iterable[str] | None = None, study: str | None = None) -> str:
+def make_table(df: Any, fmt: str, header: Iterable[str] | None = None, study: str | None = None,
+               secs: list[Section] | None = None) -> str:
     """Render the aggregated frame as Markdown, LaTeX (booktabs) or CSV (raw numbers). Markdown and
     LaTeX start with the `header` lines as comments; CSV never has comment lines (it must load with
     a plain `pandas.read_csv` or a spreadsheet: provenance goes beside it). LaTeX labels name the
@@ -255,7 +256,7 @@ def make_table(df: Any, fmt: str, header: Iterable[str] | None = None, study: st
     if fmt == "csv":
         return wide_frame(df).to_csv(index=False, float_format="%.10g", lineterminator="\n").rstrip("\n") + "\n"
     lines = _header(fmt, header)
-    for sec in sections(df):
+    for sec in sections(df) if secs is None else secs:  # `secs`: sections(df) already laid out by the caller
         lines += _markdown(sec) if fmt == "markdown" else _latex(sec, study)
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -352,15 +353,38 @@ def rich_tables(secs: list[Section]) -> list[Any]:
     return out
 
 
+# Above this many rows a table is printed as aligned plain text: rich measures and renders every
+# cell of a Table (~5 ms a row), which made the closing table of a 5,010-cell study take minutes.
+PLAIN_ROWS = 200
+
+
 def print_sections(secs: list[Section], console: Any) -> None:
     """Tables at their natural width even on a narrow (or non-terminal) console: a row per line."""
     from rich.table import Table
 
-    for item in rich_tables(secs):
-        if isinstance(item, Table):
-            _print_wide(console, item)
-        else:
-            console.print(item, soft_wrap=True)
+    small = [sec for sec in secs if len(sec.rows) <= PLAIN_ROWS]
+    items = iter(rich_tables(small))
+    for sec in secs:
+        if len(sec.rows) > PLAIN_ROWS:
+            console.print(plain_table(sec), markup=False, highlight=False, soft_wrap=True)
+            continue
+        for item in [next(items)] + [next(items) for _ in sec.footnotes]:
+            if isinstance(item, Table):
+                _print_wide(console, item)
+            else:
+                console.print(item, soft_wrap=True)
+
+
+def plain_table(sec: Section) -> str:
+    """A section as aligned plain text (title, header, rule, rows, footnotes): linear in its rows."""
+    widths = [max([len(c)] + [len(r[i]) for r in sec.rows]) for i, c in enumerate(sec.columns)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(v.ljust(w) if a == "l" else v.rjust(w) for v, w, a in zip(cells, widths, sec.align)).rstrip()
+
+    out = [sec.title, line(list(sec.columns)), "  ".join("-" * w for w in widths)]
+    out += [line(list(r)) for r in sec.rows]
+    return "\n".join(out + list(sec.footnotes))
 
 
 def _print_wide(console: Any, table: Any) -> None:
