@@ -67,14 +67,33 @@ def _mean_curves(history: Any, run_ids: list[str], key: str) -> Any:
     return h.groupby("step", sort=True)["value"].mean()
 
 
+#: Per-epoch gradient-flow panels (hparam `grad_log_batches`, tasks/analysis/gradients.py
+#: EPOCH_METRICS), drawn beside the learning curves when the runs logged them; log-scaled keys.
+GRADIENT_PANELS = [("grad_ratio_first_last", "‖∂L/∂s_1‖ / ‖∂L/∂s_T‖", 1.0),
+                   ("grad_frac_sigma_gt_1", "share of steps σ_max(J_t) > 1", 1.0),
+                   ("grad_sigma_max_mean", "mean σ_max(J_t)", 1.0)]
+LOG_PANELS = {"grad_ratio_first_last"}
+
+
 def _panel_keys(metric: str, history: Any = None) -> list[tuple[str, str, float]]:
     """The papers' panels (workshop Fig. 1, ICLR Fig. 2): training loss, training accuracy and
-    validation accuracy per epoch; the training-score panel only when the runs logged it."""
+    validation accuracy per epoch; the training-score panel only when the runs logged it; then the
+    per-epoch gradient-flow panels when the runs logged them."""
     scale, _, desc = metric_scale(metric)
     keys = [("train_loss", "training loss", 1.0)]
     if history is None or (history["key"] == f"train_{metric}").any():
         keys.append((f"train_{metric}", f"training {desc}", scale))
-    return keys + [(f"valid_{metric}", f"validation {desc}", scale)]
+    keys.append((f"valid_{metric}", f"validation {desc}", scale))
+    if history is not None:
+        keys += [p for p in GRADIENT_PANELS if (history["key"] == p[0]).any()]
+    return keys
+
+
+def _scale_axis(ax: Any, key: str) -> None:
+    if key in LOG_PANELS and ax.lines:
+        ax.set_yscale("log")
+    if key == "grad_sigma_max_mean" and ax.lines:
+        ax.axhline(1.0, color="k", linewidth=0.6, alpha=0.5)
 
 
 def _groups(cells: Any) -> list[tuple[tuple, Any]]:
@@ -146,6 +165,7 @@ def _draw(panels: list, history: Any, color_by_group: bool = False) -> Any:
         for col, (key, ylabel, scale) in enumerate(_panel_keys(metric, history)):
             ax = axes[row][col]
             _plot_lines(ax, lines, history, key, scale, groups)
+            _scale_axis(ax, key)
             ax.set_xlabel("epoch")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(ylabel)
@@ -236,6 +256,7 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
                 if int(stats["count"].max()) > 1:
                     std = stats["std"].fillna(0.0).to_numpy() * scale
                     ax.fill_between(x, mean - std, mean + std, color=f"C{i % 10}", alpha=0.2, linewidth=0)
+            _scale_axis(ax, key)
             ax.set_xlabel("epoch")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(ylabel)

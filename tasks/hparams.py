@@ -67,6 +67,10 @@ class HParams(pydantic.BaseModel):
                                                        "(e.g. valid_acc 1.0: no later epoch could then be chosen as best)")
     stop_patience: int = Field(0, ge=0, description="end the run after this many epochs without a better validation "
                                                     "metric (0 = never)")
+    # measurements during training (off by default; they do not change what is trained)
+    grad_log_batches: int = Field(0, ge=0, description="after each epoch, log the gradient-flow summary of encoder layer "
+                                                       "1 (first/last ‖∂L/∂s_t‖, share σ_max(J) > 1, mean σ_max) on this "
+                                                       "many validation batches of 32 (0 = off; issue 16)")
     # model
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout of the architecture around the unit")
     mlp_hidden: int | None = Field(None, ge=1, description="classifier hidden size (None: the architecture's default)")
@@ -123,7 +127,7 @@ def resolve_hparams(values: dict[str, Any] | HParams | None, defaults: dict[str,
 
 #: Fields added after runs were first fingerprinted: hashed only when set to something other than
 #: their default, so every run (and checkpoint) written before they existed keeps its fingerprint.
-ADDED_LATER = ("stop_value", "stop_patience")
+ADDED_LATER = ("stop_value", "stop_patience", "grad_log_batches")
 
 
 def as_params(hp: HParams) -> dict[str, Any]:

@@ -191,6 +191,7 @@ class _Context:
     notice: Callable[[str], None]
     determinism: Determinism
     notes: list[str] = field(default_factory=list)
+    no_gradients: bool = False  # grad_log_batches: the unit cannot be stepped (said once)
 
     def say(self, text: str) -> None:
         """Tell the caller (one line) and keep the line in the run's result."""
@@ -466,7 +467,7 @@ def _end_of_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int, row
                   t0: float) -> bool:
     """Validate, step the schedule, keep the best weights, write the checkpoint. False: stop (diverged)."""
     valid = ctx.adapter.evaluate(s.model, ctx.adapter.valid_split, ctx.eval_batch_size)
-    row = {**row, **{f"valid_{k}": v for k, v in valid.items()}}
+    row = {**row, **{f"valid_{k}": v for k, v in valid.items()}, **_gradient_summary(ctx, s)}
     row.update({"epoch": epoch, "lr": s.optimizer.param_groups[0]["lr"], "epoch_seconds": time.perf_counter() - t0})
     if ctx.metric not in row:
         raise TaskError(f"metric {ctx.metric!r} is not among the logged metrics ({', '.join(sorted(row))})")
@@ -484,6 +485,28 @@ def _end_of_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int, row
             atomic_save(s.best_state, ctx.run_path / BEST_WEIGHTS)
     _save_checkpoint(ctx, s, result, epoch)
     return True
+
+
+def _gradient_summary(ctx: _Context, s: _Session) -> dict[str, float]:
+    """`grad_log_batches` > 0: the gradient-flow summary of encoder layer 1 on that many validation
+    batches (tasks/analysis/gradients.py `epoch_summary`), as this epoch's grad_* metrics. It cannot
+    change the run: eval mode, the RNG state restored, no gradient left on the parameters. A model
+    whose unit cannot be stepped is said once and not measured again."""
+    if not ctx.hp.grad_log_batches or ctx.no_gradients:
+        return {}
+    from .analysis.carry import CarryError
+    from .analysis.gradients import epoch_summary
+
+    state = rng_state()
+    try:
+        return epoch_summary(s.model, ctx.adapter, ctx.hp.grad_log_batches, ctx.device)
+    except (CarryError, ValueError) as exc:
+        ctx.no_gradients = True
+        ctx.say(f"grad_log_batches: no gradient summary for unit {ctx.config.unit!r} ({exc})")
+        return {}
+    finally:
+        set_rng_state(state)
+        s.model.zero_grad(set_to_none=True)
 
 
 def _better(a: float, b: float | None, direction: str) -> bool:

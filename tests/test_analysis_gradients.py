@@ -173,3 +173,85 @@ def test_written_out_torch_rnn_step_equals_the_module(spec):
         out, s = step(s, x[:, t])
         outs.append(out)
     assert torch.allclose(torch.stack(outs, 1), ref, atol=1e-12)
+
+
+def test_recorded_forward_carry_continues_from_the_given_carry():
+    """The contiguous LM runs its unit through forward_carry with the previous window's carry:
+    recorded, it computes the same outputs and carry and keeps ∂L/∂s_t of every step."""
+    torch.manual_seed(5)
+    for spec in ("tpru[roles=4]", "lstm", "gru"):
+        unit = units.build(spec, 3, 4)
+        x1, x2 = torch.randn(2, 4, 3), torch.randn(2, 3, 3)
+        _, carry = unit.forward_carry(x1, None)
+        ref_out, ref_carry = unit.forward_carry(x2, carry)
+        with record(unit) as rec:
+            out, new_carry = unit.forward_carry(x2, carry)
+            (out.sum() + sum(c.sum() for c in torch.utils._pytree.tree_leaves(new_carry))).backward()
+        assert torch.allclose(out, ref_out, atol=1e-5), spec
+        for a, b in zip(torch.utils._pytree.tree_leaves(new_carry), torch.utils._pytree.tree_leaves(ref_carry)):
+            assert torch.allclose(a, b, atol=1e-5), spec
+        (call,) = rec.calls
+        assert len(call.states) == 3 and call.grads().abs().sum() > 0
+        assert "forward_carry" not in vars(unit) and "forward" not in vars(unit)
+
+
+@pytest.fixture(scope="module")
+def logic(tmp_path_factory):
+    from tasks.registry import get_task
+
+    task = get_task("logic")({"train_size": 200, "eval_size": 64, "preset": "exam", "layers": 1}, "generated",
+                             tmp_path_factory.mktemp("cache"))
+    task.prepare()
+    return task
+
+
+def _train(adapter, unit, **hp):
+    from tasks.training import TrainConfig, train
+
+    cfg = TrainConfig(unit=unit, arch="plain", dim=8, input_dim=8, epochs=2, seed=0,
+                      hparams={"lr": 1e-2, "batch_size": 32, **hp})
+    return train(adapter, cfg)
+
+
+@pytest.mark.parametrize("unit", ["tpru-mod1[roles=4]", "lstm"])
+def test_per_epoch_gradient_summary_is_logged_and_changes_nothing(logic, unit):
+    """grad_log_batches > 0: every epoch's metrics have the three grad_* keys; the run is the same
+    run as without them (eval mode, RNG restored)."""
+    from tasks.analysis.gradients import EPOCH_METRICS
+
+    plain = _train(logic, unit)
+    logged = _train(logic, unit, grad_log_batches=1)
+    assert plain.status == logged.status == "finished"
+    for a, b in zip(plain.history, logged.history):
+        assert set(EPOCH_METRICS) <= set(b) and not set(EPOCH_METRICS) & set(a)
+        assert 0 <= b["grad_frac_sigma_gt_1"] <= 1 and b["grad_sigma_max_mean"] > 0 and b["grad_ratio_first_last"] > 0
+        for key in ("train_loss", "valid_loss", "valid_acc"):
+            assert a[key] == b[key], key
+    assert plain.test == logged.test
+
+
+def test_per_epoch_summary_equals_the_gradients_tool(logic):
+    """The logged numbers are the analysis's own (tasks/analysis/gradients.py on_batches)."""
+    from tasks.analysis.gradients import EPOCH_BATCH_SIZE, EPOCH_MAX_PAIRS, epoch_summary, on_batches
+    from tasks.analysis.readout import encoder_layers
+
+    torch.manual_seed(0)
+    model = logic.build_model("gru", "plain", 8, 8, logic.resolve_hparams({}))
+    got = epoch_summary(model, logic, 1)
+    stats = on_batches(model, encoder_layers(model)[0], logic, logic.valid_split, 1, EPOCH_BATCH_SIZE, EPOCH_MAX_PAIRS)
+    s = stats.summary()
+    assert got == pytest.approx({"grad_ratio_first_last": s["grad_ratio_first_last"],
+                                 "grad_frac_sigma_gt_1": s["frac_sigma_gt_1"], "grad_sigma_max_mean": s["sigma_max_mean"]})
+
+
+def test_a_unit_that_cannot_be_stepped_is_said_once_and_the_run_goes_on(logic, monkeypatch):
+    from tasks.analysis import gradients
+
+    def refuse(*a, **k):
+        raise CarryError("no forward_carry")
+
+    monkeypatch.setattr(gradients, "epoch_summary", refuse)
+    result = _train(logic, "gru", grad_log_batches=1)
+    assert result.status == "finished"
+    assert sum("grad_log_batches" in n for n in result.notes) == 1
+    assert not any(k.startswith("grad_") for row in result.history for k in row)

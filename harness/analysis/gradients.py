@@ -28,41 +28,26 @@ class GradientResult:
 
 
 def first_split(adapter: Any) -> str:
-    split = adapter.valid_split
-    if split.startswith("mean(") and split.endswith(")"):
-        return split[5:-1].split(",")[0]
-    return split
+    from tasks.analysis.gradients import first_split as first
+
+    return first(adapter.valid_split)
 
 
 def measure(source: Source, layer: int = 1, batches: int = 4, batch_size: int = 32, max_pairs: int = 2048,
             split: str | None = None) -> GradientResult:
     """Run the source's model on `batches` validation batches with the analysed unit recorded."""
-    import torch
-
     from tasks.analysis.carry import CarryError
-    from tasks.analysis.gradients import analyse, record
-    from tasks.training import to_device
+    from tasks.analysis.gradients import on_batches
 
     unit = analysed_unit(source.model, layer)
     split = split or first_split(source.adapter)
-    model = source.model
-    model.eval()  # no dropout: the gradient of the function the model computes
-    calls = []
     try:
-        with record(unit) as rec:
-            for i, batch in enumerate(source.adapter.eval_batches(split, batch_size)):
-                if i >= batches:
-                    break
-                with torch.enable_grad():
-                    loss, _ = source.adapter.loss(model, to_device(batch, "cpu"))
-                    loss.backward()
-                model.zero_grad(set_to_none=True)
-            calls = rec.calls
+        stats = on_batches(source.model, unit, source.adapter, split, batches, batch_size, max_pairs, "cpu")
     except CarryError as exc:
         raise AnalysisError(f"{source.label}: {exc}") from None
-    if not calls:
+    if stats is None:
         raise AnalysisError(f"{source.label}: split {split!r} gave no batches")
-    return GradientResult(source, analyse(unit, calls, max_pairs=max_pairs), split)
+    return GradientResult(source, stats, split)
 
 
 def table_rows(results: list[GradientResult]) -> list[dict[str, Any]]:

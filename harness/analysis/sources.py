@@ -48,8 +48,67 @@ def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True, adapt
         raise AnalysisError(str(exc)) from None
     model.eval()
     unit = run.data.tags.get(TAG + "unit", config.unit)
-    return Source(unit if trained else f"{unit} (untrained)", unit, run.data.tags.get(TAG + "task", "?"),
+    label = described(unit, adapter)
+    return Source(label if trained else f"{label} (untrained)", unit, run.data.tags.get(TAG + "task", "?"),
                   adapter, model, run_id, config.seed, trained)
+
+
+def described(unit: str, adapter: Any) -> str:
+    """What tables call a run: its unit spec, and the LM's HRR embedding when it has one."""
+    options = getattr(adapter, "options", None)
+    if getattr(options, "embedding", None) == "hrr":
+        return f"{unit} + HRR embedding (N = {options.hrr_roles}, d' = {options.hrr_fillers})"
+    return unit
+
+
+def from_run_dir(path: Path, cache_dir: Path, trained: bool = True, adapters: dict | None = None) -> Source:
+    """A `tprbench train` run directory (its train.json and best.pt), trained or at its initial
+    weights (the run's seed, as the trainer builds the model)."""
+    import json
+
+    import torch
+
+    from harness.commands.train import TRAIN_SPEC
+    from tasks.errors import DataError
+    from tasks.registry import get_task
+    from tasks.training import CheckpointMismatch, TrainConfig, load_best_model
+
+    spec_file = Path(path) / TRAIN_SPEC
+    if not spec_file.is_file():
+        raise AnalysisError(f"{path}: no {TRAIN_SPEC} (a `tprbench train` run directory has one)")
+    try:
+        spec = json.loads(spec_file.read_text(encoding="utf-8"))
+        data = os.path.expandvars(spec["data"]) if spec["data"] else spec["data"]
+        key = (spec["task"], json.dumps(spec["options"], sort_keys=True), data)
+    except (ValueError, KeyError) as exc:
+        raise AnalysisError(f"{spec_file}: unreadable ({exc})") from None
+    adapter = adapters.get(key) if adapters is not None else None
+    if adapter is None:
+        adapter = get_task(spec["task"])(spec["options"], data, cache_dir)
+        if adapters is not None:
+            adapters[key] = adapter
+    config = TrainConfig(unit=spec["unit"], arch=spec["arch"], dim=int(spec["dim"]), input_dim=int(spec["input_dim"]),
+                         epochs=int(spec["epochs"]), seed=int(spec["seed"]), hparams=spec["hparams"])
+    try:
+        if trained:
+            model = load_best_model(adapter, config, path)
+        else:
+            adapter.prepare()
+            torch.manual_seed(config.seed)
+            model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim,
+                                        adapter.resolve_hparams(config.hparams))
+    except (DataError, CheckpointMismatch) as exc:
+        raise AnalysisError(str(exc)) from None
+    model.eval()
+    label = described(spec["unit"], adapter)
+    return Source(label if trained else f"{label} (untrained)", spec["unit"], spec["task"], adapter, model, None, config.seed, trained)
+
+
+def load_source(ref: str, uri: str, cache_dir: Path, trained: bool = True, adapters: dict | None = None) -> Source:
+    """RUN_ID (a tracked run) or RUN_DIR (a `tprbench train` run directory)."""
+    if Path(ref).expanduser().is_dir():
+        return from_run_dir(Path(ref).expanduser(), cache_dir, trained, adapters)
+    return from_run(uri, ref, cache_dir, trained, adapters)
 
 
 def from_spec(spec: str, task: str, data: str | None, options: dict[str, Any], arch: str, dim: int,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+TRAIN_SPEC = "train.json"  # in the run directory: the command's task, options, data, unit, dims, seed, hyperparameters
 HELP = "train one model (task × arch × unit × dim) and print per-split scores; resumable"
 
 
@@ -85,6 +86,19 @@ def _setup(args: argparse.Namespace):
     return adapter, config, run_dir
 
 
+def _write_spec(args: argparse.Namespace, config, run_dir) -> None:
+    """train.json: what rebuilds the model later (`tprbench interpret RUN_DIR`, harness/analysis/
+    sources.py from_run_dir). Written once the trainer has accepted the run directory."""
+    import json
+
+    spec = {"task": args.task, "options": {k: _value(v) for k, v in args.set}, "data": args.data or "generated",
+            "unit": args.unit, "arch": config.arch, "dim": config.dim, "input_dim": config.input_dim,
+            "epochs": config.epochs, "seed": config.seed, "hparams": config.hparams}
+    tmp = run_dir / (TRAIN_SPEC + ".tmp")
+    tmp.write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    tmp.replace(run_dir / TRAIN_SPEC)
+
+
 def _print_result(console, args: argparse.Namespace, adapter, config, result) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -131,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
     result = train(adapter, config, run_dir, progress=progress, device=args.device,
                    notice=lambda line: console.print(f"[yellow]note:[/] {escape(line)}"))
+    _write_spec(args, config, run_dir)
     if result.resumed_from_epoch:
         console.print(f"(resumed after epoch {result.resumed_from_epoch})")
     if result.status != "finished":

@@ -95,7 +95,7 @@ def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wan
 
 def _history_keys(runs: Any) -> list[str]:
     keys = {c[len("metric."):] for c in runs.columns if c.startswith("metric.")}
-    return sorted(k for k in keys if per_epoch(k) and (k.startswith(("train_", "valid_")) or k == "epoch_seconds"))
+    return sorted(k for k in keys if per_epoch(k) and (k.startswith(("train_", "valid_", "grad_")) or k == "epoch_seconds"))
 
 
 def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:

@@ -72,8 +72,8 @@ def layout_of(unit: nn.Module, carry: object) -> CarryLayout:
 
 def first_step(unit: nn.Module, x_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, CarryLayout]:
     """Step 1 from the zero state: (output [B, d_out], s_1 [B, D], the layout)."""
-    try:
-        out, carry = unit.forward_carry(x_t.unsqueeze(1), None)
+    try:  # the class's method: `gradients.record` may have replaced the instance's while recording
+        out, carry = type(unit).forward_carry(unit, x_t.unsqueeze(1), None)
     except NotImplementedError as exc:
         raise CarryError(f"{type(unit).__name__}: {exc}") from None
     layout = layout_of(unit, carry)
@@ -112,7 +112,7 @@ def step_function(unit: nn.Module, layout: CarryLayout) -> Callable[[torch.Tenso
         return torch_rnn_step(rnn)
 
     def step(s: torch.Tensor, x_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out, carry = unit.forward_carry(x_t.unsqueeze(1), layout.unflatten(s))
+        out, carry = type(unit).forward_carry(unit, x_t.unsqueeze(1), layout.unflatten(s))
         return out[:, -1], layout.flatten(carry)
 
     return step

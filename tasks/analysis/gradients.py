@@ -31,7 +31,7 @@ from torch import nn
 
 from units.base import last_state, lengths_from_mask, mask_outputs
 
-from .carry import CarryLayout, check_steppable, first_step, reference_path, step_function
+from .carry import CarryLayout, check_steppable, first_step, layout_of, reference_path, step_function
 
 
 @dataclass
@@ -68,7 +68,9 @@ def output_offset(out: torch.Tensor, s: torch.Tensor) -> int | None:
 class record:
     """Context manager: while inside, `unit` runs one step at a time through `forward_carry` (same
     outputs as its `forward` at real tokens: units are causal and right-padded) and every call is
-    kept in `self.calls` with its states retaining their gradients."""
+    kept in `self.calls` with its states retaining their gradients. Both ways a model runs a unit
+    are recorded: `forward(x, mask)` from the zero state, and `forward_carry(x, carry)` (the
+    contiguous LM's truncated BPTT) from the zero state or the carry it is given."""
 
     def __init__(self, unit: nn.Module) -> None:
         check_steppable(unit)
@@ -76,31 +78,49 @@ class record:
         self.calls: list[Recorded] = []
         self._ref = reference_path(unit)
 
-    def _forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        lengths = lengths_from_mask(x, mask)
-        out, s, layout = first_step(self.unit, x[:, 0])
+    def _run(self, x: torch.Tensor, lengths: torch.Tensor, carry: Any = None) -> tuple[torch.Tensor, torch.Tensor, CarryLayout]:
+        """Steps 1..T from the zero state (carry None) or from `carry`: (outputs, last s, layout)."""
+        if carry is None:
+            out, s, layout = first_step(self.unit, x[:, 0])
+            start = 1
+        else:
+            layout = layout_of(self.unit, carry)
+            s, start = layout.flatten(carry), 0
         step = step_function(self.unit, layout)
-        at = output_offset(out, s)
+        with torch.no_grad():  # where the output sits in s (one step, not recorded)
+            at = output_offset(out, s) if carry is None else output_offset(*step(s, x[:, 0]))
         read = (lambda o, s: s[:, at:at + o.shape[1]]) if at is not None else (lambda o, s: o)  # noqa: E731
-        outs, states = [read(out, s)], [s]
-        for t in range(1, x.shape[1]):
+        outs, states = ([read(out, s)], [s]) if carry is None else ([], [])
+        for t in range(start, x.shape[1]):
             out, s = step(s, x[:, t])
             outs.append(read(out, s))
             states.append(s)
-        for s in states:
-            if s.requires_grad:
-                s.retain_grad()
+        for st in states:
+            if st.requires_grad:
+                st.retain_grad()
         self.calls.append(Recorded(x.detach(), lengths, states, layout))
-        outputs = mask_outputs(torch.stack(outs, 1), lengths)
+        return torch.stack(outs, 1), states[-1], layout
+
+    def _forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, **_: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        lengths = lengths_from_mask(x, mask)
+        outs, _, _ = self._run(x, lengths)
+        outputs = mask_outputs(outs, lengths)
         return outputs, last_state(outputs, lengths)
+
+    def _forward_carry(self, x: torch.Tensor, carry: Any = None) -> tuple[torch.Tensor, Any]:
+        lengths = torch.full((x.shape[0],), x.shape[1], dtype=torch.long, device=x.device)
+        outs, s, layout = self._run(x, lengths, carry)
+        return outs, layout.unflatten(s)
 
     def __enter__(self) -> record:
         self._ref.__enter__()
-        self.unit.forward = self._forward  # instance attribute: nn.Module.__call__ finds it first
+        self.unit.forward = self._forward  # instance attributes: found before the class's methods
+        self.unit.forward_carry = self._forward_carry
         return self
 
     def __exit__(self, *exc: object) -> None:
         del self.unit.forward
+        del self.unit.forward_carry
         self._ref.__exit__(*exc)
 
 
@@ -250,3 +270,58 @@ def state_gradients(unit: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
         loss = loss_fn(outputs, state)
     loss.backward()
     return analyse(unit, rec.calls, max_pairs)
+
+
+def on_batches(model: nn.Module, unit: nn.Module, adapter: Any, split: str, batches: int, batch_size: int,
+               max_pairs: int, device: torch.device | str = "cpu") -> GradientStats | None:
+    """The analysis of `unit` (a layer of `model`'s encoder) on the first `batches` batches of
+    `split`: the model in eval mode (no dropout: the gradient of the function it computes), the
+    task's loss backpropagated batch by batch with the unit recorded. None when the split gave no
+    batches. Leaves the model in eval mode with no gradients."""
+    from tasks.training import to_device
+
+    model.eval()
+    with record(unit) as rec:
+        for i, batch in enumerate(adapter.eval_batches(split, batch_size)):
+            if i >= batches:
+                break
+            with torch.enable_grad():
+                loss, _ = adapter.loss(model, to_device(batch, device))
+                loss.backward()
+            model.zero_grad(set_to_none=True)
+        calls = rec.calls
+    return analyse(unit, calls, max_pairs=max_pairs) if calls else None
+
+
+#: The per-epoch gradient summary the trainer logs when `grad_log_batches` > 0 (key in the
+#: epoch's metrics ← key of GradientStats.summary()).
+EPOCH_METRICS = {"grad_ratio_first_last": "grad_ratio_first_last", "grad_frac_sigma_gt_1": "frac_sigma_gt_1",
+                 "grad_sigma_max_mean": "sigma_max_mean"}
+EPOCH_BATCH_SIZE = 32   # sequences per batch of the per-epoch summary
+EPOCH_MAX_PAIRS = 256   # Jacobians per epoch (σ_max statistics): cheap next to an epoch
+
+
+def first_split(split: str) -> str:
+    """The first split of a validation key (`mean(a,b)` → a)."""
+    if split.startswith("mean(") and split.endswith(")"):
+        return split[5:-1].split(",")[0]
+    return split
+
+
+def epoch_summary(model: nn.Module, adapter: Any, batches: int, device: torch.device | str = "cpu",
+                  layer: int = 1) -> dict[str, float]:
+    """After an epoch: the gradient-flow summary of encoder layer `layer` on the first `batches`
+    validation batches (EPOCH_BATCH_SIZE sequences each): first/last ‖∂L/∂s_t‖ ratio, share of
+    steps with σ_max(J_t) > 1 and mean σ_max, as `EPOCH_METRICS` keys (non-finite values left out).
+    Raises CarryError / ValueError when the model's unit cannot be analysed."""
+    from .readout import encoder_layers, layer_unit
+
+    layers = encoder_layers(model)
+    unit = layer_unit(layers[min(layer, len(layers)) - 1])
+    stats = on_batches(model, unit, adapter, first_split(adapter.valid_split), batches, EPOCH_BATCH_SIZE,
+                       EPOCH_MAX_PAIRS, device)
+    if stats is None:
+        return {}
+    summary = stats.summary()
+    out = {key: float(summary[name]) for key, name in EPOCH_METRICS.items() if name in summary}
+    return {k: v for k, v in out.items() if np.isfinite(v)}

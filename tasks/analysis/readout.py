@@ -10,9 +10,8 @@ it exposes (duck typing: a third-party unit with the same method gets the same a
 | `unbinding(x, mask)` → [B,T,d²] | tpgn | none (k-means of u_t, as the controls) | u_t |
 | none | lstm, gru, tpr3, ... | none (k-means of the outputs) | the outputs |
 
-HRR filler sets (tasks/lm/hrr.py) are per word *type*, not per token, and no task builds the HRR
-embedding yet (its wiring into `lm` is pending), so no recorded run has them; `hrr_filler_sets`
-reads them from the module directly.
+HRR filler sets (tasks/lm/hrr.py, the `lm` option `embedding = "hrr"`) are per word *type*, not per
+token: `hrr_filler_sets` reads them from the embedding module; tasks/analysis/filler_sets.py scores them.
 """
 
 from __future__ import annotations
