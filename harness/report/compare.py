@@ -9,7 +9,7 @@ from typing import Any
 from ..record import ReportError
 from .aggregate import _is_missing, aggregate, infer_seeds
 from .load import load_record, resolve_study
-from .render import DASH, PERCENT_METRICS, _print_wide, format_cell, metric_scale
+from .render import DASH, PERCENT_METRICS, PLAIN_ROWS, Section, _print_wide, format_cell, metric_scale, plain_table
 
 
 @dataclass
@@ -76,16 +76,20 @@ def _pairs(ca: Any, cb: Any) -> tuple[list[tuple[str, str, str]], set[str]]:
     return pairs, used_b
 
 
-def _by_cell(agg: Any) -> dict[str, Any]:
-    """The aggregate's rows per cell id, indexed by split: one pass (filtering the frame once per
-    matched cell was cells × rows work, minutes at 5,000 cells; issue 24)."""
-    return {cid: g.set_index("split") for cid, g in agg.groupby("cell_id", sort=False)} if len(agg) else {}
+def _by_cell(agg: Any) -> dict[str, dict[str, dict[str, Any]]]:
+    """The aggregate's rows per cell id, by split, as plain dicts: one pass over the frame
+    (filtering it per matched cell was cells × rows work; pandas row access per split cost
+    ~0.5 ms a row at 5,000 cells; issue 24)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for rec in agg.to_dict("records") if len(agg) else []:
+        out.setdefault(rec["cell_id"], {})[rec["split"]] = rec
+    return out
 
 
-def _rows(ga: Any, gb: Any, ida: str, idb: str, how: str) -> list[dict[str, Any]]:
+def _rows(ga: dict[str, dict[str, Any]], gb: dict[str, dict[str, Any]], ida: str, idb: str, how: str) -> list[dict[str, Any]]:
     rows = []
-    for split in [s for s in ga.index if s in gb.index]:
-        ra, rb = ga.loc[split], gb.loc[split]
+    for split in [s for s in ga if s in gb]:
+        ra, rb = ga[split], gb[split]
         rows.append({
             "label": ra["label"], "split": split, "metric": ra["metric"], "match": how,
             "cell_id_a": ida, "cell_id_b": idb,
@@ -104,11 +108,11 @@ def _params(row: Any) -> Any:
     return None if _is_missing(v) else int(v)
 
 
-def _one_side_rows(g: Any, cell_id: str, which: str) -> list[dict[str, Any]]:
-    """A cell present in one study only (`g`: its aggregate rows indexed by split, `_by_cell`):
+def _one_side_rows(g: dict[str, dict[str, Any]], cell_id: str, which: str) -> list[dict[str, Any]]:
+    """A cell present in one study only (`g`: its aggregate rows by split, `_by_cell`):
     its numbers on its side, nothing on the other."""
     rows = []
-    for r in g.reset_index().to_dict("records"):
+    for r in g.values():
         mine = {"mean": r["mean"], "std": r["std"], "n": int(r["n"]), "failed": int(r["seeds_failed"]),
                 "missing": int(r["seeds_missing"])}
         none = {"mean": float("nan"), "std": float("nan"), "n": 0, "failed": 0, "missing": 0}
@@ -178,17 +182,32 @@ def _format_params(pa: Any, pb: Any, match: str) -> str:
 
 
 def print_comparison(result: Comparison, console: Any) -> None:
+    columns, rows = comparison_rows(result)
+    sa, sb = result.a, result.b
+    title = f"A = {sa.title} ({sa.uri})  vs  B = {sb.title} ({sb.uri})"
+    if len(rows) > PLAIN_ROWS:  # rich renders ~5 ms a row (harness.report.render.PLAIN_ROWS)
+        sec = Section("", "", title, columns, ["l", "l"] + ["r"] * (len(columns) - 2), rows)
+        console.print(plain_table(sec), markup=False, highlight=False, soft_wrap=True)
+    else:
+        _print_rich(title, columns, rows, console)
+    _notes(result, console)
+
+
+def _print_rich(title: str, columns: list[str], rows: list[list[str]], console: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    columns, rows = comparison_rows(result)
-    sa, sb = result.a, result.b
-    table = Table(title=escape(f"A = {sa.title} ({sa.uri})  vs  B = {sb.title} ({sb.uri})"), title_justify="left")
+    table = Table(title=escape(title), title_justify="left")
     for i, col in enumerate(columns):
         table.add_column(escape(col), justify="left" if i < 2 else "right")
     for row in rows:
         table.add_row(*(escape(v) for v in row))
     _print_wide(console, table)
+
+
+def _notes(result: Comparison, console: Any) -> None:
+    from rich.markup import escape
+
     percent = any(str(m).lower() in PERCENT_METRICS for m in result.frame["metric"])
     console.print("† some seeds diverged · ‡ some seeds missing" + (" · accuracy in %, B − A in points" if percent else ""))
     for side, labels in (("A", result.only_a), ("B", result.only_b)):
