@@ -343,3 +343,17 @@ def test_a_large_table_prints_as_aligned_plain_text_and_a_small_one_through_rich
     assert lines[3 + PLAIN_ROWS + 1] == "a footnote"
     assert "┏" in text or "━" in text or "┃" in text  # the small table: a rich table
     assert text.count("a footnote") == 2
+
+
+def test_a_split_scored_by_correlation_shows_pearson_in_an_accuracy_table() -> None:
+    """SentEval's STS-B inside a transfer task whose metric is accuracy: no `_acc` column exists,
+    so the table shows its Pearson r (× 100 like the accuracies, and labelled so), not a dash."""
+    import pandas as pd
+
+    from harness.report.aggregate import _scored_split
+
+    runs = pd.DataFrame({"metric.test_senteval_MR_acc": [0.5], "metric.test_senteval_STSBenchmark_pearson": [0.41]})
+    assert _scored_split("senteval_MR", "acc", runs) == ("senteval_MR", "metric.test_senteval_MR_acc")
+    assert _scored_split("senteval_STSBenchmark", "acc", runs) == (
+        "senteval_STSBenchmark (pearson ×100)", "metric.test_senteval_STSBenchmark_pearson")
+    assert _scored_split("senteval_X", "acc", runs) == ("senteval_X", "metric.test_senteval_X_acc")  # nothing: a dash

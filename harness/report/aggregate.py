@@ -164,7 +164,7 @@ def _task_tables(cell_rows: list[dict[str, Any]], runs: Any) -> dict[str, tuple]
         metric, tests = _recorded(rows, "metric"), _recorded(rows, "test_splits")
         if metric is not None and tests is not None:
             metric = str(metric).removeprefix("valid_")
-            splits = [(_display(t), f"metric.test_{t}_{metric}") for t in json.loads(tests)]
+            splits = [_scored_split(t, metric, runs) for t in json.loads(tests)]
         else:
             task_runs = runs[runs["cell_id"].isin({r["cell_id"] for r in rows})] if len(runs) else runs.iloc[0:0]
             metric = _metric_of(task_runs) or "acc"
@@ -172,6 +172,24 @@ def _task_tables(cell_rows: list[dict[str, Any]], runs: Any) -> dict[str, tuple]
         direction = metric_direction(metric, _recorded(rows, "direction"))
         out[task_label] = (metric, direction, [("valid", f"metric.best_valid_{metric}")] + splits)
     return out
+
+
+# A test split scored by correlation, not by the task's metric (SentEval's STS/SICK-R in a transfer
+# task whose metric is accuracy): its column shows Pearson r on the metric's scale (× 100 for
+# accuracy, as `tprbench transfer` and the papers' Table 3 print it), and says so.
+CORRELATION_METRICS = ("pearson",)
+
+
+def _scored_split(split: str, metric: str, runs: Any) -> tuple[str, str]:
+    col = f"metric.test_{split}_{metric}"
+    if len(runs) and col not in runs.columns:
+        for alt in CORRELATION_METRICS:
+            if f"metric.test_{split}_{alt}" in runs.columns:
+                from .render import metric_scale  # render imports this module
+
+                scale = metric_scale(metric)[0]
+                return f"{_display(split)} ({alt}{' ×100' if scale == 100 else ''})", f"metric.test_{split}_{alt}"
+    return _display(split), col
 
 
 def _present(v: Any) -> bool:
