@@ -211,6 +211,19 @@ def test_driver_killed_midway_then_rerun(tmp_path: Path) -> None:
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 
 
+def _driver_to_the_end(path: Path, root: Path, log: Path, env: dict) -> None:
+    """`tprbench run` as a user reruns it, to its end (exit 0); whatever it started is ended after."""
+    proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
+    try:
+        rc = proc.wait(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        kill_session(proc.pid)
+    assert rc == 0, log.read_text()[-3000:]
+
+
 def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -> None:
     proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
     try:
@@ -225,15 +238,7 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
     print(f"\nkilled after {waited:.1f} s with {len(recorded)}/{total} runs recorded, {len(finished)} finished; "
           f"ended leftover processes: {leftovers}")
     assert 2 <= len(recorded) < total
-    proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
-    try:
-        rc = proc.wait(timeout=300)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_session(proc.pid)
-    assert rc == 0, log.read_text()[-3000:]
+    _driver_to_the_end(path, root, log, env)
     # The rerun says what it resumes (issue 21), e.g. "resuming: 1 trial(s) continue from their
     # checkpoints, 2 run(s) already recorded" (with --quiet too: only the progress lines go).
     resume = [ln for ln in log.read_text().splitlines() if ln.startswith("resuming:")]
@@ -304,14 +309,7 @@ def test_ctrl_c_ends_the_record_killed_then_rerun_finishes(tmp_path: Path) -> No
         assert ended["study"] == ["KILLED"], ended
         assert ended["cell"] and set(ended["cell"]) <= {"KILLED", "FINISHED"} and "KILLED" in ended["cell"], ended
 
-        proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
-        try:
-            assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            kill_session(proc.pid)
+        _driver_to_the_end(path, root, log, env)
         assert check_complete(path, root)["runs"] == total
         after = records(root, "ctrlc")
         assert {k: after[k].run_id for k in recorded} == {k: r.run_id for k, r in recorded.items()}
