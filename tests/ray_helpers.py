@@ -336,7 +336,16 @@ def start_driver(study_path: Path, root: Path, log: Path, *extra: str, env: dict
     """`tprbench run` in its own session (so everything it starts can be found and ended)."""
     return subprocess.Popen([TPRBENCH, "run", str(study_path), "--root", str(root), "--quiet", *extra],
                             cwd=str(REPO), env={**os.environ, **ray_environ(), **(env or {})},
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=_ctrl_c_as_at_a_terminal)
+
+
+def _ctrl_c_as_at_a_terminal() -> None:
+    """In the driver's process before exec: SIGINT handled by default, as at a terminal. A test run
+    started in the background by a non-interactive shell (`cmd &`, as CI scripts may) inherits SIGINT
+    ignored, and Python then never raises KeyboardInterrupt (the Ctrl-C test sent it to a driver that
+    ran on to the end)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def session_pids(sid: int) -> list[int]:
