@@ -92,9 +92,11 @@ def ray_cluster(tmp_path_factory):
         shutil.rmtree(head.info["temp"], ignore_errors=True)
 
 
-def _trial_on(node_pids: list[int], work: Path) -> Path | None:
-    """A run directory whose current attempt runs in one of `node_pids`, past its first epoch."""
-    for d in sorted(work.glob("*/trial-*")):
+def _trial_on(node_pids: list[int], work: Path, cells: set[str]) -> Path | None:
+    """A run directory of one of `cells` whose current attempt runs in one of `node_pids`, past its
+    first epoch. Only slow cells: a GRU trial past its first epoch can finish before the kill lands
+    (it did on an idle machine), and then nothing is retried."""
+    for d in sorted(p for c in cells for p in work.glob(f"{c}/trial-*")):
         tried = attempts(d)
         if tried and tried[-1]["pid"] in node_pids and (d / "checkpoint.pt").exists() and not (d / "result.json").exists():
             return d
@@ -107,13 +109,16 @@ def test_two_ray_start_nodes_a_worker_node_lost_mid_study(ray_cluster, tmp_path:
     path = write_study(tmp_path, "twonodes", [SLOW, "gru"], trials=3, seeds=1, epochs=3)
     log = tmp_path / "driver.log"
     t0 = time.time()
+    from harness.study import expand, load_study
+
+    slow = {c.id for c in expand(load_study(path)) if "SlowUnit" in c.unit}
     driver = start_driver(path, root, log, "--address", head.info["address"])
     try:
         hit = None
         while hit is None:
             assert driver.poll() is None, tail(log, 60)
             assert time.time() - t0 < 300, "no trial reached its second epoch on the worker node"
-            hit = _trial_on(worker.pids, root / "work" / "twonodes")
+            hit = _trial_on(worker.pids, root / "work" / "twonodes", slow)
             time.sleep(0.05)
         worker.stop(signal.SIGKILL)  # the node is lost at once: raylet, its workers, everything of it
         finish(driver, log)
