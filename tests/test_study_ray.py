@@ -211,16 +211,21 @@ def test_driver_killed_midway_then_rerun(tmp_path: Path) -> None:
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 
 
+def _end(proc) -> list[str]:
+    """A driver that is still running is killed; then whatever its session started is ended."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    return kill_session(proc.pid)
+
+
 def _driver_to_the_end(path: Path, root: Path, log: Path, env: dict) -> None:
     """`tprbench run` as a user reruns it, to its end (exit 0); whatever it started is ended after."""
     proc = start_driver(path, root, log, "--num-cpus", "2", env=env)
     try:
         rc = proc.wait(timeout=300)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        kill_session(proc.pid)
+        _end(proc)
     assert rc == 0, log.read_text()[-3000:]
 
 
@@ -229,10 +234,7 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
     try:
         waited = kill_driver_when(proc, lambda: count_recorded(root) >= 2)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        leftovers = kill_session(proc.pid)
+        leftovers = _end(proc)
     recorded = records(root, "killme")
     finished = results(root, "killme")  # result.json written before the kill (recorded or not)
     print(f"\nkilled after {waited:.1f} s with {len(recorded)}/{total} runs recorded, {len(finished)} finished; "
@@ -296,10 +298,7 @@ def test_ctrl_c_ends_the_record_killed_then_rerun_finishes(tmp_path: Path) -> No
             os.kill(proc.pid, signal.SIGINT)
             rc = proc.wait(timeout=120)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            kill_session(proc.pid)
+            _end(proc)
         text = log.read_text()
         assert rc == 130, text[-3000:]
         assert "interrupted; everything finished so far is recorded" in text
