@@ -51,7 +51,7 @@ from .record import (
     split_tags,
     will_retry,
 )
-from .storage import JOURNAL_PREFIX, default_storage_url, display_url, open_storage, read_trial_states, trial_states
+from .storage import default_storage_url, display_url, open_storage, read_trial_states
 from .tracking import Tracker, cell_tags, default_tracking_uri, git_commit, retry_seconds, with_retry
 
 
@@ -771,10 +771,10 @@ class StudyRunner:
         for key, rec in found.items():
             by_cell.setdefault(rec.cell_id, {})[key] = rec
         names = [self._optuna_name(c) for c in self.cells]
-        if self.storage_url.startswith(JOURNAL_PREFIX):  # read directly, without Optuna's replay (issue 24)
-            trials = read_trial_states(self.storage_url, names)
-        else:
-            trials = with_retry(lambda: trial_states(self.storage, names), f"Optuna storage {display_url(self.storage_url)}", self._say)
+        # A journal is read directly (no replay; the storage is opened only when there is work), a
+        # database through the driver's own storage.
+        trials = with_retry(lambda: read_trial_states(self.storage_url, names, opened=lambda: self.storage),
+                            f"Optuna storage {display_url(self.storage_url)}", self._say)
         states = [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {}))
                   for c, name in zip(self.cells, names)]
         from .record_guard import Snapshots

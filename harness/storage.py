@@ -16,6 +16,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 JOURNAL_PREFIX = "journal://"
 DRIVER_HINT = "pip install 'tprbench[cluster]' (psycopg 3, what SQLAlchemy uses for postgresql://)"
@@ -188,13 +189,17 @@ _STATE_NAMES = {0: "RUNNING", 1: "COMPLETE", 2: "PRUNED", 3: "FAIL", 4: "WAITING
 _FINISHED = (1, 2, 3)
 
 
-def read_trial_states(url: str, study_names: list[str]) -> dict[str, list[tuple[int, int, str]]]:
-    """`trial_states` of the named studies read without changing (or creating) the storage. A
-    journal is read by `journal_trial_states` (no replay through Optuna); a database through
-    Optuna's tables. A journal that does not exist has no studies."""
+def read_trial_states(url: str, study_names: list[str],
+                      opened: Callable[[], Any] | None = None) -> dict[str, list[tuple[int, int, str]]]:
+    """`trial_states` of the named studies. A journal is read by `journal_trial_states` (no replay
+    through Optuna; a journal that does not exist has no studies); a database through Optuna's
+    tables, on the storage `opened()` gives (the driver's own), else one opened read-only here,
+    which creates nothing."""
     if url.startswith(JOURNAL_PREFIX):
         path = Path(url[len(JOURNAL_PREFIX):])
         return journal_trial_states(path, study_names) if path.exists() else {}
+    if opened is not None:
+        return trial_states(opened(), study_names)
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
