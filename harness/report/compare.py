@@ -9,7 +9,7 @@ from typing import Any
 from ..record import ReportError
 from .aggregate import _is_missing, aggregate, infer_seeds
 from .load import load_record, resolve_study
-from .render import DASH, PERCENT_METRICS, PLAIN_ROWS, Section, _print_wide, format_cell, metric_scale, plain_table
+from .render import DASH, PERCENT_METRICS, Section, format_cell, metric_scale, print_sections
 
 
 @dataclass
@@ -185,27 +185,8 @@ def print_comparison(result: Comparison, console: Any) -> None:
     columns, rows = comparison_rows(result)
     sa, sb = result.a, result.b
     title = f"A = {sa.title} ({sa.uri})  vs  B = {sb.title} ({sb.uri})"
-    if len(rows) > PLAIN_ROWS:  # rich renders ~5 ms a row (harness.report.render.PLAIN_ROWS)
-        sec = Section("", "", title, columns, ["l", "l"] + ["r"] * (len(columns) - 2), rows)
-        console.print(plain_table(sec), markup=False, highlight=False, soft_wrap=True)
-    else:
-        _print_rich(title, columns, rows, console)
-    _notes(result, console)
-
-
-def _print_rich(title: str, columns: list[str], rows: list[list[str]], console: Any) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title=escape(title), title_justify="left")
-    for i, col in enumerate(columns):
-        table.add_column(escape(col), justify="left" if i < 2 else "right")
-    for row in rows:
-        table.add_row(*(escape(v) for v in row))
-    _print_wide(console, table)
-
-
-def _notes(result: Comparison, console: Any) -> None:
+    # A rich table, or aligned plain text past PLAIN_ROWS rows (harness.report.render).
+    print_sections([Section("", "", title, columns, ["l", "l"] + ["r"] * (len(columns) - 2), rows)], console)
     from rich.markup import escape
 
     percent = any(str(m).lower() in PERCENT_METRICS for m in result.frame["metric"])

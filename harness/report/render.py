@@ -362,13 +362,11 @@ def print_sections(secs: list[Section], console: Any) -> None:
     """Tables at their natural width even on a narrow (or non-terminal) console: a row per line."""
     from rich.table import Table
 
-    small = [sec for sec in secs if len(sec.rows) <= PLAIN_ROWS]
-    items = iter(rich_tables(small))
     for sec in secs:
         if len(sec.rows) > PLAIN_ROWS:
             console.print(plain_table(sec), markup=False, highlight=False, soft_wrap=True)
             continue
-        for item in [next(items)] + [next(items) for _ in sec.footnotes]:
+        for item in rich_tables([sec]):
             if isinstance(item, Table):
                 _print_wide(console, item)
             else:
