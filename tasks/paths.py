@@ -24,6 +24,20 @@ def require_dir(path: str | os.PathLike, what: str, how: str) -> Path:
     return p
 
 
+def corpus_folder(data: str | None, task: str, kinds: str, example: str) -> Path | None:
+    """A text-corpus task's data folder (None: the task's default lookup under the data root).
+    Corpora are never generated: `data = "generated"` is an error saying what to set instead, and
+    a folder that does not exist is one line naming it (lm, autoencode)."""
+    if data == "generated":
+        raise DataError(f"{task}: there is no generated corpus; set data to a {kinds} folder, e.g. {example}")
+    if data in (None, ""):
+        return None
+    path = Path(data).expanduser()
+    if not path.is_dir():
+        raise DataError(f"{task}: corpus folder {path} not found")
+    return path
+
+
 def require_file(path: str | os.PathLike, what: str, how: str) -> Path:
     p = Path(path).expanduser()
     if not p.is_file():

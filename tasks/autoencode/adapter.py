@@ -40,8 +40,8 @@ import units
 from units.base import last_state
 
 from ..base import TaskAdapter
-from ..errors import DataError
 from ..hparams import HParams
+from ..paths import corpus_folder
 from ..registry import TaskError, register_task
 from .data import BOS_ID, CORPORA, EOS_ID, PAD_ID, UNK_ID, SentenceSplit, load_sentences
 from .meta import BLEU_ORDERS, AutoencodeMeta, AutoencodeOptions  # noqa: F401 (re-exported: they lived here)
@@ -140,17 +140,13 @@ class SentenceAutoencoder(nn.Module):
 class AutoencodeTask(AutoencodeMeta, TaskAdapter):
     # archs, Options, metrics, defaults, ...: AutoencodeMeta's (tasks/autoencode/meta.py)
 
-    def check_data(self) -> None:
-        if self.data == "generated":
-            raise DataError("autoencode: there is no generated corpus; set data to a PTB/WikiText-2 folder, "
-                            "e.g. ${TPRBENCH_DATA}/ptb")
-        if self.data not in (None, "") and not Path(self.data).expanduser().is_dir():
-            raise DataError(f"autoencode: corpus folder {Path(self.data).expanduser()} not found")
+    def check_data(self) -> Path | None:
+        """The corpus folder (None: the default under the data root), checked: `prepare` reads it here."""
+        return corpus_folder(self.data, "autoencode", "PTB/WikiText-2", "${TPRBENCH_DATA}/ptb")
 
     def prepare(self) -> None:
-        self.check_data()
+        data_dir = self.check_data()
         opts = self.options
-        data_dir = None if self.data in (None, "") else Path(self.data).expanduser()
         self.corpus = load_sentences(opts.corpus, data_dir=data_dir, max_len=opts.max_len)
         self.n_unk_added = _limit_vocab(self.corpus, opts.max_vocab)
         self.sentences: dict[str, SentenceSplit] = {}

@@ -30,8 +30,8 @@ from torch.nn import functional as F
 import units
 
 from ..base import TaskAdapter
-from ..errors import DataError
 from ..hparams import HParams
+from ..paths import corpus_folder
 from ..registry import TaskError, register_task
 from .data import CORPORA, batchify, bptt_batches, load_lm_corpus, sentence_batches, split_sentences
 from .hrr import EmbeddingParamCounts, HRRWordEmbedding
@@ -104,16 +104,13 @@ def detach(carry: Any) -> Any:
 class LMTask(LMMeta, TaskAdapter):
     # archs, Options, metrics, defaults, ...: LMMeta's (tasks/lm/meta.py)
 
-    def check_data(self) -> None:
-        if self.data == "generated":
-            raise DataError("lm: there is no generated corpus; set data to a WikiText/PTB folder, e.g. ${TPRBENCH_DATA}/wikitext2")
-        if self.data not in (None, "") and not Path(self.data).expanduser().is_dir():
-            raise DataError(f"lm: corpus folder {Path(self.data).expanduser()} not found")
+    def check_data(self) -> Path | None:
+        """The corpus folder (None: the default under the data root), checked: `prepare` reads it here."""
+        return corpus_folder(self.data, "lm", "WikiText/PTB", "${TPRBENCH_DATA}/wikitext2")
 
     def prepare(self) -> None:
-        self.check_data()
+        data_dir = self.check_data()
         opts = self.options
-        data_dir = None if self.data in (None, "") else Path(self.data).expanduser()
         self.corpus = load_lm_corpus(opts.corpus, data_dir=data_dir, cache_dir=self.cache_dir / "lm",
                                      bpe_vocab_size=opts.bpe_vocab_size)
         streams = dict(self.corpus.splits)
