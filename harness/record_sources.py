@@ -151,43 +151,32 @@ class SqlSource:
         return [r[0] for r in self.query("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")]
 
     # -- selections ----------------------------------------------------------------------------
-    @staticmethod
-    def _selection(kind: str, cell_ids: list[str] | None, ended: bool, params: dict[str, Any]) -> str:
-        """SQL selecting (run_uuid, status, start_time, end_time) of the experiment's active runs of
-        one kind, optionally restricted to a chunk of cell ids and to ended runs."""
-        params["kind"] = kind
-        sql = ("SELECT r.run_uuid, r.status, r.start_time, r.end_time FROM runs r "
-               "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'tprbench.kind' AND k.value = :kind ")
-        if cell_ids is not None:
-            names = []
-            for i, cid in enumerate(cell_ids):
-                params[f"c{i}"] = cid
-                names.append(f":c{i}")
-            sql += f"JOIN tags c ON c.run_uuid = r.run_uuid AND c.key = 'tprbench.cell_id' AND c.value IN ({', '.join(names)}) "
-        sql += "WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active'"
+    def _kind_rows(self, experiment_id: str, kind: str, cell_ids: Iterable[str] | None,
+                   ended: bool) -> list[tuple[str, str, int, int | None]]:
+        """(run id, status, start time, end time) of the experiment's active runs of one kind
+        (ended ones only if `ended`), of `cell_ids` when given: one scan of the experiment's runs
+        of that kind, with the asked cells kept here. MLflow indexes tags by (key, run) only, not
+        by value, so a database filter on cell ids (`value IN (...)`) scans the same rows again
+        for every chunk of ids — 5× slower at 10,000 cells (issue 24)."""
+        params: dict[str, Any] = {"exp": int(experiment_id), "kind": kind}
+        sql = ("SELECT r.run_uuid, r.status, r.start_time, r.end_time, c.value FROM runs r "
+               "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'tprbench.kind' AND k.value = :kind "
+               "LEFT JOIN tags c ON c.run_uuid = r.run_uuid AND c.key = 'tprbench.cell_id' "
+               "WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active'")
         if ended:
             sql += " AND r.status IN ('FINISHED', 'FAILED', 'KILLED')"
-        return sql
-
-    def _cell_chunks(self, cell_ids: Iterable[str] | None) -> list[list[str] | None]:
-        if cell_ids is None:
-            return [None]
-        ids = sorted(set(cell_ids))
-        return list(_chunks(ids, 2000)) if ids else []
+        wanted = None if cell_ids is None else set(cell_ids)
+        return [(r[0], r[1], r[2], r[3]) for r in self.query(sql, params) if wanted is None or r[4] in wanted]
 
     def index(self, experiment_id: str, kind: str, cell_ids: Iterable[str] | None = None,
               ended: bool = True) -> list[tuple[str, str, int, int | None]]:
         """(run id, status, start time, end time) of the active runs of one kind (ended ones only
-        by default), restricted to `cell_ids` when given. One query per 2,000 cells."""
-        out = []
-        for chunk in self._cell_chunks(cell_ids):
-            params: dict[str, Any] = {"exp": int(experiment_id)}
-            out += [tuple(r) for r in self.query(self._selection(kind, chunk, ended, params), params)]
-        return out
+        by default), restricted to `cell_ids` when given. One query."""
+        return self._kind_rows(experiment_id, kind, cell_ids, ended)
 
     # -- rows ----------------------------------------------------------------------------------
     def _fill(self, b: _Builder, where: str, params: dict[str, Any], tag_names: bool = True) -> None:
-        """Tags, params and latest metrics of the runs `where` selects (a subquery of run ids)."""
+        """Tags, params and latest metrics of the runs `where` lists (run ids)."""
         for run_id, key, value in self.query(
                 f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) "
                 "AND t.key LIKE 'tprbench.%' AND t.key <> 'tprbench.kind'", params):
@@ -201,15 +190,9 @@ class SqlSource:
 
     def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = "run") -> Columns:
         """Every ended run of one kind of the experiment (of `cell_ids` when given), as Columns:
-        four queries per 2,000 cells, whatever the number of runs."""
-        b = _Builder()
-        for chunk in self._cell_chunks(cell_ids):
-            params: dict[str, Any] = {"exp": int(experiment_id)}
-            sel = self._selection(kind, chunk, True, params)
-            for run_id, status, start, end in self.query(sel, params):
-                b.add_run(run_id, status, start, end)
-            self._fill(b, "SELECT run_uuid FROM (" + sel + ") s", params)
-        return b.cols
+        one scan for the runs, then their tags, params and metrics 500 runs a query (by the
+        tables' run-id index: no rescan of the experiment per chunk)."""
+        return self.runs_by_id(self._kind_rows(experiment_id, kind, cell_ids, True))
 
     def runs_by_id(self, rows: Iterable[tuple[str, str, int, int | None]]) -> Columns:
         """Columns of the given index rows (run id, status, start, end), 500 ids per query."""
@@ -225,12 +208,12 @@ class SqlSource:
     def cell_runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Every active cell run (any status) of the experiment, of `cell_ids` when given."""
         out: dict[str, dict[str, Any]] = {}
-        for chunk in self._cell_chunks(cell_ids):
-            params: dict[str, Any] = {"exp": int(experiment_id)}
-            sel = self._selection("cell", chunk, False, params)
-            for run_id, status, start, _end in self.query(sel, params):
-                out[run_id] = {"run_id": run_id, "status": status, "start_time": start, "tags": {}, "params": {}}
-            where = "SELECT run_uuid FROM (" + sel + ") s"
+        rows = self._kind_rows(experiment_id, "cell", cell_ids, False)
+        for run_id, status, start, _end in rows:
+            out[run_id] = {"run_id": run_id, "status": status, "start_time": start, "tags": {}, "params": {}}
+        for chunk in _chunks([r[0] for r in rows]):
+            params = {f"r{i}": rid for i, rid in enumerate(chunk)}
+            where = ", ".join(f":r{i}" for i in range(len(chunk)))
             for run_id, key, value in self.query(
                     f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) "
                     "AND t.key LIKE 'tprbench.%' AND t.key <> 'tprbench.kind'", params):
@@ -242,8 +225,7 @@ class SqlSource:
 
     def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str]] | None:
         """(run id, tags by bare name) of the study run (the first created), or None."""
-        params: dict[str, Any] = {"exp": int(experiment_id)}
-        rows = sorted((start or 0, rid) for rid, _s, start, _e in self.query(self._selection("study", None, False, params), params))
+        rows = sorted((start or 0, rid) for rid, _s, start, _e in self._kind_rows(experiment_id, "study", None, False))
         if not rows:
             return None
         rid = rows[0][1]

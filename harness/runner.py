@@ -725,7 +725,7 @@ class StudyRunner:
         """Per cell: best validation score of the search, mean and std of the counted seeds per
         split, seeds finished, parameter counts — as `tprbench report` computes them."""
         from .report import aggregate
-        from .report.aggregate import _is_missing
+        from .report.aggregate import _is_missing, records
 
         reader = self.tracker.reader
         runs, cells = reader.runs(cell_ids), reader.cells(cell_ids)
@@ -733,7 +733,7 @@ class StudyRunner:
             return {}
         agg = aggregate(runs, cells, self.study.study.seeds)
         out: dict[str, dict[str, float]] = {}
-        for row in (agg if isinstance(agg, list) else agg.to_dict("records")):
+        for row in (agg if isinstance(agg, list) else records(agg)):
             m = out.setdefault(row["cell_id"], {})
             key = str(row["metric_key"]).removeprefix("best_")
             if row["n"]:
@@ -796,8 +796,10 @@ class StudyRunner:
         need nothing here: they are dispatched, and their worker returns the result.json.)"""
         for number, trial_id, state in trials:
             key = f"{st.cell.id}/trial/{number}"
+            if state not in ("COMPLETE", "PRUNED", "FAIL") or key in st.records:
+                continue  # the usual case, decided before building a path (90,000 trials at 100k runs)
             done = self.work_dir / st.cell.id / f"trial-{number:04d}" / "result.json"  # tasks.training.RESULT
-            if state not in ("COMPLETE", "PRUNED", "FAIL") or key in st.records or not done.exists():
+            if not done.exists():
                 continue
             try:
                 result = json.loads(done.read_text())

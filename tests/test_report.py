@@ -357,3 +357,41 @@ def test_a_split_scored_by_correlation_shows_pearson_in_an_accuracy_table() -> N
     assert _scored_split("senteval_STSBenchmark", "acc", runs) == (
         "senteval_STSBenchmark (pearson ×100)", "metric.test_senteval_STSBenchmark_pearson")
     assert _scored_split("senteval_X", "acc", runs) == ("senteval_X", "metric.test_senteval_X_acc")  # nothing: a dash
+
+
+def test_mean_std_gives_numpys_bits_and_records_gives_to_dicts_values() -> None:
+    """aggregate's mean ± std (plain Python below 8 values, numpy above) is bit for bit what
+    numpy gives, and `records` is `to_dict("records")` (nullable integers: None for missing)."""
+    import random
+
+    import numpy as np
+    import pandas as pd
+
+    from harness.report.aggregate import mean_std, records
+
+    rng = random.Random(7)
+    for n in range(1, 12):
+        for _ in range(2000):
+            scale = rng.choice([1.0, 100.0, 1e-3, 1e6])
+            vals = [rng.uniform(-1, 1) * scale for _ in range(n)]
+            mean, std = mean_std(vals)
+            assert mean == float(np.mean(vals))
+            if n > 1:
+                assert std == float(np.std(vals, ddof=1))
+            else:
+                assert math.isnan(std)
+    assert all(math.isnan(x) for x in mean_std([]))
+    assert math.isnan(mean_std([1.0, float("nan")])[0])
+
+    df = pd.DataFrame({"a": pd.array([1, None, 3], dtype="Int64"), "b": [0.5, float("nan"), 2.0],
+                       "c": pd.array(["x", None, "z"], dtype="str"), "d": [{"k": 1}, None, "s"],
+                       "e": pd.array([True, None, False], dtype="boolean")})
+    want, got = df.to_dict("records"), records(df)
+    assert len(want) == len(got) == 3
+    for w, g in zip(want, got):
+        assert list(w) == list(g)
+        for key in w:
+            assert type(w[key]) is type(g[key]), key
+            assert w[key] == g[key] or (w[key] != w[key] and g[key] != g[key]), key
+    some = records(df, ["b", "zz"])  # asked columns only; one the frame lacks is left out
+    assert [list(r) for r in some] == [["b"]] * 3 and some[0]["b"] == 0.5 and math.isnan(some[1]["b"])

@@ -108,5 +108,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"finished in {summary['seconds']:.1f} s")
     from harness.report import print_summary
 
-    print_summary(study, cells, runner.tracking_uri, console, root=runner.root)
+    tracker = getattr(runner, "tracker", None)
+    print_summary(study, cells, runner.tracking_uri, console, root=runner.root,
+                  reader=None if tracker is None else tracker.reader)
     return 0

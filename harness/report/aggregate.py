@@ -10,7 +10,9 @@ they always were.
 
 from __future__ import annotations
 
+import functools
 import json
+import math
 import re
 from typing import Any
 
@@ -46,6 +48,12 @@ def _int_or_none(text: Any) -> int | None:
 def unit_columns(unit: str, canonical: str | None) -> dict[str, Any]:
     """unit_name, roles, slices (spec first, then defaults from the canonical spec), and the spec
     without the roles option (the logic table shows roles in its own column)."""
+    return dict(_unit_columns(unit, canonical))
+
+
+@functools.lru_cache(maxsize=4096)
+def _unit_columns(unit: str, canonical: str | None) -> dict[str, Any]:
+    """unit_columns, parsed once per spec (a study repeats its units at every dim and task)."""
     name, opts = parse_unit(unit)
     _, canon = parse_unit(canonical)
     roles = _int_or_none(opts.get("roles", canon.get("roles")))
@@ -81,6 +89,24 @@ def metric_direction(metric: str, recorded: Any = None) -> str:
 
 
 # -- aggregation -------------------------------------------------------------------------------
+
+def records(frame: Any, columns: Any = None) -> list[dict[str, Any]]:
+    """`frame.to_dict("records")` (of `columns` only, when given), the same values, column by
+    column: pandas boxes every value of an Arrow-backed column one by one (~8 s for 90k runs ×
+    50 columns, issue 24), where `tolist` converts a column at once. Nullable integers give None
+    for missing values, as to_dict does."""
+    from pandas.api.extensions import ExtensionDtype
+
+    names = list(frame.columns) if columns is None else [c for c in columns if c in frame.columns]
+    values = []
+    for name in names:
+        col = frame[name]
+        if isinstance(col.dtype, ExtensionDtype) and col.dtype.kind in "iub":
+            values.append(col.to_numpy(dtype=object, na_value=None).tolist())
+        else:
+            values.append(col.tolist())
+    return [dict(zip(names, row)) for row in zip(*values)] if names else [{} for _ in range(len(frame))]
+
 
 def _splits_of(runs: Any, metric: str) -> list[tuple[str, str]]:
     """(display name, metric column) of every test split seen for this metric, papers' order first."""
@@ -245,6 +271,32 @@ def _by_seed(finished: list[dict[str, Any]], col: str) -> str:
     return json.dumps(dict(sorted(pairs)), sort_keys=True)
 
 
+def mean_std(vals: list[float]) -> tuple[float, float]:
+    """Mean and sample std (ddof=1; NaN when undefined) exactly as numpy computes them: for
+    fewer than 8 values numpy adds them in order (its pairwise sum starts at 8), so the same
+    loop in Python gives the same bits at a twentieth of the cost of two numpy calls — which
+    were 4 of a 100k-run report's seconds (issue 24; tests/test_report.py checks the equality)."""
+    n = len(vals)
+    if not n:
+        return float("nan"), float("nan")
+    if n >= 8:
+        import numpy as np
+
+        arr = np.asarray(vals, dtype=float)
+        return float(np.mean(arr)), float(np.std(arr, ddof=1))
+    total = 0.0
+    for v in vals:
+        total += v
+    mean = total / n
+    if n == 1:
+        return mean, float("nan")
+    sq = 0.0
+    for v in vals:
+        d = v - mean
+        sq += d * d
+    return mean, math.sqrt(sq / (n - 1))
+
+
 def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur: list[dict[str, Any]],
                seeds_wanted: int, table: tuple) -> dict:
     """The per-cell columns of the aggregated frame (shared by its split rows), from the cell's
@@ -283,9 +335,19 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
     }
 
 
-def _records_by_cell(frame: Any) -> dict[str, list[dict[str, Any]]]:
+def _run_columns(frame: Any, tables: dict[str, tuple]) -> list[str]:
+    """The runs' columns the per-cell statistics read (`_cell_base`, the split means): a 100k-run
+    record has ~50, most of them hyperparameters no table shows."""
+    wanted = {"cell_id", "status", "phase", "seed", "trial", "git_commit", "reason",
+              "params_formula", "params_total", "metric.params_formula", "metric.params_total"}
+    wanted.update(col for _metric, _direction, splits in tables.values() for _split, col in splits)
+    wanted.update(f"metric.best_valid_{metric}" for metric, _direction, _splits in tables.values())
+    return [c for c in frame.columns if c in wanted or c.startswith("metric.test_summary_")]
+
+
+def _records_by_cell(frame: Any, columns: list[str]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
-    for rec in frame.to_dict("records") if len(frame) else []:
+    for rec in records(frame, columns) if len(frame) else []:
         out.setdefault(rec["cell_id"], []).append(rec)
     return out
 
@@ -293,13 +355,12 @@ def _records_by_cell(frame: Any) -> dict[str, list[dict[str, Any]]]:
 def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_params: bool = False) -> Any:
     """One row per cell × split: mean, std (ddof=1), n; seeds finished/failed/missing; parameter
     counts; best hyperparameters; search statistics. Rows sorted by a fixed key (`order`)."""
-    import numpy as np
     import pandas as pd
 
     if seeds_wanted is None:
         seeds_wanted = infer_seeds(runs)
     counted = counted_runs(runs, cells, seeds_wanted, any_params)
-    cell_rows = [dict(r) for r in cells.to_dict("records")]
+    cell_rows = records(cells)
     for r in cell_rows:
         r.update(unit_columns(r.get("unit") or "", r.get("unit_canonical")))
         label = r.get("label") or ""
@@ -307,7 +368,8 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
     cell_rows.sort(key=_sort_key)
     tables = _task_tables(cell_rows, runs)
 
-    runs_recs, counted_recs = _records_by_cell(runs), _records_by_cell(counted)
+    columns = _run_columns(runs, tables)
+    runs_recs, counted_recs = _records_by_cell(runs, columns), _records_by_cell(counted, columns)
     out = []
     for order, cell in enumerate(cell_rows):
         cid = cell["cell_id"]
@@ -316,10 +378,9 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
         base = _cell_base(order, cell, runs_recs.get(cid, []), cur, seeds_wanted, table)
         finished = [r for r in cur if r.get("status") == "finished"]
         for split_order, (split, col) in enumerate(table[2]):
-            vals = np.array([float(r[col]) for r in finished if _present(r.get(col))], dtype=float)
+            vals = [float(r[col]) for r in finished if _present(r.get(col))]
             n = len(vals)
-            mean = float(np.mean(vals)) if n else float("nan")
-            std = float(np.std(vals, ddof=1)) if n > 1 else float("nan")
+            mean, std = mean_std(vals)
             out.append({**base, "split": split, "split_order": split_order, "metric_key": col[len("metric."):],
                         "mean": mean, "std": std, "n": n, "by_seed": _by_seed(finished, col)})
     df = pd.DataFrame(out)

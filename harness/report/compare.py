@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..record import ReportError
-from .aggregate import _is_missing, aggregate, infer_seeds
+from .aggregate import _is_missing, aggregate, infer_seeds, records
 from .load import load_record, resolve_study
 from .render import DASH, PERCENT_METRICS, Section, format_cell, metric_scale, print_sections
 
@@ -81,7 +81,7 @@ def _by_cell(agg: Any) -> dict[str, dict[str, dict[str, Any]]]:
     (filtering it per matched cell was cells × rows work; pandas row access per split cost
     ~0.5 ms a row at 5,000 cells; issue 24)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for rec in agg.to_dict("records") if len(agg) else []:
+    for rec in records(agg) if len(agg) else []:
         out.setdefault(rec["cell_id"], {})[rec["split"]] = rec
     return out
 
@@ -158,7 +158,7 @@ def comparison_rows(result: Comparison) -> tuple[list[str], list[list[str]]]:
     a, b = result.a.title, result.b.title
     columns = ["cell", "split", f"A: {a}", f"B: {b}", "B − A", "# params (A / B)"]
     rows = []
-    for r in result.frame.to_dict("records"):
+    for r in records(result.frame):
         ma = format_cell(r["mean_a"], r["std_a"], r["n_a"], r["metric"]) + ("†" if r["failed_a"] else "") + ("‡" if r["missing_a"] else "")
         mb = format_cell(r["mean_b"], r["std_b"], r["n_b"], r["metric"]) + ("†" if r["failed_b"] else "") + ("‡" if r["missing_b"] else "")
         label = r["label"] + (" (matched by label)" if r["match"] == "label" else "")

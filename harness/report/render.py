@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .aggregate import _is_missing, metric_direction
+from .aggregate import _is_missing, metric_direction, records
 
 PERCENT_METRICS = ("acc", "accuracy", "f1", "pearson", "spearman", "corr", "mcc")
 DASH = "–"
@@ -145,7 +145,7 @@ def sections(df: Any) -> list[Section]:
     df = df.sort_values(["order", "split_order"], kind="stable")
     out += pivot_sections(df)
     by_task: dict[str, list[dict[str, Any]]] = {}
-    for rec in df.to_dict("records"):
+    for rec in records(df):
         by_task.setdefault("" if _is_missing(rec["task_label"]) else rec["task_label"], []).append(rec)
     for task_label in sorted(by_task):
         part = by_task[task_label]
@@ -316,7 +316,7 @@ def wide_frame(df: Any) -> Any:
     df = df.sort_values(["order", "split_order"], kind="stable")
     splits = list(dict.fromkeys(["valid"] + list(df["split"])))
     rows = []
-    for g in _by_order(df.to_dict("records")):
+    for g in _by_order(records(df)):
         r = g[0]
         row = {k: r[k] for k in keys}
         by = {s["split"]: s for s in g}

@@ -110,10 +110,13 @@ def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
     return pd.DataFrame(rows, columns=list(CELL_COLUMNS))
 
 
-def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None) -> Any:
+def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None,
+                  reader: Any = None) -> Any:
     """The aggregated table of these cells, printed to the console (end of `tprbench run`).
 
     Cells with no record yet are shown with every seed missing. Returns the aggregated frame.
+    `reader`: the driver's own RecordReader (its store is open and was checked when opened: a
+    new reader would check the whole file again after the driver's writes — 5 s at 100k runs).
     """
     import pandas as pd
 
@@ -121,7 +124,8 @@ def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any,
     name, seeds = section.name, int(section.seeds)
     ids = {c.id for c in cells}
     try:
-        reader = RecordReader(tracking_uri, name, root=root)  # `root`: through the summary of ended runs
+        if reader is None or reader.experiment_id is None:
+            reader = RecordReader(tracking_uri, name, root=root)  # `root`: through the summary of ended runs
         runs, recorded = reader.runs(ids), reader.cells(ids)
     except ReportError:  # nothing recorded yet
         runs, recorded = frame([], RUN_COLUMNS), cells_frame([])
