@@ -14,12 +14,14 @@ written once). Building is not timed. Then it times, each in a fresh process as 
   study read straight from SQLite with sqlite3.
 
 `--code DIR` times another checkout of the project (e.g. `git archive` of an older commit) on
-the same records — the before/after of docs/benchmarks.md. The machine's load average is
+the same records — the before/after of docs/benchmarks.md. `--tracking-server` also times
+`study show` and `report` through an `mlflow server` started over the same record. The machine's load average is
 printed beside the numbers: on a shared machine they are upper bounds.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -30,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -300,9 +303,9 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def commands(case: Case, root: Path, out: Path) -> list[tuple[str, list[str]]]:
+def commands(case: Case, root: Path, out: Path, tracking_uri: str | None = None) -> list[tuple[str, list[str]]]:
     study = str(root / "studies" / (f"{case.name}-planned.toml" if case.planned else f"{case.name}.toml"))
-    r = ["--root", str(root)]
+    r = ["--root", str(root)] + (["--tracking-uri", tracking_uri] if tracking_uri else [])
     return [("run (nothing to do)", ["run", study, *r, "--quiet"]),
             ("study show", ["study", "show", study, *r, "--json"]),
             ("report tables", ["report", study, *r, "--out", str(out / "tables"), "--no-figures"]),
@@ -310,8 +313,58 @@ def commands(case: Case, root: Path, out: Path) -> list[tuple[str, list[str]]]:
             ("compare", ["compare", study, study, *r])]
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def tracking_server(root: Path, say: Any = print, timeout: float = 300) -> Iterator[str]:
+    """An `mlflow server` on 127.0.0.1 over the record's SQLite file (issue 24's tracking-server
+    case: `report` reads the runs through MLflow's REST API, a page of 1,000 runs a call);
+    yields its URL, and stops it (its whole process group) on exit."""
+    import signal
+    import urllib.request
+
+    port = _free_port()
+    mlflow = Path(sys.executable).with_name("mlflow")
+    argv = [str(mlflow) if mlflow.exists() else "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+            "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
+            "--artifacts-destination", str(root / "server-artifacts")]
+    log = open(root / "mlflow-server.log", "ab")
+    # No job runner (MLflow's GenAI jobs start ~10 worker processes): nothing here uses it.
+    env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
+    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.monotonic()
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"mlflow server did not start (see {root / 'mlflow-server.log'})")
+            time.sleep(0.5)
+        say(f"  mlflow server at {url} over {root / 'mlflow.db'} (up in {time.monotonic() - t0:.0f} s)")
+        yield url
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(30)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+
+
 def time_case(case: Case, root: Path, code: Path | None, label: str, which: list[str], say: Any,
-              repeat: int = 1) -> list[Timing]:
+              repeat: int = 1, tracking_uri: str | None = None) -> list[Timing]:
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
     if code is not None:
         env["PYTHONPATH"] = str(code) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -320,7 +373,7 @@ def time_case(case: Case, root: Path, code: Path | None, label: str, which: list
     summary = root / "cache" / "summary"
     rows = []
     try:
-        for name, argv in commands(case, root, out_dir):
+        for name, argv in commands(case, root, out_dir, tracking_uri):
             if which and not any(w in name for w in which):
                 continue
             for mode in ("cold", "warm") if code is None else ("-",):
@@ -376,6 +429,11 @@ def run_record_bench(args: Any) -> int:
             say(f"  {case.name:12s} floor: {fl['rows']:,} rows in {fl['seconds']:.2f} s")
             for label, path in code.items():
                 results += time_case(case, root, path, label, which, say, args.repeat)
+            if getattr(args, "tracking_server", False):
+                with tracking_server(root, say) as url:
+                    # the commands that only read: a no-op `run` through a server is timed above on the file
+                    results += time_case(case, root, None, "server", which or ["study show", "report tables"], say,
+                                         args.repeat, tracking_uri=url)
         if args.csv:
             Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
             with open(args.csv, "w", newline="") as fh:

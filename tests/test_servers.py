@@ -332,3 +332,50 @@ def test_postgres_two_studies_driven_at_once(pg, tmp_path: Path) -> None:
     for name in ("pga", "pgb"):
         st = optuna.load_study(study_name=f"{name}/{gru.id}", storage=open_storage(url))
         assert st.user_attrs["label"] == gru.label and st.metric_names == ["valid_acc"]
+
+
+# --------------------------------------------------------------------------------------------
+# MLflow: `report` of a 10k-run record through a tracking server (issue 24)
+
+
+def _report_files(out: Path) -> dict[str, list[str]]:
+    """The report's files without their "Regenerate with" line (it names the store it was read from)."""
+    return {p.name: [ln for ln in p.read_text().splitlines() if "Regenerate with" not in ln] for p in sorted(out.iterdir())}
+
+
+def test_report_of_a_10k_run_record_through_an_mlflow_server(tmp_path: Path, capsys) -> None:
+    """`tprbench report --tracking-uri http://…` over a record of 10,021 runs (bench record's
+    `tiny-5010`, written by the driver's record code): the same tables as read from the SQLite
+    file, cold (no summary of ended runs: every run through MLflow's REST API) and warm. The
+    seconds are printed, not asserted (speed targets live in `tprbench bench record
+    --tracking-server`, docs/benchmarks-record.md)."""
+    from harness.bench_record import CASES, build, tracking_server
+
+    case = CASES["tiny-5010"]
+    root = tmp_path / "record"
+    info = build(case, root, say=lambda *_: None)
+    assert info["mlflow_runs"] == case.runs == 10_021
+    study = root / "studies" / f"{case.name}.toml"
+    env = {**os.environ, **ray_environ()}
+
+    def report(out: Path, *extra: str) -> float:
+        t0 = time.perf_counter()
+        done = subprocess.run([TPRBENCH, "report", str(study), "--root", str(root), "--out", str(out), "--no-figures",
+                               *extra], capture_output=True, text=True, timeout=600, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return time.perf_counter() - t0
+
+    report(tmp_path / "file")
+    want = _report_files(tmp_path / "file")
+    assert {"table.md", "table.csv", "search.csv"} <= set(want)
+    assert len(want["table.csv"]) > 5010  # a row per cell and split
+    seconds = {}
+    with tracking_server(root, say=lambda *_: None) as url:
+        shutil.rmtree(root / "cache" / "summary", ignore_errors=True)
+        seconds["cold"] = report(tmp_path / "cold", "--tracking-uri", url)
+        seconds["warm"] = report(tmp_path / "warm", "--tracking-uri", url)
+    for mode in ("cold", "warm"):
+        assert _report_files(tmp_path / mode) == want, mode
+    with capsys.disabled():  # in the CI log, whatever pytest's capture
+        print(f"\n[issue 24] report of {case.runs:,} runs through mlflow server: cold {seconds['cold']:.1f} s, "
+              f"warm {seconds['warm']:.1f} s (load {os.getloadavg()[0]:.1f})")

@@ -80,6 +80,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--only", default=None, help="comma-separated substrings of the commands to time (default all)")
     r.add_argument("--repeat", type=int, default=1, help="times each command is run (default 1)")
     r.add_argument("--csv", default=None, help="also write the timings to this CSV file")
+    r.add_argument("--tracking-server", action="store_true",
+                   help="also time `study show` and `report` through an `mlflow server` over each record")
     r.set_defaults(_bench="record")
 
 

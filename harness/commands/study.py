@@ -27,7 +27,10 @@ def run(args: argparse.Namespace) -> int:
     study, cells = load_cells(args)
     rows = study_status(study, cells, args.root, args.tracking_uri, args.storage)
     if args.json:
-        print(json.dumps({"study": study.name, "cells": rows}, indent=1))
+        # A cell a line, each through json's C encoder (indent= takes the pure-Python one: ~0.5 s
+        # at 5,000 cells); the same object as json.dumps({"study": …, "cells": rows}).
+        cells_text = ",\n".join(json.dumps(r) for r in rows)
+        print(f'{{"study": {json.dumps(study.name)}, "cells": [\n{cells_text}\n]}}')
         return 0
     from rich.console import Console
     from rich.markup import escape
