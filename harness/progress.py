@@ -34,19 +34,55 @@ def _eta(runner: Any, states: list[Any], in_flight: int) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(seconds))
 
 
-def render(runner: Any, states: list[Any], in_flight: int):
+COLUMNS = ("cell", "id", "trials done/wanted", "running", "pruned", "failed", "errored", "seeds", "status")
+#: A live table shows at most this many cells (a screenful; those being worked on first): rich
+#: renders every row of a table at each refresh (~5 ms a row), which at 5,000 cells would take
+#: the driver's whole time (issue 24). The caption counts the rest; `tprbench study show` lists all.
+LIVE_ROWS = 40
+
+
+def _row(s: Any) -> list[str]:
+    return [s.cell.label, s.cell.id, f"{s.trials_done}/{s.trials_wanted}", str(s.running), str(s.trials_pruned),
+            str(s.trials_failed + s.seeds_failed), str(s.errored), f"{s.seeds_done}/{s.seeds_wanted}", s.status]
+
+
+def shown(states: list[Any], limit: int | None = LIVE_ROWS) -> list[Any]:
+    """The cells a live table shows: all when they fit, else the running ones, then the others
+    not done (waiting, failed), in study order, up to `limit`."""
+    if limit is None or len(states) <= limit:
+        return states
+    busy = [s for s in states if s.running]
+    return (busy + [s for s in states if not s.running and s.status != "done"])[:limit]
+
+
+def render(runner: Any, states: list[Any], in_flight: int, limit: int | None = LIVE_ROWS):
     from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"study {runner.study.name}", caption=None)
-    for col in ("cell", "id", "trials done/wanted", "running", "pruned", "failed", "errored", "seeds", "status"):
+    for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("cell", "id", "status") else "right")
-    for s in states:
-        table.add_row(escape(s.cell.label), s.cell.id, f"{s.trials_done}/{s.trials_wanted}", str(s.running),
-                      str(s.trials_pruned), str(s.trials_failed + s.seeds_failed), str(s.errored),
-                      f"{s.seeds_done}/{s.seeds_wanted}", s.status)
-    table.caption = summary_line(runner, states, in_flight)
+    rows = shown(states, limit)
+    for s in rows:
+        cells = _row(s)
+        table.add_row(escape(cells[0]), *cells[1:])
+    hidden = len(states) - len(rows)
+    table.caption = summary_line(runner, states, in_flight) + (
+        f" · {hidden} more cell(s) not shown (`tprbench study show` lists every cell)" if hidden else "")
     return table
+
+
+def print_final(runner: Any, states: list[Any], console: Any) -> None:
+    """Every cell's line at the end of an unattended run, at its natural width: a rich table, or
+    aligned plain text above `render.PLAIN_ROWS` cells (rich took ~25 s for 5,010 rows)."""
+    from .report.render import PLAIN_ROWS, Section, _print_wide, plain_table
+
+    if len(states) <= PLAIN_ROWS:
+        _print_wide(console, render(runner, states, 0, limit=None))
+        return
+    sec = Section("", "progress", f"study {runner.study.name}", list(COLUMNS), ["l", "l"] + ["r"] * 6 + ["l"],
+                  [_row(s) for s in states], footnotes=[summary_line(runner, states, 0)])
+    console.print(plain_table(sec), markup=False, highlight=False, soft_wrap=True)
 
 
 def summary_line(runner: Any, states: list[Any], in_flight: int) -> str:
@@ -87,8 +123,6 @@ def live_view(runner: Any, states: list[Any]) -> Iterator[Callable[[list[Any], i
 
 def _lines(runner: Any, states: list[Any], console: Any) -> Iterator[Callable[[list[Any], int], None]]:
     """Unattended: a progress line at intervals, the full-width table at the end."""
-    from .report.render import _print_wide
-
     every, last = interval(), [time.time()]
 
     def update(states: list[Any], in_flight: int) -> None:
@@ -99,4 +133,4 @@ def _lines(runner: Any, states: list[Any], console: Any) -> Iterator[Callable[[l
                           markup=False, highlight=False, soft_wrap=True)
 
     yield update
-    _print_wide(console, render(runner, states, 0))
+    print_final(runner, states, console)

@@ -323,6 +323,23 @@ class Tracker:
         stopped on an error) or KILLED (interrupted)."""
         self.retry(lambda: self.client.set_terminated(run_id, status), "end run")
 
+    def end_many(self, ends: list[tuple[str, str, dict[str, float]]]) -> None:
+        """End many cell runs, each (run id, status, summary metrics at step 0): what `log_summary`
+        then `end` write, run by run. On a SQL store in one transaction per 2,000 runs, through
+        MLflow's own store session and tables (`_end_sql`: the rows its log_batch and
+        set_terminated write) — through the client, ~25 ms a run made the close of a 5,010-cell
+        study take two minutes (issue 24); elsewhere (a tracking server) run by run."""
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        if store is not None and hasattr(store, "ManagedSessionMaker") and hasattr(store, "engine"):
+            for i in range(0, len(ends), 2000):
+                chunk = ends[i:i + 2000]
+                self.retry(lambda c=chunk: _end_sql(store, c, int(time.time() * 1000)), "end cell runs")
+            return
+        for run_id, status, metrics in ends:
+            if metrics:
+                self.log_summary(run_id, metrics)
+            self.end(run_id, status)
+
     def log_summary(self, run_id: str, metrics: dict[str, float]) -> None:
         """Summary metrics of a cell run (step 0), so MLflow's runs table compares cells."""
         from mlflow.entities import Metric
@@ -544,6 +561,43 @@ def _bulk_sql(store: Any, experiment_id: str, runs: list[BulkRun]) -> None:
                             (SqlLatestMetric, latest_rows)):
             if rows:
                 session.execute(model.__table__.insert(), rows)
+
+
+def _end_sql(store: Any, ends: list[tuple[str, str, dict[str, float]]], now: int) -> None:
+    """`Tracker.end_many` on a SQL store, in one transaction: the summary metrics into `metrics`,
+    `latest_metrics` updated where the new value is more recent by MLflow's own rule (step,
+    timestamp, value), and each run's status and end time — as log_batch and set_terminated
+    write them (tests/test_record_summary.py compares the two paths run by run)."""
+    import sqlalchemy as sa
+    from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun
+
+    rows = []
+    for run_id, _status, metrics in ends:
+        for key, value in sorted(metrics.items()):
+            is_nan, stored = _sanitize(float(value))
+            rows.append({"key": key, "value": stored, "timestamp": now, "step": 0, "is_nan": is_nan, "run_uuid": run_id})
+    latest_t = SqlLatestMetric.__table__
+    with store.ManagedSessionMaker() as session:
+        held: dict[tuple[str, str], tuple[int, int, float]] = {}
+        ids = [e[0] for e in ends]
+        for i in range(0, len(ids), 500):
+            found = session.execute(sa.select(latest_t.c.run_uuid, latest_t.c.key, latest_t.c.step, latest_t.c.timestamp,
+                                              latest_t.c.value).where(latest_t.c.run_uuid.in_(ids[i:i + 500])))
+            held.update({(r[0], r[1]): (r[2], r[3], r[4]) for r in found})
+        newer = [r for r in rows if (r["run_uuid"], r["key"]) not in held
+                 or (r["step"], r["timestamp"], r["value"]) > held[(r["run_uuid"], r["key"])]]
+        if rows:
+            session.execute(SqlMetric.__table__.insert(), rows)
+        replaced = [{"r": r["run_uuid"], "k": r["key"]} for r in newer if (r["run_uuid"], r["key"]) in held]
+        if replaced:
+            session.execute(latest_t.delete().where(latest_t.c.run_uuid == sa.bindparam("r"),
+                                                    latest_t.c.key == sa.bindparam("k")), replaced)
+        if newer:
+            session.execute(latest_t.insert(), newer)
+        run_t = SqlRun.__table__
+        session.execute(run_t.update().where(run_t.c.run_uuid == sa.bindparam("r"), run_t.c.lifecycle_stage == "active")
+                        .values(status=sa.bindparam("s"), end_time=sa.bindparam("e")),
+                        [{"r": run_id, "s": status, "e": now} for run_id, status, _m in ends])
 
 
 def create_sqlite_store(path: Path) -> None:

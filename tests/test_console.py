@@ -133,6 +133,36 @@ def test_unattended_progress_lines_at_intervals_and_a_full_width_table(monkeypat
     assert max(len(ln) for ln in lines) > 80
 
 
+def test_a_large_study_shows_a_screenful_live_and_every_cell_as_plain_text_at_the_end(monkeypatch) -> None:
+    """Issue 24: rich renders every row at each refresh (~5 ms a row), so a live table shows at most
+    LIVE_ROWS cells (running first, then those not done) and counts the rest; the unattended
+    end-of-run table of thousands of cells is aligned plain text, one line per cell."""
+    from rich.console import Console
+
+    from harness.progress import LIVE_ROWS, live_view, render
+    from harness.report.render import PLAIN_ROWS
+
+    states = [_state(f"logic/plain/d8/tpru[roles={i}]", 2, 3) for i in range(PLAIN_ROWS + 50)]
+    states[-1].running = 1
+    states[-2].seeds_done = 1
+    runner = SimpleNamespace(study=SimpleNamespace(name="big"), console=None, started=time.time(), run_seconds=[1.0])
+    table = render(runner, states, 1)
+    labels = [str(c).replace("\\[", "[") for c in table.columns[0]._cells]  # rich markup escaped
+    assert labels[:2] == [states[-1].cell.label, states[-2].cell.label] and len(labels) == 2  # running, then not done
+    assert f"{len(states) - 2} more cell(s) not shown" in str(table.caption)
+    assert len([str(c) for c in render(runner, states[:LIVE_ROWS], 0).columns[0]._cells]) == LIVE_ROWS  # all fit
+
+    monkeypatch.setenv("TPRBENCH_PROGRESS_SECONDS", "1000")
+    buf = io.StringIO()
+    runner.console = Console(file=buf, width=80, force_terminal=False)
+    with live_view(runner, states) as update:
+        update(states, 1)
+    lines = buf.getvalue().splitlines()
+    assert sum("logic/plain/d8/tpru[roles=" in ln for ln in lines) == len(states)  # every cell, a line each
+    assert not any("│" in ln for ln in lines)  # plain text, not a rich table
+    assert any("cells done" in ln for ln in lines[-2:])
+
+
 def test_no_tty_interval_default_and_bad_value(monkeypatch) -> None:
     from harness.progress import DEFAULT_INTERVAL, interval
 

@@ -110,5 +110,5 @@ def run(args: argparse.Namespace) -> int:
 
     tracker = getattr(runner, "tracker", None)
     print_summary(study, cells, runner.tracking_uri, console, root=runner.root,
-                  reader=None if tracker is None else tracker.reader)
+                  reader=None if tracker is None else tracker.reader, agg=runner.closing_aggregate)
     return 0

@@ -111,15 +111,19 @@ def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
 
 
 def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None,
-                  reader: Any = None) -> Any:
+                  reader: Any = None, agg: Any = None) -> Any:
     """The aggregated table of these cells, printed to the console (end of `tprbench run`).
 
     Cells with no record yet are shown with every seed missing. Returns the aggregated frame.
     `reader`: the driver's own RecordReader (its store is open and was checked when opened: a
     new reader would check the whole file again after the driver's writes — 5 s at 100k runs).
+    `agg`: the aggregate of exactly these cells, already computed (the driver's, when it exits).
     """
     import pandas as pd
 
+    if agg is not None:
+        print_sections(sections(agg), console)
+        return agg
     section = getattr(study, "study", study)
     name, seeds = section.name, int(section.seeds)
     ids = {c.id for c in cells}
