@@ -89,6 +89,47 @@ def _panel_keys(metric: str, history: Any = None) -> list[tuple[str, str, float]
     return keys
 
 
+# Caps for large studies (issue 24: a 502-cell report spent 100 of its 108 s drawing 250-entry
+# legends and 250 bar labels per panel, which nobody can read). Below them nothing changes.
+#: Lines per curves panel: the baselines and the best cells by validation score (`_best_cells`),
+#: or evenly spaced role counts (`_spread`).
+MAX_LINES = 12
+#: Bars per `units` panel: the baselines and the best cells of that split.
+MAX_BARS = 40
+
+
+def _spread(items: list, limit: int) -> list:
+    """At most `limit` items evenly spaced over the list, the first and last included."""
+    if len(items) <= limit:
+        return items
+    picks = sorted({round(i * (len(items) - 1) / (limit - 1)) for i in range(limit)})
+    return [items[i] for i in picks]
+
+
+def _best_rows(rows: Any, limit: int, score: str = "mean") -> Any:
+    """Rows (cells of one panel, in table order) cut to `limit`: the baselines (LSTM, GRU) and
+    then the best by `score` in the metric's direction; the table order is kept."""
+    if len(rows) <= limit:
+        return rows
+    from .report.aggregate import BASELINES
+
+    base = rows["unit_name"].isin(list(BASELINES))
+    others = rows[~base & rows[score].notna()]
+    ascending = str(rows.iloc[0].get("direction") or "maximize") == "minimize"
+    keep = set(rows[base].index[:limit]) | set(
+        others.sort_values(score, ascending=ascending, kind="stable").index[:max(limit - int(base.sum()), 0)])
+    return rows[rows.index.isin(keep)]
+
+
+def _legend(ax: Any, shown: int, total: int) -> None:
+    """A legend, and a note of the cells left out when a panel was cut to its best ones."""
+    if ax.lines:
+        ax.legend(fontsize=7)
+    if shown < total:
+        ax.text(0.0, -0.28, f"{shown} of {total} cells drawn (baselines and the best); table.csv has every cell",
+                transform=ax.transAxes, fontsize=6, va="top")
+
+
 def _scale_axis(ax: Any, key: str) -> None:
     if key in LOG_PANELS and ax.lines:
         ax.set_yscale("log")
@@ -115,6 +156,7 @@ def fig_roles(cells: Any, used: Any, history: Any) -> Any | None:
             ids = list(used[used["cell_id"].isin(rc["cell_id"])]["run_id"])
             if ids:
                 lines.append((f"{int(roles)} roles", ids, "-"))
+        lines = _spread(lines, MAX_LINES)  # a role grid of hundreds: evenly spaced counts
         if len(lines) >= 2:
             panels.append((f"{task} / {arch} / d={dim}: {fam}", str(g.iloc[0]["metric"]), lines))
     return _draw(panels, history) if panels else None
@@ -198,14 +240,14 @@ def fig_units(agg: Any) -> Any | None:
             rows = rows.sort_values("order", kind="stable")
             rows = rows[rows["n"] > 0]
             if len(rows):
-                panels.append((task, str(rows.iloc[0]["split"]), rows, many))
+                panels.append((task, str(rows.iloc[0]["split"]), _best_rows(rows, MAX_BARS), many, len(rows)))
     if not panels:
         return None
     cols = min(3, len(panels))
     nrows = (len(panels) + cols - 1) // cols
     height = max(2.2, 0.32 * max(len(p[2]) for p in panels) + 1.2)
     fig, axes = _figure(nrows, cols, width=4.2, height=height)
-    for i, (task, split, rows, many) in enumerate(panels):
+    for i, (task, split, rows, many, total) in enumerate(panels):
         ax = axes[i // cols][i % cols]
         metric = str(rows.iloc[0]["metric"])
         scale, _, desc = metric_scale(metric)
@@ -221,6 +263,8 @@ def fig_units(agg: Any) -> Any | None:
         ax.set_xlabel(desc, fontsize=8)
         ax.set_title(f"{task}: {split} (mean ± std over seeds)", fontsize=9)
         ax.grid(True, axis="x", alpha=0.3)
+        if len(rows) < total:
+            ax.set_title(f"{task}: {split}, best {len(rows)} of {total} (mean ± std)", fontsize=8)
     for j in range(len(panels), nrows * cols):
         axes[j // cols][j % cols].set_visible(False)
     return fig
@@ -232,18 +276,20 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
     (the same panels as the roles/slices curves: `_panel_keys`)."""
     panels = []
     for (task, arch, dim), g in _groups(cells):
+        g = g[g["cell_id"].isin(set(used["cell_id"]))].sort_values("order", kind="stable")
+        drawn = _best_rows(g, MAX_LINES)  # `cells` rows are the valid split's
         lines = [(_unit_label(r, False), list(used[used["cell_id"] == r["cell_id"]]["run_id"]))
-                 for _, r in g.sort_values("order", kind="stable").iterrows()]
+                 for _, r in drawn.iterrows()]
         lines = [ln for ln in lines if ln[1]]
         if lines:
-            panels.append((f"{task} / {arch} / d={dim}", str(g.iloc[0]["metric"]), lines))
+            panels.append((f"{task} / {arch} / d={dim}", str(g.iloc[0]["metric"]), lines, len(g)))
     if not panels:
         return None
     from matplotlib.ticker import MaxNLocator
 
-    columns = max(len(_panel_keys(metric, history)) for _title, metric, _lines in panels)
+    columns = max(len(_panel_keys(metric, history)) for _title, metric, _lines, _n in panels)
     fig, axes = _figure(len(panels), columns)
-    for row, (title, metric, lines) in enumerate(panels):
+    for row, (title, metric, lines, total) in enumerate(panels):
         for col, (key, ylabel, scale) in enumerate(_panel_keys(metric, history)):
             ax = axes[row][col]
             for i, (label, ids) in enumerate(lines):
@@ -262,8 +308,7 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
             ax.set_ylabel(ylabel)
             ax.set_title(f"{title} (mean ± std over seeds)", fontsize=9)
             ax.grid(True, alpha=0.3)
-            if ax.lines:
-                ax.legend(fontsize=7)
+            _legend(ax, len(lines), total)
     return fig
 
 

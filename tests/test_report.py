@@ -395,3 +395,24 @@ def test_mean_std_gives_numpys_bits_and_records_gives_to_dicts_values() -> None:
             assert w[key] == g[key] or (w[key] != w[key] and g[key] != g[key]), key
     some = records(df, ["b", "zz"])  # asked columns only; one the frame lacks is left out
     assert [list(r) for r in some] == [["b"]] * 3 and some[0]["b"] == 0.5 and math.isnan(some[1]["b"])
+
+
+def test_figures_of_a_large_study_draw_the_baselines_and_the_best_cells() -> None:
+    """Issue 24: a panel of hundreds of cells draws MAX_BARS bars / MAX_LINES curves — the
+    baselines, then the best by the split's mean in the metric's direction, in table order —
+    and a role grid of hundreds draws evenly spaced role counts, first and last included."""
+    import pandas as pd
+
+    from harness.figures import MAX_LINES, _best_rows, _spread
+
+    assert _spread(list(range(5)), MAX_LINES) == list(range(5))
+    picked = _spread(list(range(2, 252)), MAX_LINES)
+    assert len(picked) == MAX_LINES and picked[0] == 2 and picked[-1] == 251 and picked == sorted(picked)
+    rows = pd.DataFrame({"unit_name": ["lstm", "gru"] + ["tpru"] * 20, "mean": [0.1, 0.2] + [i / 100 for i in range(20)],
+                         "direction": "maximize"})
+    best = _best_rows(rows, 5)
+    assert list(best["unit_name"]) == ["lstm", "gru", "tpru", "tpru", "tpru"]
+    assert list(best["mean"][2:]) == [0.17, 0.18, 0.19]  # the best three, in table order
+    low = _best_rows(rows.assign(direction="minimize"), 4)
+    assert list(low["mean"][2:]) == [0.0, 0.01]
+    assert _best_rows(rows, 30) is rows
