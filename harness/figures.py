@@ -11,6 +11,10 @@
 - `speed`: median seconds per epoch per unit (every recorded run), and with `--bench CSV`
   (from `tprbench bench units --csv`) the forward+backward milliseconds and the ratio to GRU.
 
+Large studies: a panel of more cells than MAX_BARS / MAX_LINES draws the baselines and the best
+cells (and says how many it left out); a role grid of hundreds draws MAX_LINES evenly spaced
+role counts. table.csv keeps every cell.
+
 Determinism: no pyplot state (a `Figure` per plot), fixed sizes and dpi, `svg.hashsalt` fixed,
 and `metadata` without Date/Software/Creator; the regenerating command goes in Description.
 """
