@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("reports") / name
     result = write_report(uri, name, out, seeds_wanted=args.seeds if args.seeds is not None else seeds,
                           cell_ids=cell_ids, command=command_line(args), bench_csv=args.bench,
-                          figures=not args.no_figures)
+                          figures=not args.no_figures, root=Path(args.root).expanduser())
     print_sections(result.sections, console)
     for n in result.notes:
         console.print(f"[dim]{escape(n)}[/]")

@@ -45,7 +45,7 @@ ONLY_A, ONLY_B = "A only", "B only"
 
 def _side(spec: dict[str, Any], seeds_wanted: int | None) -> Side:
     name, seeds, ids, note = resolve_study(spec["study"])
-    runs, cells = load_record(spec["uri"], name, ids)
+    runs, cells = load_record(spec["uri"], name, ids, root=spec.get("root"))
     commit = spec.get("commit")
     if commit:
         recorded = sorted({str(c) for c in runs["git_commit"].dropna()})

@@ -63,9 +63,12 @@ def resolve_study(study: str) -> tuple[str, int | None, list[str] | None, str | 
     return str(name), (int(seeds) if isinstance(seeds, int) else 3), None, note
 
 
-def load_record(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None) -> tuple[Any, Any]:
-    """(runs, cells) of a study, restricted to `cell_ids` when given. Raises ReportError if empty."""
-    reader = RecordReader(tracking_uri, study_name)
+def load_record(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None,
+                root: Any = None) -> tuple[Any, Any]:
+    """(runs, cells) of a study, restricted to `cell_ids` when given. Raises ReportError if empty.
+    `root`: the run directory, where the summary of ended runs lives — needed for a tracking
+    server (a SQLite file's summary sits beside it): without one every run is read again."""
+    reader = RecordReader(tracking_uri, study_name, root=root)
     ids = None if cell_ids is None else list(cell_ids)
     runs, cells = reader.runs(ids), reader.cells(ids)
     if not len(cells):

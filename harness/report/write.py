@@ -49,14 +49,14 @@ def dirty_note(agg: Any) -> str | None:
 
 def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wanted: int | None = None,
                  cell_ids: Iterable[str] | None = None, command: str | None = None, bench_csv: str | Path | None = None,
-                 figures: bool = True) -> dict[str, Any]:
+                 figures: bool = True, root: Any = None) -> dict[str, Any]:
     """Write table.md, table.tex, table.csv, search.csv and the figures under `out_dir`.
 
     Returns a `Report`.
     """
     from .. import figures as figs
 
-    runs, cells = load_record(tracking_uri, study_name, cell_ids)
+    runs, cells = load_record(tracking_uri, study_name, cell_ids, root=root)
     if seeds_wanted is None:
         seeds_wanted = infer_seeds(runs)
     agg = aggregate(runs, cells, seeds_wanted)
