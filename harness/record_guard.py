@@ -98,6 +98,10 @@ def check(path: str | Path) -> None:
         raise RecordCorrupt(f"{path}: the MLflow record is damaged ({problem}); nothing was read or written. Restore "
                             f"it from its latest snapshot: tprbench record restore --root {path.parent} "
                             "(docs/reliability.md), then rerun the study")
+    _mark_checked(stamp, key)
+
+
+def _mark_checked(stamp: Path, key: str) -> None:
     try:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(key)
@@ -121,6 +125,7 @@ def take_snapshot(db: Path, root: Path, keep: int = KEEP) -> Path | None:
     folder.mkdir(parents=True, exist_ok=True)
     name = f"mlflow-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{time.time_ns() % 10**9:09d}.db"
     tmp = folder / f".{name}.tmp"
+    before = _stamp(db)
     try:
         src = sqlite3.connect(f"file:{quote(str(db))}?mode=ro", uri=True, timeout=60)
         dst = sqlite3.connect(tmp)
@@ -134,6 +139,8 @@ def take_snapshot(db: Path, root: Path, keep: int = KEEP) -> Path | None:
             raise RecordCorrupt(f"{db}: the MLflow record is damaged ({problem}); the snapshots in {folder} were "
                                 f"kept as they are: tprbench record restore --root {root} (docs/reliability.md)")
         os.replace(tmp, folder / name)
+        if _stamp(db) == before:  # the copy checked sound, and the file did not change meanwhile: so is it
+            _mark_checked(*before)  # (the next reader skips its quick_check: 5 s at 100k runs)
     except sqlite3.DatabaseError as exc:
         raise RecordCorrupt(f"{db}: the MLflow record is damaged ({exc}); the snapshots in {folder} were kept as "
                             f"they are: tprbench record restore --root {root} (docs/reliability.md)") from None
