@@ -95,7 +95,7 @@ def _panel_keys(metric: str, history: Any = None) -> list[tuple[str, str, float]
 
 # Caps for large studies (issue 24: a 502-cell report spent 100 of its 108 s drawing 250-entry
 # legends and 250 bar labels per panel, which nobody can read). Below them nothing changes.
-#: Lines per curves panel: the baselines and the best cells by validation score (`_best_cells`),
+#: Lines per curves panel: the baselines and the best cells by validation score (`_best_rows`),
 #: or evenly spaced role counts (`_spread`).
 MAX_LINES = 12
 #: Bars per `units` panel: the baselines and the best cells of that split.
@@ -265,10 +265,11 @@ def fig_units(agg: Any) -> Any | None:
         lo = float(min(means - stds))
         ax.set_xlim(left=min(lo, 0.0) if lo < 0 else max(0.0, lo - 0.1 * (float(max(means + stds)) - lo + 1e-9)))
         ax.set_xlabel(desc, fontsize=8)
-        ax.set_title(f"{task}: {split} (mean ± std over seeds)", fontsize=9)
-        ax.grid(True, axis="x", alpha=0.3)
         if len(rows) < total:
             ax.set_title(f"{task}: {split}, best {len(rows)} of {total} (mean ± std)", fontsize=8)
+        else:
+            ax.set_title(f"{task}: {split} (mean ± std over seeds)", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
     for j in range(len(panels), nrows * cols):
         axes[j // cols][j % cols].set_visible(False)
     return fig

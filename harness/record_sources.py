@@ -64,9 +64,16 @@ def empty_columns() -> Columns:
     return {k: [] for k in FIXED}
 
 
-def _chunks(items: list[Any], size: int = CHUNK) -> Iterator[list[Any]]:
+def chunks(items: list[Any], size: int = CHUNK) -> Iterator[list[Any]]:
+    """Consecutive slices of at most `size` items (an `IN (…)` list's worth of ids)."""
     for i in range(0, len(items), size):
         yield items[i:i + size]
+
+
+def _id_lists(ids: list[str]) -> Iterator[tuple[str, dict[str, str]]]:
+    """(":r0, :r1, …", {"r0": id, …}) for each chunk of CHUNK run ids: an `IN (…)` list and its parameters."""
+    for chunk in chunks(ids):
+        yield ", ".join(f":r{i}" for i in range(len(chunk))), {f"r{i}": rid for i, rid in enumerate(chunk)}
 
 
 class _Builder:
@@ -151,10 +158,10 @@ class SqlSource:
         return [r[0] for r in self.query("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")]
 
     # -- selections ----------------------------------------------------------------------------
-    def _kind_rows(self, experiment_id: str, kind: str, cell_ids: Iterable[str] | None,
-                   ended: bool) -> list[tuple[str, str, int, int | None]]:
+    def index(self, experiment_id: str, kind: str, cell_ids: Iterable[str] | None = None,
+              ended: bool = True) -> list[tuple[str, str, int, int | None]]:
         """(run id, status, start time, end time) of the experiment's active runs of one kind
-        (ended ones only if `ended`), of `cell_ids` when given: one scan of the experiment's runs
+        (ended ones only by default), of `cell_ids` when given: one scan of the experiment's runs
         of that kind, with the asked cells kept here. MLflow indexes tags by (key, run) only, not
         by value, so a database filter on cell ids (`value IN (...)`) scans the same rows again
         for every chunk of ids — 5× slower at 10,000 cells (issue 24)."""
@@ -167,12 +174,6 @@ class SqlSource:
             sql += " AND r.status IN ('FINISHED', 'FAILED', 'KILLED')"
         wanted = None if cell_ids is None else set(cell_ids)
         return [(r[0], r[1], r[2], r[3]) for r in self.query(sql, params) if wanted is None or r[4] in wanted]
-
-    def index(self, experiment_id: str, kind: str, cell_ids: Iterable[str] | None = None,
-              ended: bool = True) -> list[tuple[str, str, int, int | None]]:
-        """(run id, status, start time, end time) of the active runs of one kind (ended ones only
-        by default), restricted to `cell_ids` when given. One query."""
-        return self._kind_rows(experiment_id, kind, cell_ids, ended)
 
     # -- rows ----------------------------------------------------------------------------------
     def _fill(self, b: _Builder, where: str, params: dict[str, Any], tag_names: bool = True) -> None:
@@ -192,7 +193,7 @@ class SqlSource:
         """Every ended run of one kind of the experiment (of `cell_ids` when given), as Columns:
         one scan for the runs, then their tags, params and metrics 500 runs a query (by the
         tables' run-id index: no rescan of the experiment per chunk)."""
-        return self.runs_by_id(self._kind_rows(experiment_id, kind, cell_ids, True))
+        return self.runs_by_id(self.index(experiment_id, kind, cell_ids))
 
     def runs_by_id(self, rows: Iterable[tuple[str, str, int, int | None]]) -> Columns:
         """Columns of the given index rows (run id, status, start, end), 500 ids per query."""
@@ -200,20 +201,17 @@ class SqlSource:
         rows = list(rows)
         for run_id, status, start, end in rows:
             b.add_run(run_id, status, start, end)
-        for chunk in _chunks([r[0] for r in rows]):
-            params = {f"r{i}": rid for i, rid in enumerate(chunk)}
-            self._fill(b, ", ".join(f":r{i}" for i in range(len(chunk))), params)
+        for where, params in _id_lists([r[0] for r in rows]):
+            self._fill(b, where, params)
         return b.cols
 
     def cell_runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Every active cell run (any status) of the experiment, of `cell_ids` when given."""
         out: dict[str, dict[str, Any]] = {}
-        rows = self._kind_rows(experiment_id, "cell", cell_ids, False)
+        rows = self.index(experiment_id, "cell", cell_ids, ended=False)
         for run_id, status, start, _end in rows:
             out[run_id] = {"run_id": run_id, "status": status, "start_time": start, "tags": {}, "params": {}}
-        for chunk in _chunks([r[0] for r in rows]):
-            params = {f"r{i}": rid for i, rid in enumerate(chunk)}
-            where = ", ".join(f":r{i}" for i in range(len(chunk)))
+        for where, params in _id_lists([r[0] for r in rows]):
             for run_id, key, value in self.query(
                     f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) "
                     "AND t.key LIKE 'tprbench.%' AND t.key <> 'tprbench.kind'", params):
@@ -225,7 +223,7 @@ class SqlSource:
 
     def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str]] | None:
         """(run id, tags by bare name) of the study run (the first created), or None."""
-        rows = sorted((start or 0, rid) for rid, _s, start, _e in self._kind_rows(experiment_id, "study", None, False))
+        rows = sorted((start or 0, rid) for rid, _s, start, _e in self.index(experiment_id, "study", ended=False))
         if not rows:
             return None
         rid = rows[0][1]
@@ -247,10 +245,10 @@ class SqlSource:
         knames = ", ".join(f":k{i}" for i in range(len(keys)))
         if not keys:
             return rows
-        for chunk in _chunks(sorted(set(run_ids))):
-            params = dict(kparams, **{f"r{i}": rid for i, rid in enumerate(chunk)})
+        for where, ids in _id_lists(sorted(set(run_ids))):
+            params = dict(kparams, **ids)
             sql = (f"SELECT run_uuid, key, step, value, is_nan, timestamp FROM metrics WHERE key IN ({knames}) "
-                   f"AND run_uuid IN ({', '.join(f':r{i}' for i in range(len(chunk)))})")
+                   f"AND run_uuid IN ({where})")
             rows += [(r, k, int(s), _metric_value(v, n), int(t)) for r, k, s, v, n, t in self.query(sql, params)]
         return rows
 
@@ -354,7 +352,7 @@ class ClientSource:
         run_ids = sorted(set(run_ids))
         for key in keys:
             if bulk is not None:
-                for chunk in _chunks(run_ids):
+                for chunk in chunks(run_ids):
                     rows += [(m.run_id, key, int(m.step), float(m.value), int(m.timestamp))
                              for m in bulk(chunk, key, max_results=10**9)]
             else:

@@ -886,11 +886,13 @@ def expand(study: Study) -> list[Cell]:
 def _plain_copy(value: Any) -> Any:
     """A copy of JSON-like data (dicts, lists, scalars): what `copy.deepcopy` gives for a cell's
     options and search space, at a tenth of its cost (no memo)."""
-    if isinstance(value, dict):
+    if type(value) is dict:
         return {k: _plain_copy(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_plain_copy(v) for v in value) if type(value) in (list, tuple) else copy.deepcopy(value)
-    return value if isinstance(value, (str, int, float, bool, type(None))) else copy.deepcopy(value)
+    if type(value) in (list, tuple):
+        return type(value)(_plain_copy(v) for v in value)
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value  # immutable
+    return copy.deepcopy(value)  # anything else, as before
 
 
 def _expand(study: Study) -> list[Cell]:

@@ -43,6 +43,7 @@ from .record import (
     mlflow_status,
     split_tags,
 )
+from .record_sources import chunks
 
 __all__ = ["PHASE", "TAG", "BulkRun", "RunRecord", "StoreUnavailable", "Tracker", "cell_params", "cell_tags", "default_tracking_uri",
            "final_metrics", "git_commit", "with_retry"]
@@ -329,16 +330,21 @@ class Tracker:
         MLflow's own store session and tables (`_end_sql`: the rows its log_batch and
         set_terminated write) — through the client, ~25 ms a run made the close of a 5,010-cell
         study take two minutes (issue 24); elsewhere (a tracking server) run by run."""
-        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
-        if store is not None and hasattr(store, "ManagedSessionMaker") and hasattr(store, "engine"):
-            for i in range(0, len(ends), 2000):
-                chunk = ends[i:i + 2000]
+        store = self._sql_store()
+        if store is not None:
+            for chunk in chunks(ends, 2000):
                 self.retry(lambda c=chunk: _end_sql(store, c, int(time.time() * 1000)), "end cell runs")
             return
         for run_id, status, metrics in ends:
             if metrics:
                 self.log_summary(run_id, metrics)
             self.end(run_id, status)
+
+    def _sql_store(self) -> Any:
+        """MLflow's SQL store behind the client (its session and table models: the bulk writes
+        `log_bulk` and `end_many`), or None (a tracking server: a REST store)."""
+        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
+        return store if hasattr(store, "ManagedSessionMaker") and hasattr(store, "engine") else None
 
     def log_summary(self, run_id: str, metrics: dict[str, float]) -> None:
         """Summary metrics of a cell run (step 0), so MLflow's runs table compares cells."""
@@ -492,8 +498,8 @@ class Tracker:
         """Write many complete runs at once: one transaction on a SQL store (the rows MLflow's own
         store writes for create_run + log_batch + set_terminated), else run by run through the
         client. For building benchmark records and restoring a record, not for the driver's loop."""
-        store = getattr(getattr(self.client, "_tracking_client", None), "store", None)
-        if store is not None and hasattr(store, "ManagedSessionMaker") and hasattr(store, "engine"):
+        store = self._sql_store()
+        if store is not None:
             self.retry(lambda: _bulk_sql(store, self.experiment_id, runs), "bulk write")
             return
         for run in runs:
@@ -567,7 +573,7 @@ def _end_sql(store: Any, ends: list[tuple[str, str, dict[str, float]]], now: int
     """`Tracker.end_many` on a SQL store, in one transaction: the summary metrics into `metrics`,
     `latest_metrics` updated where the new value is more recent by MLflow's own rule (step,
     timestamp, value), and each run's status and end time — as log_batch and set_terminated
-    write them (tests/test_record_summary.py compares the two paths run by run)."""
+    write them (tests/test_tracking_end_many.py compares the two paths run by run)."""
     import sqlalchemy as sa
     from mlflow.store.tracking.dbmodels.models import SqlLatestMetric, SqlMetric, SqlRun
 
@@ -579,10 +585,9 @@ def _end_sql(store: Any, ends: list[tuple[str, str, dict[str, float]]], now: int
     latest_t = SqlLatestMetric.__table__
     with store.ManagedSessionMaker() as session:
         held: dict[tuple[str, str], tuple[int, int, float]] = {}
-        ids = [e[0] for e in ends]
-        for i in range(0, len(ids), 500):
+        for ids in chunks([e[0] for e in ends]):
             found = session.execute(sa.select(latest_t.c.run_uuid, latest_t.c.key, latest_t.c.step, latest_t.c.timestamp,
-                                              latest_t.c.value).where(latest_t.c.run_uuid.in_(ids[i:i + 500])))
+                                              latest_t.c.value).where(latest_t.c.run_uuid.in_(ids)))
             held.update({(r[0], r[1]): (r[2], r[3], r[4]) for r in found})
         newer = [r for r in rows if (r["run_uuid"], r["key"]) not in held
                  or (r["step"], r["timestamp"], r["value"]) > held[(r["run_uuid"], r["key"])]]
