@@ -16,6 +16,7 @@ COMMANDS = {
     "run": "run",
     "study": "study",
     "report": "report",
+    "papers": "papers",
     "compare": "compare",
     "record": "record",
     "train": "train",
