@@ -76,6 +76,10 @@ def test_measures_and_verdicts(record, tmp_path):
         + claim("lstm", '{ select = { unit = "lstm" }, metric = "best_valid_acc" }', '{ rule = "at_least", value = 0.0 }')
         + claim("gru-vs-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
                 '{ rule = "above_claim", claim = "lstm" }')
+        + claim("gru-near-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
+                '{ rule = "within_claim", claim = "lstm", tolerance = 1.0 }')
+        + claim("gru-far-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
+                '{ rule = "within_claim", claim = "lstm", tolerance = 0.0 }')
         + claim("all-tpru", '{ select = { unit = "tpru*" }, metric = "best_valid_acc", over = "cells" }',
                 '{ rule = "at_most", value = 1.0 }')
         + claim("count", '{ select = { unit = "*" }, metric = "best_valid_acc", over = "count_above", above = 0.7 }',
@@ -93,6 +97,8 @@ def test_measures_and_verdicts(record, tmp_path):
     sd = 100 * statistics.stdev(gru)
     assert rows["gru-near"].ours.text == f"{100 * statistics.mean(gru):.2f} ± {sd:.2f} (3 seeds)"
     assert rows["gru-vs-lstm"].verdict == (HELD if statistics.mean(gru) > statistics.mean(lstm) else NOT_HELD)
+    assert rows["gru-near-lstm"].verdict == HELD  # accuracies differ by less than 1
+    assert rows["gru-far-lstm"].verdict == (HELD if statistics.mean(gru) == statistics.mean(lstm) else NOT_HELD)
     tpru_units = ["tpru-mod1[roles=8]", "tpru-mod2[roles=8]", "tpru-mod3[roles=8]", "tpru[roles=16]",
                   "tpru[roles=8,slices=8]", "tpru[roles=8]"]
     cell_means = [statistics.mean(_seed_values(record, u)) for u in tpru_units]

@@ -85,10 +85,10 @@ class Verdict(_Strict):
 
     within:  |ours − paper_number| ≤ tolerance;  at_most / at_least: ours ≤ / ≥ value;
     below_claim / above_claim: ours < / > the value of another claim (by id), e.g. TPR-RNN's
-    error below the LSTM baseline's.
+    error below the LSTM baseline's; within_claim: |ours − that value| ≤ tolerance ("costs nothing").
     """
 
-    rule: Literal["within", "at_most", "at_least", "below_claim", "above_claim"]
+    rule: Literal["within", "at_most", "at_least", "below_claim", "above_claim", "within_claim"]
     tolerance: float | None = pydantic.Field(None, ge=0)
     value: float | None = None
     claim: str | None = None
@@ -96,9 +96,9 @@ class Verdict(_Strict):
     @pydantic.model_validator(mode="after")
     def _needs(self) -> Verdict:
         need = {"within": "tolerance", "at_most": "value", "at_least": "value",
-                "below_claim": "claim", "above_claim": "claim"}[self.rule]
-        if getattr(self, need) is None:
-            raise ValueError(f"rule {self.rule!r} needs `{need}`")
+                "below_claim": "claim", "above_claim": "claim", "within_claim": "claim"}[self.rule]
+        if getattr(self, need) is None or (self.rule == "within_claim" and self.tolerance is None):
+            raise ValueError(f"rule {self.rule!r} needs `{need}`" + (" and `tolerance`" if self.rule == "within_claim" else ""))
         return self
 
 
@@ -313,7 +313,10 @@ def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> 
     else:
         if other is None or other.value is None:
             return IN_PROGRESS
-        ok = ours.value < other.value if v.rule == "below_claim" else ours.value > other.value
+        if v.rule == "within_claim":
+            ok = abs(ours.value - other.value) <= float(v.tolerance)  # type: ignore[arg-type]
+        else:
+            ok = ours.value < other.value if v.rule == "below_claim" else ours.value > other.value
     return HELD if ok else NOT_HELD
 
 
