@@ -146,6 +146,12 @@ class TaskEntry(_Model):
     data: NonEmptyStr = "generated"
     options: dict[str, Any] = Field(default_factory=dict)
     units: Annotated[list[NonEmptyStr], Field(min_length=1)] | None = None
+    # Per-task overrides of [study].epochs and [search] (merged over it, name by name), for a task
+    # whose training differs by design: e.g. bAbI's qa3 on its 1k file needs 10× the epochs (and
+    # patience) of the 10k tasks for the same number of updates. Cells of tasks without them keep
+    # their ids.
+    epochs: int | None = Field(None, ge=1)
+    search: dict[str, Any] = Field(default_factory=dict)
 
 
 class GridEntry(BaseModel):
@@ -344,6 +350,8 @@ class TaskConfig:
     metric: str
     direction: str
     units: tuple[str, ...] | None = None  # globs over the matrix's unit specs; None: every unit
+    epochs: int | None = None  # the entry's own epochs (None: [study].epochs)
+    search: dict[str, dict[str, Any]] | None = None  # [search] with the entry's overrides (None: none)
 
     def runs_unit(self, unit: UnitEntry) -> bool:
         """Whether this task's cells include `unit` (a task entry may keep only some matrix units,
@@ -576,11 +584,17 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[s
         metric, direction = run_metric(cls, section.metric, section.direction)
     except TaskError as exc:
         problems.append(("study.metric", f"{exc} ({where})"))
-    problems += _search_problems(where, cls, entry.name, space)
+    own_space = None
+    if entry.search:
+        extra, extra_problems = parse_space(entry.search, f"{where}.search")
+        problems += extra_problems
+        own_space = {**space, **extra}
+    problems += _search_problems(where, cls, entry.name, own_space if own_space is not None else space)
     if len(problems) > n:
         return None
     units = tuple(entry.units) if entry.units is not None else None
-    return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction, units)
+    return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction, units,
+                      entry.epochs, own_space)
 
 
 def _grid_values(path: str, key: str, raw: Any, unit: str, given: dict[str, str],
@@ -734,10 +748,11 @@ def _check_sections(parsed: StudyFile, name: str, space: dict[str, Any], search_
 
 
 def _clash(i: int, task: TaskConfig, tasks: list[TaskConfig], task_index: list[int]) -> tuple[str, str] | None:
-    """A resolved task that repeats an earlier one (same task/options/data, or the same label)."""
+    """A resolved task that repeats an earlier one (same task/options/data/overrides, or the same label)."""
     for j, other in zip(task_index, tasks):
-        if (other.name, other.options, other.data_source) == (task.name, task.options, task.data_source):
-            return f"tasks[{i}]", f"duplicate cells: the same task, options and data as tasks[{j}]"
+        if (other.name, other.options, other.data_source, other.epochs, other.search) == \
+                (task.name, task.options, task.data_source, task.epochs, task.search):
+            return f"tasks[{i}]", f"duplicate cells: the same task, options, data and overrides as tasks[{j}]"
         if other.label == task.label:
             return (f"tasks[{i}].label", f"task label {task.label!r} is also used by tasks[{j}]: "
                                          "give each [[tasks]] entry a distinct label")
@@ -911,7 +926,8 @@ def _expand(study: Study) -> list[Cell]:
                     study=study.name, task=task.name, task_label=task.label,
                     task_options=_plain_copy(task.options), data=task.data, data_source=task.data_source,
                     arch=arch, unit=unit.spec, unit_canonical=unit.canonical, unit_identity=unit.identity, dim=dim,
-                    input_dim=input_dim, epochs=study.epochs, search=_plain_copy(study.search), metric=task.metric,
+                    input_dim=input_dim, epochs=task.epochs or study.epochs,
+                    search=_plain_copy(study.search if task.search is None else task.search), metric=task.metric,
                     direction=task.direction, where=unit.where,
                 ))
     return cells
