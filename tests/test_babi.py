@@ -279,7 +279,7 @@ def test_stop_fields_at_their_defaults_leave_fingerprints_as_they_were(folder, t
     hp = get_task("logic").resolve_hparams({})
     assert "stop_value" in as_params(hp) and "stop_value" not in fingerprint_params(hp)
     assert fingerprint_params(hp) == {k: v for k, v in as_params(hp).items()
-                                      if k not in ("stop_value", "stop_patience", "grad_log_batches")}
+                                      if k not in ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start")}
     assert fingerprint_params(hp.model_copy(update={"stop_patience": 3}))["stop_patience"] == 3
 
 
