@@ -350,6 +350,9 @@ class StudyRunner:
             return
         if address:
             check_address(address)
+        from .store_check import check_stores
+
+        check_stores(self.tracking_uri, self.storage_url)  # a store that never answers: one line, nothing created
         self._check_data()
         self._preflight_done = True
 
