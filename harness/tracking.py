@@ -292,9 +292,10 @@ class Tracker:
         if found is None:
             run_id = self.retry(lambda: self.client.create_run(
                 self.experiment_id, tags={KIND: KIND_STUDY, STUDY: self.study}, run_name=self.study).info.run_id)
-            recorded = None
+            recorded, self.study_run_tags, self.study_run_status = None, {}, "RUNNING"
         else:
-            run_id, tags = found
+            run_id, tags, self.study_run_status = found
+            self.study_run_tags = tags
             recorded = tags.get("git_commit")
         if recorded != commit:
             self.set_tag(run_id, TAG + "git_commit", commit)
