@@ -244,6 +244,20 @@ def start_local_ray(init: Any, shutdown: Any, attempts: int = LOCAL_RAY_ATTEMPTS
             time.sleep(pause_s * attempt)
 
 
+def check_fits(resources: Any) -> None:
+    """One line, before anything is dispatched, when no trial could ever start: its request
+    (`[resources] cpus`/`gpus`) is more than the whole cluster has. Ray would wait for such a
+    task forever, without a word."""
+    import ray
+
+    total = ray.cluster_resources()
+    for name, want in (("cpus", resources.cpus), ("gpus", resources.gpus or 0)):
+        have = total.get(name[:-1].upper(), 0)
+        if want > have:
+            raise RunnerError(f"[resources] {name} = {want:g} per trial, but the Ray cluster has {have:g} in all: no trial "
+                              f"could start (lower it, or run on a cluster that has them: --address, docs/cluster.md)")
+
+
 def slots(resources: Any) -> int:
     """How many trials the cluster fits at once with the study's per-trial request."""
     import ray
@@ -868,6 +882,7 @@ class StudyRunner:
         res = self.study.resources
         self._remote = ray.remote(max_calls=0)(run_job).options(
             num_cpus=res.cpus, num_gpus=res.gpus or 0, max_retries=res.retries, retry_exceptions=False)
+        check_fits(res)
         self._capacity, self._capacity_checked = slots(res), time.monotonic()
         self._say(f"{len(states)} cells, {self._capacity} trial slot(s); tracking {self.tracking_uri}")
         in_flight: dict[Any, tuple[CellState, Job]] = {}
