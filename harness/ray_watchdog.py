@@ -31,14 +31,22 @@ GRACE = 10.0  # seconds the watchdog goes on killing after the driver's end (lat
 
 
 def start() -> str:
-    """Mark this process's environment and start the watchdog; returns the token."""
-    token = os.environ.get(ENV) or f"{os.getpid()}-{uuid.uuid4().hex}"
+    """Mark this process's environment and start the watchdog; returns the token. A new token
+    each time: never one inherited from a parent that started a Ray of its own (its watchdog
+    would end this driver). The caller removes it again once Ray is up (`unmark`), so that only
+    Ray's processes carry it, not what the driver starts later."""
+    token = f"{os.getpid()}-{uuid.uuid4().hex}"
     os.environ[ENV] = token
     subprocess.Popen([sys.executable, "-m", "harness.ray_watchdog", str(os.getpid()), token],
                      stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                      start_new_session=True, close_fds=True,
                      env={**os.environ, ENV: ""})  # not marked itself
     return token
+
+
+def unmark() -> None:
+    """Ray is up (its processes copied the environment): the driver's own children go unmarked."""
+    os.environ.pop(ENV, None)
 
 
 def holders(token: str) -> list[int]:

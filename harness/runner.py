@@ -214,9 +214,13 @@ def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | N
         ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
     else:
         from .ray_watchdog import start as start_watchdog
+        from .ray_watchdog import unmark
 
         start_watchdog()  # a SIGKILLed driver's Ray processes end with it (harness/ray_watchdog.py)
-        start_local_ray(lambda: ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs), ray.shutdown)
+        try:
+            start_local_ray(lambda: ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs), ray.shutdown)
+        finally:
+            unmark()
 
 
 LOCAL_RAY_ATTEMPTS = 3
