@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # building the record and ~160 reads: ~40 s on a busy 2-core machine
 STUDY = "bench-ro"
 
 
