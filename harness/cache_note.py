@@ -8,15 +8,21 @@ not silent either: the user learns once why the next read will be as slow as thi
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 
 _said: list[str] = []
 
 
+READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def unsaved(where: Path, exc: OSError) -> None:
-    """Say (once per process, on stderr) that the cache at `where` could not be saved."""
-    if _said:
+    """Say (once per process, on stderr) that the cache at `where` could not be saved because the
+    root is read-only (or not the user's). Other failures (a full disk: harness.diskfull has its
+    own one line for the command that fills it) stay silent, as a cache's failures always were."""
+    if _said or exc.errno not in READ_ONLY:
         return
     why = exc.strerror or type(exc).__name__
     line = (f"note: {where}: the cache could not be saved ({why}); nothing else needed writing: the record was "

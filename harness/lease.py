@@ -83,8 +83,10 @@ def describe(holder: dict[str, Any]) -> str:
 class DriverLease:
     """The lease of one study in one record, for one driver (`tracker` writes the study run's tags)."""
 
-    def __init__(self, tracker: Any, study_run_id: str, root: Path, seconds: float | None = None) -> None:
+    def __init__(self, tracker: Any, study_run_id: str, root: Path, seconds: float | None = None,
+                 note: Any = None) -> None:
         self.tracker, self.run_id, self.root = tracker, study_run_id, Path(root)
+        self.note = note  # told when the lease could not be renewed or removed (the driver's messages)
         self.seconds = lease_seconds() if seconds is None else seconds
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.mine = {"host": self.host, "pid": self.pid, "pid_start": process_start(self.pid), "started": time.time(),
@@ -145,7 +147,7 @@ class DriverLease:
             try:
                 self._write()
             except Exception as exc:  # the store is down: the driver's own writes will say so
-                log.warning("driver lease heartbeat not written: %s", exc)
+                self._tell(f"driver lease heartbeat not written ({type(exc).__name__}: {str(exc)[:200]})")
 
     def release(self) -> None:
         """Stop the heartbeat and remove the lease (if it is still ours)."""
@@ -160,7 +162,14 @@ class DriverLease:
                 self.tracker.retry(lambda: self.tracker.client.delete_tag(self.run_id, TAG + LEASE_TAG),
                                    "remove the driver lease")
         except Exception as exc:  # the store is down: the lease expires by itself
-            log.warning("driver lease not removed: %s", exc)
+            self._tell(f"driver lease not removed ({type(exc).__name__}: {str(exc)[:200]}); it expires "
+                       f"{self.seconds:.0f} s after its last heartbeat")
+
+    def _tell(self, text: str) -> None:
+        if self.note is not None:
+            self.note(text)
+        else:
+            log.info(text)
 
     def __enter__(self) -> DriverLease:
         self.acquire()

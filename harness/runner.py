@@ -811,7 +811,7 @@ class StudyRunner:
         self.study_run_id = self.tracker.study_run(self.commit)
         from .lease import DriverLease
 
-        self.lease = DriverLease(self.tracker, self.study_run_id, self.root)
+        self.lease = DriverLease(self.tracker, self.study_run_id, self.root, note=self._say)
         self.lease.check("changed nothing")  # before anything is deleted: the runs a live driver is writing
         self.tracker.delete_pending()
         reader, ids = self.tracker.reader, [c.id for c in self.cells]
