@@ -126,15 +126,15 @@ class _Model(BaseModel):
 
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
-PosInt = Annotated[int, Field(ge=1)]
+PosInt = Annotated[int, Field(ge=1, le=65536)]
 
 
 class StudySection(_Model):
     name: str | None = Field(None, pattern=NAME_PATTERN)
     description: str = ""
-    trials: int = Field(0, ge=0)
-    seeds: int = Field(3, ge=0)
-    epochs: int = Field(ge=1)
+    trials: int = Field(0, ge=0, le=100_000)
+    seeds: int = Field(3, ge=0, le=10_000)
+    epochs: int = Field(ge=1, le=100_000)
     metric: NonEmptyStr | None = None
     direction: Literal["maximize", "minimize"] | None = None
     deterministic: bool = True
@@ -201,17 +201,17 @@ class Matrix(_Model):
 
 class Pruner(_Model):
     kind: Literal["none", "median", "hyperband", "successive_halving"] = "median"
-    startup_trials: int | None = Field(None, ge=0)
-    warmup_epochs: int | None = Field(None, ge=0)
-    min_epochs: int | None = Field(None, ge=1)
-    reduction_factor: int | None = Field(None, ge=2)
+    startup_trials: int | None = Field(None, ge=0, le=100_000)
+    warmup_epochs: int | None = Field(None, ge=0, le=100_000)
+    min_epochs: int | None = Field(None, ge=1, le=100_000)
+    reduction_factor: int | None = Field(None, ge=2, le=100)
 
 
 class Resources(_Model):
-    cpus: float = Field(1.0, gt=0)
-    gpus: float = Field(0.0, ge=0)
-    max_concurrent: int = Field(0, ge=0)
-    retries: int = Field(3, ge=0)
+    cpus: float = Field(1.0, gt=0, le=4096, allow_inf_nan=False)
+    gpus: float = Field(0.0, ge=0, le=1024, allow_inf_nan=False)
+    max_concurrent: int = Field(0, ge=0, le=1_000_000)
+    retries: int = Field(3, ge=0, le=100)
 
 
 def _as_matrices(value: Any) -> Any:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "generate task data: `data logic` writes train/validate/test_* pairs of the logical entailment task"
 
 # Statistics of a generated split are computed on at most this many lines (train is big).
@@ -18,9 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     "format A,B,E,H1,H2,H3 plus generator.json. Rerunning with the same parameters reuses the "
                     "files. When $TPRBENCH_DATA is set, the statistics are printed next to the real splits'.")
     lg.add_argument("--out", required=True, help="output directory")
-    lg.add_argument("--train", type=int, default=100000, help="train lines (default 100000; rounded up to a multiple of 4)")
-    lg.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same bytes")
-    lg.add_argument("--eval-size", type=int, default=1000,
+    lg.add_argument("--train", type=bounds.COUNTS, default=100000, help="train lines (default 100000; rounded up to a multiple of 4)")
+    lg.add_argument("--seed", type=bounds.SEED, default=0, help="random seed (default 0); same seed, same bytes")
+    lg.add_argument("--eval-size", type=bounds.integer(0, 100_000_000), default=1000,
                     help="lines per evaluation split (default 1000; test_exam at most 100; 0 leaves them out)")
     lg.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="DIR_OR_FILE",
                     help="split files, or directories holding them, whose pairs (up to renaming) must not be "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "tables (Markdown, LaTeX, CSV) and figures of a study, regenerated from its MLflow record (no training)"
 
 
@@ -13,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite under --root)")
     p.add_argument("--out", default=None, help="output folder (default reports/<study>)")
     p.add_argument("--bench", default=None, metavar="CSV", help="a `tprbench bench units --csv` file to plot beside the epoch times")
-    p.add_argument("--seeds", type=int, default=None,
+    p.add_argument("--seeds", type=bounds.SEEDS_WANTED, default=None,
                    help="seeds wanted per cell (default: the study file's study.seeds; for a name, the highest recorded seed + 1)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 TRAIN_SPEC = "train.json"  # in the run directory: the command's task, options, data, unit, dims, seed, hyperparameters
 HELP = "train one model (task × arch × unit × dim) and print per-split scores; resumable"
 
@@ -23,22 +25,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="logic", help="task name (see `tprbench tasks`; default logic)")
     p.add_argument("--unit", required=True, help="unit spec, e.g. 'tpru[roles=64]', 'gru'")
     p.add_argument("--arch", default=None, help="architecture (plain, bidaf, ...; default: the task's first)")
-    p.add_argument("--dim", type=int, default=None,
+    p.add_argument("--dim", type=bounds.DIM, default=None,
                    help="hidden size d (default: the size the unit's options fix, e.g. tpr3's E·R·E; else 64)")
-    p.add_argument("--input-dim", type=int, default=None, help="embedding size d' (default = --dim)")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--input-dim", type=bounds.DIM, default=None, help="embedding size d' (default = --dim)")
+    p.add_argument("--epochs", type=bounds.integer(1, 100_000), default=10)
     p.add_argument("--data", default=None, help="data directory (default: the task's generated data)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the task's)")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--dropout", type=float, default=None)
+    p.add_argument("--seed", type=bounds.SEED, default=0)
+    p.add_argument("--lr", type=bounds.real(0, 100, lo_open=True), default=None, help="learning rate (default: the task's)")
+    p.add_argument("--batch-size", type=bounds.integer(1, 1_000_000), default=None)
+    p.add_argument("--dropout", type=bounds.real(0, 0.99), default=None)
     p.add_argument("--hp", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="other hyperparameters (clip, lr_step, lr_gamma, weight_decay, mlp_hidden, ...)")
     p.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="task options, e.g. --set train_size=50000 (see `tprbench tasks`)")
     p.add_argument("--root", default="runs", help="run directory root (default ./runs); caches live in ROOT/cache")
     p.add_argument("--run-dir", default=None, help="checkpoint directory (default: ROOT/train/<config hash>)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--threads", type=bounds.THREADS, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--metric", default=None, help="validation metric that picks the best epoch, e.g. valid_loss "
                                                   "(default: the task's)")

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "list registered units with their options and parameter counts"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dim", type=int, default=64, help="hidden size d for the counts (default 64)")
-    p.add_argument("--input-dim", type=int, default=None, help="input size d' (default: same as --dim)")
-    p.add_argument("--hrr-fillers", type=int, default=None, metavar="D'",
+    p.add_argument("--dim", type=bounds.DIM, default=64, help="hidden size d for the counts (default 64)")
+    p.add_argument("--input-dim", type=bounds.DIM, default=None, help="input size d' (default: same as --dim)")
+    p.add_argument("--hrr-fillers", type=bounds.DIM, default=None, metavar="D'",
                    help="also count Luo et al.'s HRR word embedding with d' basis fillers per role (width --input-dim)")
-    p.add_argument("--hrr-roles", type=int, default=2, metavar="N", help="HRR roles (default 2)")
+    p.add_argument("--hrr-roles", type=bounds.integer(1, 1024), default=2, metavar="N", help="HRR roles (default 2)")
     p.add_argument("--hrr-basis", choices=("fixed", "isometric"), default="fixed", help="HRR bases (default fixed)")
-    p.add_argument("--vocab", type=int, default=10_000, help="vocabulary size for the embedding counts (default 10,000: PTB)")
+    p.add_argument("--vocab", type=bounds.integer(1, 10**8), default=10_000, help="vocabulary size for the embedding counts (default 10,000: PTB)")
     p.add_argument("specs", nargs="*", help="unit specs to count instead of every registered name, e.g. 'tpru[roles=32]'")
 
 
