@@ -70,6 +70,7 @@ def _setup(args: argparse.Namespace):
     adapter_cls = get_task(args.task)
     root = Path(args.root)
     adapter = adapter_cls({k: _value(v) for k, v in args.set}, args.data or "generated", root / "cache")
+    adapter.check_data()  # a wrong data folder is one line now, not after minutes of data work
     arch = args.arch or adapter_cls.archs[0]
     adapter.check_arch(arch)
     adapter_cls.check_unit(arch, args.unit)

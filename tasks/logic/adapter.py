@@ -23,6 +23,7 @@ from ..architectures import PairModel, describe_arch, encoder_spec
 from ..base import TaskAdapter
 from ..errors import DataError
 from ..hparams import HParams
+from ..paths import expect_files
 from ..registry import register_task
 from . import data as logic_data
 from .generator import write_dataset
@@ -36,10 +37,10 @@ class LogicTask(LogicMeta, TaskAdapter):
     # archs, Options, metrics, defaults, ...: LogicMeta's (tasks/logic/meta.py)
 
     def check_data(self) -> None:
+        """A data folder must hold the DeepMind split files (the data root is an error naming
+        its `logical_entailment/`); data is generated only for `data = "generated"`."""
         if not self.generated:
-            path = Path(self.data).expanduser()
-            if not path.is_dir():
-                raise DataError(f"logic data: directory {path} not found; {logic_data.HOW_TO_GET}")
+            expect_files("logic data", self.data, logic_data.SPLIT_FILES, logic_data.HOW_TO_GET)
 
     def prepare(self) -> None:
         self.check_data()
