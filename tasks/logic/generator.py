@@ -482,6 +482,8 @@ def write_dataset(out_dir: str | os.PathLike, train: int = 100000, seed: int = 0
     for split in order:
         t1 = time.perf_counter()
         cb = (lambda done, total, _s=split: progress(_s, done, total)) if progress else None
+        if progress is not None:  # the split's start is reported before its first group is done
+            progress(split, 0, params["splits"][split]["lines"])
         lines = generate_split(sizes[split], resolved[split], seed, split=split, seen=seen, progress=cb)
         tmp = files[split].with_suffix(".txt.tmp")
         tmp.write_text("".join(line + "\n" for line in lines), encoding="ascii")
