@@ -172,3 +172,17 @@ def test_cluster_resume_message_is_the_drivers() -> None:
     source = inspect.getsource(StudyRunner._say_resume)
     for part in re.sub(r"\d+", "", quoted).removeprefix("resuming: ").split(", "):
         assert part.strip() in re.sub(r"\{[^}]*\}", "", source), part
+
+
+def test_the_browser_checks_last_recorded_run_passed() -> None:
+    """The browser check runs on a schedule (scripts/browser_check.sh, docs/browser-check.md says
+    why not in CI); its last recorded run must have passed, on a commit of this repository."""
+    doc = (ROOT / "docs" / "browser-check.md").read_text()
+    rows = [ln for ln in doc.splitlines() if re.match(r"\| \d{4}-\d\d-\d\d \d\d:\d\d \|", ln)]
+    assert rows, "docs/browser-check.md records no run: run bash scripts/browser_check.sh"
+    date, commit, result, seconds, chromium, dashboard = (c.strip() for c in rows[-1].strip("|").split("|"))
+    assert result == "passed", f"the last browser check ({date}, {commit}) {result}: rerun scripts/browser_check.sh"
+    assert chromium != "none" and dashboard != "none"
+    sha = commit.removesuffix("-dirty")
+    known = subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=ROOT, capture_output=True)
+    assert known.returncode == 0 or not (ROOT / ".git").exists(), f"{commit}: not a commit of this repository"
