@@ -31,8 +31,9 @@ def chromium_version() -> str:
             out = subprocess.run([name, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             continue
-        if out:
-            return out.split()[-1]
+        version = re.search(r"\d+(\.\d+)+", out)
+        if version:
+            return version.group(0)
     return "none"
 
 
