@@ -158,3 +158,16 @@ def test_train_prints_at_once_and_inside_the_epoch(tmp_path: Path) -> None:
     inside = [ln for ln in lines if "epoch 1/1: " in ln and "batches" in ln]
     assert inside and "/7 batches" in inside[-1], out
     assert lines.index(inside[0]) < next(i for i, ln in enumerate(lines) if ln.startswith("epoch 1/1 train_loss"))
+
+
+def test_slow_starting_commands_say_so_first(tmp_path: Path, capsys) -> None:
+    """`units` (torch, every unit built) and `report` (pandas, MLflow) print a line before their
+    imports, so nothing is silent for seconds; a report with no record still ends in one error."""
+    from harness.cli import main
+
+    assert main(["units", "gru", "--dim", "8"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "counting parameters at d=8, d'=8: 1 unit spec(s)"
+    assert main(["report", "nosuch", "--root", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == f"report nosuch: reading the record in sqlite:///{tmp_path / 'mlflow.db'}"
+    assert len(captured.err.splitlines()) == 1

@@ -25,9 +25,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    d, din = args.dim, args.input_dim or args.dim
+    # A first line before torch loads and every unit is built (seconds; issue 35).
+    Console(width=160).print(f"counting parameters at d={d}, d'={din}: "
+                             + (f"{len(args.specs)} unit spec(s)" if args.specs else "every registered unit"),
+                             markup=False, highlight=False)
     import units
 
-    d, din = args.dim, args.input_dim or args.dim
     table = Table(title=f"tprbench units (d={d}, d'={din})")
     for col in ("unit", "options (default)", "formula params", "total params", "about"):
         table.add_column(col, justify="right" if "params" in col else "left")
