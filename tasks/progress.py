@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -81,14 +82,29 @@ class _Counts:
 
 
 class LineTask(Task):
-    """Unattended: one line when the work starts, then one every `every` seconds while it runs."""
+    """Unattended: one line when the work starts, then one every `every` seconds while it runs —
+    also while one step takes longer than that (a heartbeat thread writes the line then)."""
 
     def __init__(self, write: Callable[[str], None], description: str, total: int | None, unit: str,
                  every: float) -> None:
         self.write, self.description, self.unit, self.every = write, description, unit, every
         self.counts = _Counts(total)
         self.last = self.counts.start
+        self.lock, self.stop = threading.Lock(), threading.Event()
         self.write(self.line(self.last))
+        if every > 0:
+            threading.Thread(target=self._beat, name="progress-heartbeat", daemon=True).start()
+
+    def _beat(self) -> None:
+        while not self.stop.wait(max(self.last + self.every - time.monotonic(), 0.05)):
+            self._maybe_write()
+
+    def _maybe_write(self) -> None:
+        with self.lock:
+            now = time.monotonic()
+            if now - self.last >= self.every and not self.stop.is_set():
+                self.last = now
+                self.write(self.line(now))
 
     def line(self, now: float) -> str:
         c = self.counts
@@ -103,10 +119,10 @@ class LineTask(Task):
 
     def advance(self, n: int = 1, examples: int = 0) -> None:
         self.counts.add(n, examples)
-        now = time.monotonic()
-        if now - self.last >= self.every:
-            self.last = now
-            self.write(self.line(now))
+        self._maybe_write()
+
+    def close(self) -> None:
+        self.stop.set()
 
 
 class BarTask(Task):
@@ -170,9 +186,11 @@ def reporting(reporter: Reporter) -> Iterator[Reporter]:
 
 
 @contextlib.contextmanager
-def per_split(description: str, unit: str = "lines") -> Iterator[Callable[[str, int, int], None]]:
+def per_split(description: str, unit: str = "lines",
+              units: dict[str, str] | None = None) -> Iterator[Callable[[str, int, int], None]]:
     """A `progress(split, done, total)` callback for a generator that writes split after split:
-    one task per split (`<description> <split>`), each closed when the next starts or the block ends."""
+    one task per split (`<description> <split>`, counted in `units[split]`, else `unit`), each
+    closed when the next starts or the block ends."""
     reporter = current()
     now: dict[str, Any] = {}  # the split being written: name, its task, lines reported so far
 
@@ -184,7 +202,8 @@ def per_split(description: str, unit: str = "lines") -> Iterator[Callable[[str, 
     def progress(split: str, done: int, total: int) -> None:
         if now.get("split") != split:
             finish()
-            now.update(split=split, task=reporter.task(f"{description} {split}", total=total, unit=unit), done=0)
+            now.update(split=split, done=0,
+                       task=reporter.task(f"{description} {split}", total=total, unit=(units or {}).get(split, unit)))
         if done > now["done"]:
             now["task"].advance(done - now["done"])
             now["done"] = done

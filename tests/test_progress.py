@@ -66,6 +66,19 @@ def test_unattended_line_at_once_then_at_intervals(monkeypatch) -> None:
     task.advance(20, examples=640)
     assert len(lines) == 2
     assert "epoch 1/3: 40/100 batches · 43 examples/s · elapsed 0:00:30 · ETA 0:00:45" in lines[1]
+    task.close()
+
+
+def test_a_step_longer_than_the_interval_still_gets_lines() -> None:
+    """The heartbeat: one slow step (here 0.5 s at a 0.1 s interval) is not silent."""
+    lines: list[str] = []
+    task = LineTask(lines.append, "generating train", 10, "lines", every=0.1)
+    time.sleep(0.5)
+    task.close()
+    n = len(lines)
+    assert n >= 3 and all("generating train: 0/10 lines" in ln for ln in lines), lines
+    time.sleep(0.3)
+    assert len(lines) == n  # closed: quiet
 
 
 def test_console_reporter_prints_plain_lines_without_a_tty(monkeypatch) -> None:
@@ -81,7 +94,7 @@ def test_console_reporter_prints_plain_lines_without_a_tty(monkeypatch) -> None:
 
 
 def test_generation_reports_each_split(tmp_path: Path, monkeypatch) -> None:
-    from tasks.logic.generator import write_dataset
+    from tasks.logic.generator import EXCLUDING, write_dataset
 
     rec = Recorder()
     with reporting(rec), per_split("generating") as progress:
@@ -90,6 +103,11 @@ def test_generation_reports_each_split(tmp_path: Path, monkeypatch) -> None:
     assert names[-1] == "generating train" and "generating validate" in names
     assert all(t["closed"] for t in rec.tasks)
     assert rec.tasks[-1]["total"] == 40 and rec.tasks[-1]["done"] == 40
+    rec = Recorder()  # excluding a real folder's pairs: its files are read first, counted in files
+    with reporting(rec), per_split("generating", units={EXCLUDING: "files"}) as progress:
+        write_dataset(tmp_path / "h", train=8, eval_size=0, exclude=[tmp_path / "g"], progress=progress)
+    assert [(t["description"], t["unit"], t["total"]) for t in rec.tasks] == [
+        (f"generating {EXCLUDING}", "files", 7), ("generating train", "lines", 8)]
 
 
 def test_an_epoch_reports_its_batches_and_trains_the_same(tmp_path: Path) -> None:
@@ -149,7 +167,7 @@ def test_train_prints_at_once_and_inside_the_epoch(tmp_path: Path) -> None:
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     first = proc.stdout.readline()
     first_s = time.monotonic() - t0
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=600)  # torch import and a tiny epoch: minutes on an overloaded machine
     print(f"\nfirst line after {first_s:.2f} s: {first.strip()}")
     assert proc.returncode == 0, err
     assert first.startswith("train logic · gru · data generated: setting up")

@@ -63,7 +63,7 @@ def _run_logic(args: argparse.Namespace) -> int:
     console.print(f"logical entailment dataset → {args.out} (train {args.train:,} lines, seed {args.seed})",
                   markup=False, highlight=False, soft_wrap=True)
     # A bar per split on a terminal; unattended, a line as each split starts and every 30 s.
-    with reporting(ConsoleReporter(console)), per_split("generating") as progress:
+    with reporting(ConsoleReporter(console)), per_split("generating", units={G.EXCLUDING: "files"}) as progress:
         try:
             info = G.write_dataset(args.out, train=args.train, seed=args.seed, eval_size=args.eval_size,
                                    exclude=args.exclude, force=args.force, progress=progress)

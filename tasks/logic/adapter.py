@@ -27,7 +27,7 @@ from ..paths import expect_files
 from ..progress import per_split
 from ..registry import register_task
 from . import data as logic_data
-from .generator import write_dataset
+from .generator import EXCLUDING, write_dataset
 from .meta import LogicMeta, LogicOptions  # noqa: F401 (LogicOptions re-exported: it lived here)
 
 TEST_SPLITS = ("test_easy", "test_hard", "test_big", "test_massive", "test_exam")
@@ -64,7 +64,7 @@ class LogicTask(LogicMeta, TaskAdapter):
                 tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
                 out = root / f"train-for-{tag}-{opts.preset}-n{opts.train_size}-s{opts.data_seed}"
                 # Said, not silent (issue 35): the folder has no train.txt, so its pairs are generated.
-                with per_split(f"no train.txt in {path}: generating") as progress:
+                with per_split(f"no train.txt in {path}: generating", units={EXCLUDING: "files"}) as progress:
                     info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=0,
                                          exclude=[files[s] for s in files], presets={"train": opts.preset},
                                          progress=progress)
