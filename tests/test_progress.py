@@ -165,9 +165,14 @@ def test_train_prints_at_once_and_inside_the_epoch(tmp_path: Path) -> None:
             "--batch-size", "32", "--root", str(tmp_path), "--set", "train_size=200", "--set", "eval_size=40", "--set", "preset=exam"]
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    first = proc.stdout.readline()
-    first_s = time.monotonic() - t0
-    out, err = proc.communicate(timeout=600)  # torch import and a tiny epoch: minutes on an overloaded machine
+    try:
+        first = proc.stdout.readline()
+        first_s = time.monotonic() - t0
+        out, err = proc.communicate(timeout=600)  # torch import and a tiny epoch: minutes on an overloaded machine
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     print(f"\nfirst line after {first_s:.2f} s: {first.strip()}")
     assert proc.returncode == 0, err
     assert first.startswith("train logic · gru · data generated: setting up")
