@@ -47,7 +47,12 @@ def everyday_commands() -> list[list[str]]:
 def _study_names() -> dict[str, Path]:
     import tomllib
 
-    return {tomllib.loads(p.read_text())["study"]["name"]: p for p in (ROOT / "studies").glob("*.toml")}
+    names = {}
+    for path in (ROOT / "studies").glob("*.toml"):  # other files there (e.g. claims tables) have no [study]
+        name = tomllib.loads(path.read_text()).get("study", {}).get("name")
+        if name:
+            names[name] = path
+    return names
 
 
 def test_the_readme_says_how_to_reach_tprbench() -> None:
