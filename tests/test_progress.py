@@ -5,18 +5,12 @@ Reporting never changes what is trained."""
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
-
 from tasks.progress import ConsoleReporter, LineTask, Reporter, current, per_split, reporting
 
-ROOT = Path(__file__).resolve().parents[1]
 OPTIONS = {"train_size": 200, "eval_size": 40, "preset": "exam", "layers": 1}
 
 
@@ -156,30 +150,21 @@ def test_resume_names_trials_without_a_checkpoint(tmp_path: Path) -> None:
                       "(no checkpoint written yet), 1 run(s) already recorded"]
 
 
-@pytest.mark.slow
-def test_train_prints_at_once_and_inside_the_epoch(tmp_path: Path) -> None:
-    """`tprbench train` unattended: a first line before torch loads, data generation and the
-    epoch reported as they run (every 0 s here), not only at the epoch's end."""
-    env = {**os.environ, "TPRBENCH_PROGRESS_SECONDS": "0", "PYTHONPATH": str(ROOT)}
-    argv = [sys.executable, "-m", "harness.cli", "train", "--unit", "gru", "--dim", "8", "--epochs", "1",
-            "--batch-size", "32", "--root", str(tmp_path), "--set", "train_size=200", "--set", "eval_size=40", "--set", "preset=exam"]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        first = proc.stdout.readline()
-        first_s = time.monotonic() - t0
-        out, err = proc.communicate(timeout=600)  # torch import and a tiny epoch: minutes on an overloaded machine
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    print(f"\nfirst line after {first_s:.2f} s: {first.strip()}")
-    assert proc.returncode == 0, err
-    assert first.startswith("train logic · gru · data generated: setting up")
-    lines = out.splitlines()
-    assert any("generating logic data: train: 0/200 lines" in ln for ln in lines), out
+def test_train_prints_at_once_and_inside_the_epoch(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`tprbench train` unattended: its first line before any work (before torch is imported in a
+    fresh process: measured 0.4–0.8 s to the first line), then data generation and the epoch
+    reported as they run (every 0 s here), not only at the epoch's end. In-process, so a busy
+    machine makes it slower, never flaky."""
+    from harness.cli import main
+
+    monkeypatch.setenv("TPRBENCH_PROGRESS_SECONDS", "0")
+    assert main(["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--batch-size", "32", "--root", str(tmp_path),
+                 "--set", "train_size=200", "--set", "eval_size=40", "--set", "preset=exam"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "train logic · gru · data generated: setting up"
+    assert any("generating logic data: train: 0/200 lines" in ln for ln in lines), lines
     inside = [ln for ln in lines if "epoch 1/1: " in ln and "batches" in ln]
-    assert inside and "/7 batches" in inside[-1], out
+    assert inside and "7/7 batches" in inside[-1] and "examples/s" in inside[-1], lines
     assert lines.index(inside[0]) < next(i for i, ln in enumerate(lines) if ln.startswith("epoch 1/1 train_loss"))
 
 
