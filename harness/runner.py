@@ -359,9 +359,16 @@ class StudyRunner:
     def _prepare_data(self) -> None:
         """Load/generate each distinct dataset once on the driver so workers find it cached,
         and so a bad data path stops the study before anything is dispatched."""
-        for cell, adapter in self._datasets():
-            self._say(f"preparing data for {cell.task} ({cell.data})")
-            adapter.prepare()
+        from tasks.progress import ConsoleReporter, Reporter, reporting
+
+        # Data generation shows its bar (terminal) or a line every 30 s; `--quiet` and library use: none.
+        shown = self.console is not None and getattr(self, "show_progress", True)
+        with reporting(ConsoleReporter(self.console) if shown else Reporter()):
+            for cell, adapter in self._datasets():
+                t0 = time.monotonic()
+                self._phase(f"preparing data for {cell.task} ({cell.data})")
+                adapter.prepare()
+                self._phase(f"data for {cell.task} ready in {time.monotonic() - t0:.1f} s")
 
     def preflight(self, address: str | None = None) -> None:
         """The checks that need nothing written: the Ray address answers (one line within seconds,
@@ -687,6 +694,7 @@ class StudyRunner:
         self.preflight(address)
         self.root.mkdir(parents=True, exist_ok=True)
         with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
+            self._phase(f"opening the record ({self.tracking_uri})")
             states = self._open_record()
             if any(self._has_work(st) for st in states):
                 with self.lease:
@@ -711,7 +719,11 @@ class StudyRunner:
             self.tracker.reopen(self.study_run_id)
             self._say_resume(states)
             self._prepare_data()
+            t0 = time.monotonic()
+            self._phase(f"connecting to Ray at {address}" if address else
+                        f"starting a local Ray ({num_cpus or os.cpu_count()} CPU(s))")
             init_ray(address, num_cpus, ray_temp_dir)
+            self._phase(f"Ray ready in {time.monotonic() - t0:.1f} s; planning {len(states)} cell(s)")
             self._dispatch(states)
             outcome = "FINISHED"
         except KeyboardInterrupt:
@@ -738,9 +750,15 @@ class StudyRunner:
         if not recorded and not any(st.stale for st in states):
             return
         retried = sum(st.retried for st in states)
-        stale = sum(len(st.stale) for st in states) - sum(
-            self._errored(st, f"{st.cell.id}/trial/{number}") is not None for st in states for number, _ in st.stale)
-        parts = [f"{stale} trial(s) continue from their checkpoints"] if stale else []
+        # A stale trial continues from its checkpoint only if it wrote one (issue 35: the message
+        # said so of trials killed in their first epoch, which start over).
+        unfinished = [(st, number) for st in states for number, _ in st.stale
+                      if self._errored(st, f"{st.cell.id}/trial/{number}") is None]
+        saved = sum((self.work_dir / st.cell.id / f"trial-{number:04d}" / "checkpoint.pt").exists()  # tasks.training.CHECKPOINT
+                    for st, number in unfinished)
+        parts = [f"{saved} trial(s) continue from their checkpoints"] if saved else []
+        if len(unfinished) > saved:
+            parts.append(f"{len(unfinished) - saved} unfinished trial(s) start over (no checkpoint written yet)")
         if retried:
             parts.append(f"{retried} errored run(s) retried")
         parts.append(f"{recorded} run(s) already recorded")
@@ -977,6 +995,11 @@ class StudyRunner:
         self.events.append(text)
         if self.console is not None:
             self.console.print(text)
+
+    def _phase(self, text: str) -> None:
+        """A start-up phase (record, data, Ray, plan), timestamped: a study is never silent for
+        minutes before its first progress line (issue 35)."""
+        self._say(f"[{time.strftime('%H:%M:%S')}] {text}")
 
     def _live_view(self, states: list[CellState]):
         from .progress import live_view

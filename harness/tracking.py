@@ -133,13 +133,22 @@ def http_defaults() -> None:
         os.environ.setdefault(key, value)
 
 
+#: Tracked folders that hold outputs, not code: the reports `tprbench report` writes and the
+#: committed study records. Regenerating them must not mark the next run's commit `-dirty`
+#: (issue 35: a regenerated report made every later run cite uncommitted code).
+OUTPUT_DIRS = ("reports", "records")
+
+
 def git_commit(cwd: str | Path | None = None) -> str:
-    """The commit of the code that ran (with '-dirty' if the tree has uncommitted changes)."""
+    """The commit of the code that ran, with '-dirty' if a tracked file outside `OUTPUT_DIRS`
+    (code, study files, docs) has uncommitted changes."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
         if head.returncode:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        outputs = [f":(top,exclude){d}" for d in OUTPUT_DIRS]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *outputs],
+                               cwd=cwd, capture_output=True, text=True, timeout=10)
         return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

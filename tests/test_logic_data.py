@@ -333,11 +333,15 @@ def test_find_splits(tmp_path):
     assert "train" not in found  # optional
     (tmp_path / "root" / "logical_entailment").mkdir(parents=True)
     (tmp_path / "root" / "logical_entailment" / "train.txt").write_text(GOOD)
-    assert list(D.find_splits(tmp_path / "root")) == ["train"]
+    # A data root is not the dataset folder: one error naming the sub-folder that is (issue 35).
+    with pytest.raises(DataError, match=r"has none of the files the task reads \(train.txt, validate.txt, .*\); "
+                                        r"did you mean .*root/logical_entailment\?$"):
+        D.find_splits(tmp_path / "root")
+    assert list(D.find_splits(tmp_path / "root" / "logical_entailment")) == ["train"]
     with pytest.raises(DataError, match="not found"):
         D.find_splits(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="no split files"):
+    with pytest.raises(DataError, match=r"has none of the files .*; generate one with `tprbench data logic"):
         D.find_splits(tmp_path / "empty")
 
 

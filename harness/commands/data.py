@@ -54,23 +54,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_logic(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
 
     from tasks.errors import DataError
     from tasks.logic import generator as G
+    from tasks.progress import ConsoleReporter, per_split, reporting
 
     _check_args(args)
     console = Console(width=150)
-    with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=True) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(split: str, done: int, total: int) -> None:
-            if split not in tasks:
-                tasks[split] = bar.add_task(split, total=total)
-            bar.update(tasks[split], completed=done)
-
+    console.print(f"logical entailment dataset → {args.out} (train {args.train:,} lines, seed {args.seed})",
+                  markup=False, highlight=False, soft_wrap=True)
+    # A bar per split on a terminal; unattended, a line as each split starts and every 30 s.
+    with reporting(ConsoleReporter(console)), per_split("generating", units={G.EXCLUDING: "files"}) as progress:
         try:
             info = G.write_dataset(args.out, train=args.train, seed=args.seed, eval_size=args.eval_size,
                                    exclude=args.exclude, force=args.force, progress=progress)

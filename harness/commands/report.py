@@ -48,13 +48,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
+    console = Console()
+    uri = tracking_uri(args.root, args.tracking_uri)
+    # A first line before pandas and MLflow load (tens of seconds on a busy machine; issue 35).
+    console.print(f"report {args.study}: reading the record in {uri}", markup=False, highlight=False, soft_wrap=True)
     from harness.report import print_sections, resolve_study, write_report
 
-    console = Console()
     name, seeds, cell_ids, note = resolve_study(args.study)
     if note:
         console.print(f"[yellow]note:[/] {escape(note)}")
-    uri = tracking_uri(args.root, args.tracking_uri)
     out = Path(args.out) if args.out else Path("reports") / name
     result = write_report(uri, name, out, seeds_wanted=args.seeds if args.seeds is not None else seeds,
                           cell_ids=cell_ids, command=command_line(args), bench_csv=args.bench,

@@ -72,6 +72,7 @@ def _setup(args: argparse.Namespace):
     adapter_cls = get_task(args.task)
     root = Path(args.root)
     adapter = adapter_cls({k: _value(v) for k, v in args.set}, args.data or "generated", root / "cache")
+    adapter.check_data()  # a wrong data folder is one line now, not after minutes of data work
     arch = args.arch or adapter_cls.archs[0]
     adapter.check_arch(arch)
     adapter_cls.check_unit(arch, args.unit)
@@ -123,18 +124,27 @@ def _print_result(console, args: argparse.Namespace, adapter, config, result) ->
 def run(args: argparse.Namespace) -> int:
     import time
 
-    import torch
     from rich.console import Console
     from rich.markup import escape
 
+    console = Console()
+    # The first line before torch loads (seconds on a busy machine): the command has started.
+    console.print(f"train {args.task} · {args.unit} · data {args.data or 'generated'}: setting up", markup=False,
+                  highlight=False, soft_wrap=True)
+    import torch
+
+    from tasks.progress import ConsoleReporter, reporting
     from tasks.training import train
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    console = Console()
     adapter, config, run_dir = _setup(args)
     t0 = time.perf_counter()
-    with console.status(f"preparing {args.task} data ({args.data or 'generated'})"):
+    console.print(f"preparing {args.task} data ({args.data or 'generated'})", markup=False, highlight=False,
+                  soft_wrap=True)
+    # Bars inside data generation and each epoch on a terminal; unattended, a line every 30 s.
+    reporter = ConsoleReporter(console)
+    with reporting(reporter):
         adapter.prepare()
     console.print(f"data ready in {time.perf_counter() - t0:.1f} s: {adapter.describe()}")
     for note in adapter.report_notes(config.arch):
@@ -145,8 +155,9 @@ def run(args: argparse.Namespace) -> int:
         shown = " ".join(f"{k}={v:.4g}" for k, v in row.items() if k not in ("epoch",))
         console.print(f"epoch {epoch}/{args.epochs} {escape(shown)}")
 
-    result = train(adapter, config, run_dir, progress=progress, device=args.device,
-                   notice=lambda line: console.print(f"[yellow]note:[/] {escape(line)}"))
+    with reporting(reporter):
+        result = train(adapter, config, run_dir, progress=progress, device=args.device,
+                       notice=lambda line: console.print(f"[yellow]note:[/] {escape(line)}"))
     _write_spec(args, config, run_dir)
     if result.resumed_from_epoch:
         console.print(f"(resumed after epoch {result.resumed_from_epoch})")

@@ -27,9 +27,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    d, din = args.dim, args.input_dim or args.dim
+    # A first line before torch loads and every unit is built (seconds; issue 35).
+    Console(width=160).print(f"counting parameters at d={d}, d'={din}: "
+                             + (f"{len(args.specs)} unit spec(s)" if args.specs else "every registered unit"),
+                             markup=False, highlight=False)
     import units
 
-    d, din = args.dim, args.input_dim or args.dim
     table = Table(title=f"tprbench units (d={d}, d'={din})")
     for col in ("unit", "options (default)", "formula params", "total params", "about"):
         table.add_column(col, justify="right" if "params" in col else "left")
@@ -53,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
     embedding = None
     if getattr(args, "hrr_fillers", None) is not None:  # checked before anything is printed (callers may build args without it)
         embedding = _embedding_table(args.vocab, din, args.hrr_fillers, args.hrr_roles, args.hrr_basis)
+    from tasks.arch_options import ENCODER_LAYERS
+
+    # Which architecture the counts are of: one layer; a study table counts the task's encoder.
+    table.caption = (f"params of one layer of each unit (layers=1). A task's encoder stacks its `layers` option "
+                     f"(logic, nli, transfer: {ENCODER_LAYERS} by default), so a study table's # params is "
+                     f"{ENCODER_LAYERS}× these there; `tprbench tasks` lists each task's options")
     Console(width=160).print(table)
     if embedding is not None:
         Console(width=160).print(embedding)
