@@ -216,7 +216,10 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
     for c in cell_rows:
         label = c.get("label") or ""
         c["task_label"] = label.split("/", 1)[0] if "/" in label else c.get("task")
-    done = [r for r in records(counted) if r.get("status") == "finished"]
+    # Finished runs give values; diverged ones ("failed": a NaN loss) are results too — the seed ran
+    # to its end — so they count as done and are reported, never averaged. Errored runs (the
+    # machine's fault, not the model's) are neither: they will be rerun.
+    done = [r for r in records(counted) if r.get("status") in ("finished", "failed")]
     return StudyRuns(name, seeds, cell_rows, done, recorded=True)
 
 
@@ -229,6 +232,7 @@ class Measured:
     complete: bool
     progress: str = ""
     commits: list[str] = field(default_factory=list)
+    runs: int = 0                # seed runs that ended (finished or diverged)
 
 
 def _matches(cell: dict[str, Any], select: dict[str, str]) -> bool:
@@ -259,33 +263,44 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
     cells = [c for c in data.cells if _matches(c, m.select)]
     col = f"metric.{m.metric}"
     by_cell: dict[str, list[float]] = {}
+    ended: dict[str, int] = {}  # finished or diverged seeds per cell
+    diverged = 0
     commits: set[str] = set()
     wanted = {c["cell_id"] for c in cells}
     for r in data.runs:
+        if r["cell_id"] not in wanted:
+            continue
+        ended[r["cell_id"]] = ended.get(r["cell_id"], 0) + 1
+        if r.get("git_commit"):
+            commits.add(str(r["git_commit"]))
         v = r.get(col)
-        if r["cell_id"] in wanted and v is not None and not (isinstance(v, float) and math.isnan(v)):
+        if r.get("status") != "finished":
+            diverged += 1
+        elif v is not None and not (isinstance(v, float) and math.isnan(v)):
             by_cell.setdefault(r["cell_id"], []).append(float(v) * m.scale)
-            if r.get("git_commit"):
-                commits.add(str(r["git_commit"]))
     need_cells = m.cells or len(cells) or 1
     if m.over == "seeds" and len(cells) > 1:
         raise PapersError(f"measure {m.select} selects {len(cells)} cells; over = \"seeds\" needs exactly one")
-    seeds_done = sum(len(v) for v in by_cell.values())
-    full = [cid for cid, v in by_cell.items() if len(v) >= data.seeds]
+    full = [cid for cid, n in ended.items() if n >= data.seeds]
     complete = len(full) >= need_cells
-    progress = f"{len(full)} of {need_cells} cells × {data.seeds} seeds ({seeds_done} runs)"
+    progress = f"{len(full)} of {need_cells} cells × {data.seeds} seeds ({sum(ended.values())} runs)"
+    note = f"; {diverged} diverged" if diverged else ""
+    runs = sum(ended.values())
     if not by_cell:
-        return Measured(None, "–", False, progress)
+        return Measured(None, "–" + (f" ({diverged} diverged)" if diverged else ""), complete, progress, sorted(commits), runs)
     means = {cid: _mean_std(v)[0] for cid, v in by_cell.items()}
     if m.over == "seeds":
         (vals,) = by_cell.values()
         mean, std = _mean_std(vals)
-        return Measured(mean, _fmt(mean, std, m.digits) + f" ({len(vals)} seeds)", complete, progress, sorted(commits))
+        text = _fmt(mean, std, m.digits) + f" ({len(vals)} seeds{note})"
+        return Measured(mean, text, complete, progress, sorted(commits), runs)
     if m.over == "cells":
         mean, std = _mean_std([means[c] for c in sorted(means)])
-        return Measured(mean, _fmt(mean, std, m.digits) + f" over {len(means)} tasks", complete, progress, sorted(commits))
+        text = _fmt(mean, std, m.digits) + f" over {len(means)} tasks ({sum(map(len, by_cell.values()))} seeds{note})"
+        return Measured(mean, text, complete, progress, sorted(commits), runs)
     count = sum(v > float(m.above) for v in means.values())
-    return Measured(float(count), f"{count} of {len(means)}", complete, progress, sorted(commits))
+    return Measured(float(count), f"{count} of {len(means)}" + (f" ({diverged} seeds diverged)" if diverged else ""),
+                    complete, progress, sorted(commits), runs)
 
 
 # -- verdicts -------------------------------------------------------------------------------------
@@ -297,8 +312,10 @@ HELD, NOT_HELD, NOT_REACHABLE, NOT_RUN, IN_PROGRESS = (
 def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> str:
     """The verdict of one claim (module docstring), from its measure and, for a comparison, the
     other claim's measure (which must be complete too)."""
-    if ours is None or ours.value is None:
-        return NOT_REACHABLE if claim.cluster is not None and claim.measure is None else NOT_RUN
+    if ours is None:
+        return NOT_REACHABLE
+    if ours.value is None:  # nothing finished: not run yet, or every seed diverged
+        return NOT_HELD if ours.complete else (IN_PROGRESS if ours.runs else NOT_RUN)
     v = claim.verdict
     assert v is not None
     other = others.get(v.claim) if v.claim else None
