@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from ..record import ReportError
+from ..record import DIVERGED, FINISHED, ReportError
 
 
 class PapersError(ReportError):
@@ -202,7 +202,10 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
     from .aggregate import counted_runs, records
     from .load import load_record, resolve_study
 
-    name, seeds, cell_ids, _note = resolve_study(str(study_file))
+    name, seeds, cell_ids, note = resolve_study(str(study_file))
+    if cell_ids is None:  # the cells of the study file pick the runs: without them old cells would count
+        why = (note or "it did not validate").split("; reporting every cell")[0]
+        raise PapersError(f"{study_file}: its cells are needed to pick the record's runs, but {why}")
     seeds = seeds or 1
     db = record / "mlflow.db"
     if not db.is_file():
@@ -216,10 +219,10 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
     for c in cell_rows:
         label = c.get("label") or ""
         c["task_label"] = label.split("/", 1)[0] if "/" in label else c.get("task")
-    # Finished runs give values; diverged ones ("failed": a NaN loss) are results too — the seed ran
-    # to its end — so they count as done and are reported, never averaged. Errored runs (the
-    # machine's fault, not the model's) are neither: they will be rerun.
-    done = [r for r in records(counted) if r.get("status") in ("finished", "failed")]
+    # Finished runs give values; diverged ones (a NaN loss) are results too — the seed ran to its
+    # end — so they count as done and are reported, never averaged. Errored runs (the machine's
+    # fault, not the model's) are neither: they will be rerun.
+    done = [r for r in records(counted) if r.get("status") in (FINISHED, DIVERGED)]
     return StudyRuns(name, seeds, cell_rows, done, recorded=True)
 
 
@@ -274,7 +277,7 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
         if r.get("git_commit"):
             commits.add(str(r["git_commit"]))
         v = r.get(col)
-        if r.get("status") != "finished":
+        if r.get("status") != FINISHED:
             diverged += 1
         elif v is not None and not (isinstance(v, float) and math.isnan(v)):
             by_cell.setdefault(r["cell_id"], []).append(float(v) * m.scale)
