@@ -15,7 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .record import KIND, STUDY, TAG
+from tasks.registry import get_task
+from tasks.result import BEST_WEIGHTS, RunStatus
+
+from .record.contract import MLFLOW_PARENT, Kind, MlflowStatus, Tag
 
 
 class TransferError(ValueError):
@@ -47,7 +50,6 @@ def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_e
     one prepared adapter (the analyses read many runs of one study)."""
     import torch
 
-    from tasks.registry import get_task
     from tasks.training import TrainConfig, load_checkpoint
 
     try:
@@ -55,13 +57,13 @@ def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_e
     except Exception as exc:
         raise TransferError(f"run {run_id!r} not found in {client.tracking_uri}: {str(exc).splitlines()[0]}") from None
     tags = run.data.tags
-    if tags.get(KIND) != "run":
-        raise TransferError(f"run {run_id} is not a tprbench trial/seed run (kind={tags.get(KIND)!r})")
-    if tags.get(TAG + "status") != "finished":
-        raise TransferError(f"run {run_id} did not finish (status {tags.get(TAG + 'status')!r}): no trained encoder")
-    cell = client.get_run(tags["mlflow.parentRunId"]).data.params
+    if tags.get(Tag.KIND) != Kind.RUN:
+        raise TransferError(f"run {run_id} is not a tprbench trial/seed run (kind={tags.get(Tag.KIND)!r})")
+    if tags.get(Tag.STATUS) != RunStatus.FINISHED:
+        raise TransferError(f"run {run_id} did not finish (status {tags.get(Tag.STATUS)!r}): no trained encoder")
+    cell = client.get_run(tags[MLFLOW_PARENT]).data.params
     options = json.loads(cell["task_options"])
-    task = tags[TAG + "task"]
+    task = tags[Tag.TASK]
     key = (task, json.dumps(options, sort_keys=True), os.path.expandvars(cell["data"]))
     adapter = adapters.get(key) if adapters is not None else None
     if adapter is None:
@@ -72,8 +74,8 @@ def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_e
         raise TransferError(f"run {run_id}: task {task!r} has no sentence encoder (SentEval needs an NLI-style task)")
     # The run's params are its resolved hyperparameters (records before issue 11: the study's values).
     hparams = adapter.resolve_hparams({k: _value(v) for k, v in run.data.params.items() if k != "seed"})
-    config = TrainConfig(unit=tags[TAG + "unit"], arch=tags[TAG + "arch"], dim=int(tags[TAG + "dim"]),
-                         input_dim=int(tags[TAG + "input_dim"]), epochs=int(cell.get("epochs", 1)),
+    config = TrainConfig(unit=tags[Tag.UNIT], arch=tags[Tag.ARCH], dim=int(tags[Tag.DIM]),
+                         input_dim=int(tags[Tag.INPUT_DIM]), epochs=int(cell.get("epochs", 1)),
                          seed=int(run.data.params.get("seed", 0)), hparams=hparams)
     adapter.prepare()
     torch.manual_seed(config.seed)
@@ -82,7 +84,7 @@ def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_e
         return adapter, model, run, config
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            path = client.download_artifacts(run_id, "best.pt", tmp)
+            path = client.download_artifacts(run_id, BEST_WEIGHTS, tmp)
         except Exception as exc:
             raise TransferError(f"run {run_id}: no best.pt artifact ({str(exc).splitlines()[0]})") from None
         model.load_state_dict(load_checkpoint(Path(path)))
@@ -104,14 +106,13 @@ def evaluate_run(tracking_uri: str, run_id: str, tasks: list[str], task_path: st
     results = evaluate(lambda sentences: adapter.encode_sentences(model, sentences), task_path, tasks, kfold=kfold,
                        prepare=getattr(adapter, "expand_vocab", None))
     if log:
-        tags = {KIND: "transfer", STUDY: run.data.tags.get(STUDY, ""), "mlflow.parentRunId": run_id,
-                TAG + "source_run": run_id, TAG + "unit": run.data.tags.get(TAG + "unit", ""),
-                TAG + "cell_id": run.data.tags.get(TAG + "cell_id", "")}
-        child = client.create_run(run.info.experiment_id, tags=tags, run_name=f"transfer/{run_id[:8]}").info.run_id
+        tags = {Tag.KIND: Kind.TRANSFER, Tag.STUDY: run.data.tags.get(Tag.STUDY, ""), MLFLOW_PARENT: run_id,
+                Tag.SOURCE_RUN: run_id, Tag.UNIT: run.data.tags.get(Tag.UNIT, ""), Tag.CELL: run.data.tags.get(Tag.CELL, "")}
+        child = client.create_run(run.info.experiment_id, tags={str(k): str(v) for k, v in tags.items()}, run_name=f"transfer/{run_id[:8]}").info.run_id
         now = int(time.time() * 1000)
         metrics = [Metric(f"senteval_{task}_{k}", float(v), now, 0) for task, r in results.items() if task in tasks
                    for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
         client.log_batch(child, metrics=metrics)
-        client.set_terminated(child, "FINISHED")
-    results["_source"] = {"unit": run.data.tags.get(TAG + "unit", ""), "label": run.data.tags.get(TAG + "label", "")}
+        client.set_terminated(child, MlflowStatus.FINISHED)
+    results["_source"] = {"unit": run.data.tags.get(Tag.UNIT, ""), "label": run.data.tags.get(Tag.LABEL, "")}
     return results

@@ -13,12 +13,15 @@ import os
 import socket
 import time
 import traceback
-from dataclasses import asdict
 from typing import Any
 
+from .diskfull import failed_path, is_disk_full
 from .jobs import TrialRef, WorkerJob
 from .live import sender
-from .record import ERRORED
+from .record.contract import Splits, WorkerResult
+from .record.retry import StoreUnavailable, with_retry
+from .record.storage import display_url, open_storage
+from .search_space import make_pruner
 
 # Per-process cache of prepared adapters (key: task, options, data, cache dir). Process-local
 # on purpose: each Ray worker keeps the data it has loaded for the next trial it gets.
@@ -45,10 +48,6 @@ def _pruning_reporter(ref: TrialRef, metric_key: str, info: dict[str, Any]):
     Pruning is advisory: if the storage stays unavailable (retried with backoff), the trial is
     not failed for it — it trains on unpruned and `info["pruning"]` says why."""
     import optuna
-
-    from harness.search_space import make_pruner
-    from harness.storage import display_url, open_storage
-    from harness.tracking import StoreUnavailable, with_retry
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     where = f"Optuna storage {display_url(ref.storage)}"
@@ -103,12 +102,12 @@ def _log_attempt(run_dir: str, info: dict[str, Any]) -> None:
         pass
 
 
-def run_job(job: WorkerJob) -> dict[str, Any]:
+def run_job(job: WorkerJob) -> WorkerResult:
     """Train one job; never raises for a failing run (the failure is the result).
 
     A run whose loss became NaN/inf comes back `diverged` (from the trainer); any exception is
     `errored` — the run could not be carried out (import error, out of memory, a bad file), which
-    says nothing about the unit (harness/record.py)."""
+    says nothing about the unit (tasks/result.py)."""
     started = time.perf_counter()
     info = worker_info()
     _log_attempt(job.run_dir, info)
@@ -134,18 +133,14 @@ def run_job(job: WorkerJob) -> dict[str, Any]:
         device = "cuda" if torch.cuda.is_available() else "cpu"
         result = train(adapter, job.train_config(), job.run_dir, report=report, progress=progress, device=device,
                        notice=notes.append)
-        out = asdict(result)
-        out["splits"] = {"valid": adapter.valid_split, "test": list(adapter.test_splits)}
+        out = WorkerResult.of(result, splits=Splits(adapter.valid_split, list(adapter.test_splits)))
         info["setup_seconds"] = ready - started
     except Exception as exc:  # a raising trial is an errored trial, not a dead study
-        out = {"status": ERRORED, "reason": f"{type(exc).__name__}: {exc}", "history": [], "test": {},
-               "notes": notes, "traceback": traceback.format_exc(limit=8)}
-        from .diskfull import failed_path, is_disk_full
-
+        out = WorkerResult.errored(f"{type(exc).__name__}: {exc}", notes=notes, traceback=traceback.format_exc(limit=8))
         if is_disk_full(exc):  # not a result: the driver stops and the run is dispatched again later
-            out["disk_full"] = failed_path(exc) or job.run_dir
+            out.disk_full = failed_path(exc) or job.run_dir
     info["worker_seconds"] = time.perf_counter() - started
     info["end"] = time.time()
-    out["worker"] = info
-    out["epoch_times"] = epoch_times
+    out.worker = info
+    out.epoch_times = epoch_times
     return out

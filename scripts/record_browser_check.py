@@ -39,7 +39,7 @@ def chromium_version() -> str:
 
 def main() -> int:
     sys.path.insert(0, str(REPO))
-    from harness.tracking import git_commit
+    from harness.record.writer import git_commit
 
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--rc", type=int, required=True)

@@ -222,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlflow import MlflowClient
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from harness.storage import open_storage
+    from harness.record.storage import open_storage
 
     problems: list[str] = []
     db = f"sqlite:///{root / 'mlflow.db'}"

@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--study", default="tpgn-cpu")
     p.add_argument("--out", default=None, help="default reports/<study>/bleu.md")
     args = p.parse_args(argv)
-    from harness.record import RecordReader
-    from harness.tracking import default_tracking_uri
+    from harness.record.reader import RecordReader
+    from harness.record.sources import default_tracking_uri
 
     runs = RecordReader(default_tracking_uri(Path(args.root).expanduser()), args.study).runs()
     auto, lm = collect(runs, "autoencode"), collect(runs, "lm")

@@ -76,7 +76,7 @@ def local_ray(num_cpus: int = 2) -> Iterator[str]:
 
     tmp = short_tmp("tprl")
     with environ(ray_environ()):
-        from harness.runner import init_ray
+        from harness.driver.ray_start import init_ray
 
         init_ray(None, num_cpus, tmp)  # as the driver starts it (retried if its node times out on a busy machine)
         try:
@@ -185,7 +185,7 @@ def seed_root(root: Path) -> Path:
 def run_study(study_path: Path, root: Path, only: list[str] | None = None, force: bool = False,
               tracking_uri: str | None = None, storage: str | None = None, **run_kw: Any):
     """Drive a study in this process (Ray must already be up); returns (runner, summary)."""
-    from harness.runner import StudyRunner
+    from harness.driver.runner import StudyRunner
     from harness.study import expand, filter_cells, load_study
 
     study = load_study(study_path)
@@ -205,7 +205,8 @@ def cells_of(study_path: Path) -> list[Any]:
 
 
 def tracker(root: Path, study: str):
-    from harness.tracking import Tracker, default_tracking_uri
+    from harness.record.sources import default_tracking_uri
+    from harness.record.writer import Tracker
 
     return Tracker(default_tracking_uri(Path(root)), study, create=False)
 
@@ -250,7 +251,7 @@ def count_recorded(root: Path) -> int:
 def optuna_trials(root: Path, study: str, cell_id: str, storage: str | None = None) -> list[Any]:
     import optuna
 
-    from harness.storage import default_storage_url, open_storage
+    from harness.record.storage import default_storage_url, open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -283,8 +284,8 @@ def numbers(root: Path, study: str) -> dict[str, tuple[str, dict[str, float], di
 
 
 def aggregated(root: Path, study: str, seeds: int) -> Any:
+    from harness.record.sources import default_tracking_uri
     from harness.report import aggregate, load_cells, load_runs
-    from harness.tracking import default_tracking_uri
 
     uri = default_tracking_uri(Path(root))
     agg = aggregate(load_runs(uri, study), load_cells(uri, study), seeds)
@@ -293,7 +294,7 @@ def aggregated(root: Path, study: str, seeds: int) -> Any:
 
 
 def status_rows(study_path: Path, root: Path, storage: str | None = None) -> dict[str, dict[str, Any]]:
-    from harness.runner import study_status
+    from harness.driver.status import study_status
     from harness.study import expand, load_study
 
     study = load_study(study_path)

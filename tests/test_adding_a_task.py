@@ -136,7 +136,7 @@ def test_a_third_party_task_runs_in_a_study(plugin_dir, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(study), "--root", str(tmp_path / "runs"),
                            "--quiet", "--num-cpus", "2"], env=env, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    from harness.record import RecordReader
+    from harness.record.reader import RecordReader
 
     runs = RecordReader(f"sqlite:///{tmp_path / 'runs' / 'mlflow.db'}", "thirdparty").runs()
     assert sorted(runs["label"]) == ["by-entry-point/plain/d8/gru", "by-path/plain/d8/gru"]

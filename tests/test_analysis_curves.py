@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness import figures
+from harness.report import figures
 
 
 def _history(keys):

@@ -112,7 +112,8 @@ def test_a_trial_request_larger_than_the_cluster_is_one_line(monkeypatch) -> Non
     """Ray would wait for such a trial forever, without a word."""
     import ray
 
-    from harness.runner import RunnerError, check_fits
+    from harness.driver.errors import RunnerError
+    from harness.driver.ray_start import check_fits
     from harness.study import Resources
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})

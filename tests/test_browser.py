@@ -36,8 +36,8 @@ def test_the_mlflow_ui_and_optuna_dashboard_show_the_names_a_user_reads(tmp_path
         pytest.skip(why)
     import optuna
 
-    from harness.runner import describe_optuna_study
-    from harness.storage import default_storage_url, open_storage
+    from harness.driver.status import describe_optuna_study
+    from harness.record.storage import default_storage_url, open_storage
     from tests.test_report import CELLS, build_store
 
     store = build_store(tmp_path / "root")

@@ -32,7 +32,7 @@ class _Cell:
 
 def _setup(uri: str) -> str:
     """Create the store, the experiment and the cell run (what the driver does before workers)."""
-    from harness.tracking import Tracker
+    from harness.record.writer import Tracker
 
     tracker = Tracker(uri, "conc")
     return tracker.cell_run(_Cell(), tracker.study_run("test"))
@@ -48,8 +48,8 @@ def _result(i: int) -> dict[str, Any]:
 def _writer(i: int, uri: str, cell_run: str, journal: str, study_name: str, trial_id: int, barrier: Any) -> dict[str, Any]:
     import optuna
 
-    from harness.storage import open_storage
-    from harness.tracking import Tracker
+    from harness.record.storage import open_storage
+    from harness.record.writer import Tracker
 
     errors: list[str] = []
 
@@ -93,8 +93,8 @@ def ctx():
 def test_eight_trials_record_at_once_without_lock_errors(ctx: Any, tmp_path: Path) -> None:
     import optuna
 
-    from harness.storage import open_storage
-    from harness.tracking import Tracker
+    from harness.record.storage import open_storage
+    from harness.record.writer import Tracker
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     journal = f"journal://{tmp_path / 'optuna.journal'}"

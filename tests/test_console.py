@@ -104,7 +104,7 @@ def test_watch_hint_is_a_valid_command_for_each_store() -> None:
 
 
 def _state(label: str, trials_done: int, seeds_done: int):
-    from harness.runner import CellState
+    from harness.driver.cells import CellState
 
     return CellState(cell=SimpleNamespace(label=label, id="0123456789ab"), study=None, trials_wanted=2, seeds_wanted=3,
                      trials_done=trials_done, seeds_done=seeds_done)
@@ -260,7 +260,7 @@ def test_outputs_do_not_make_the_commit_dirty(tmp_path: Path) -> None:
     (outputs regenerated from a record), from the top of the checkout or a sub-folder."""
     import subprocess
 
-    from harness.tracking import git_commit
+    from harness.record.writer import git_commit
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,

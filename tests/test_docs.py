@@ -171,7 +171,7 @@ def test_cluster_resume_message_is_the_drivers() -> None:
     """docs/cluster.md quotes the resume line; its wording is the driver's."""
     import inspect
 
-    from harness.runner import StudyRunner
+    from harness.driver.runner import StudyRunner
 
     quoted = re.search(r"`(resuming: [^`]+)`", " ".join(CLUSTER.read_text().split())).group(1)
     source = inspect.getsource(StudyRunner._say_resume)

@@ -39,7 +39,7 @@ def _shared(tmp_path: Path) -> tuple[str, str]:
 
 def _lease_tag(uri: str, name: str) -> str | None:
     """The study run's lease tag as recorded (read only)."""
-    from harness.record_sources import SqlSource
+    from harness.record.sources import SqlSource
 
     source = SqlSource(uri)
     try:
@@ -51,7 +51,7 @@ def _lease_tag(uri: str, name: str) -> str | None:
 
 
 def _study_run(uri: str, name: str):
-    from harness.tracking import Tracker
+    from harness.record.writer import Tracker
 
     tracker = Tracker(uri, name)
     return tracker, tracker.study_run("test")
@@ -64,7 +64,7 @@ def _lease(host: str, pid: int, pid_start: str | None, heartbeat: float) -> str:
 
 def test_a_live_lease_refuses_a_driver_in_one_line_and_a_dead_one_does_not(tmp_path, capsys) -> None:
     from harness.cli import main
-    from harness.lease import DriverLease, process_start
+    from harness.record.lease import DriverLease, process_start
 
     uri, storage = _shared(tmp_path)
     path = write_study(tmp_path, "leased", ["gru"], trials=1, seeds=1, epochs=1)

@@ -33,8 +33,8 @@ def flaky(flag: Path) -> str:
 
 def test_errored_trials_are_shown_as_errored_then_retried_by_the_next_run(ray_up, tmp_path: Path, capsys) -> None:
     from harness.cli import main
+    from harness.record.sources import default_tracking_uri
     from harness.report import write_report
-    from harness.tracking import default_tracking_uri
 
     flag = tmp_path / "broken"
     flag.write_text("the environment is broken while this file exists")
@@ -84,8 +84,8 @@ def test_errored_trials_are_shown_as_errored_then_retried_by_the_next_run(ray_up
 
 def test_errored_seed_runs_are_missing_not_diverged_and_rerun(ray_up, tmp_path: Path) -> None:
     """trials = 0: the final seeds run straight away with the defaults; they error, then rerun."""
+    from harness.record.sources import default_tracking_uri
     from harness.report import make_table, write_report
-    from harness.tracking import default_tracking_uri
 
     flag = tmp_path / "broken"
     flag.write_text("x")

@@ -227,7 +227,7 @@ def test_tracking_store_and_journal_locked_mid_study(reference, tmp_path: Path, 
     the study, and a driver that happened not to write during the lock never retried): the
     driver's third `log_run` waits until the test holds the store, and the test lets go only
     after the driver has retried at least once."""
-    from harness.tracking import Tracker
+    from harness.record.writer import Tracker
 
     root = seed_root(tmp_path / "root")
     path = make_study(tmp_path)

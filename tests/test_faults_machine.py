@@ -55,7 +55,7 @@ def test_a_torn_journal_line_is_cut_off_with_a_copy_kept_and_the_journal_goes_on
     saying so), a copy of the file is kept, and appends read back."""
     import optuna
 
-    from harness.storage import open_storage, trial_states
+    from harness.record.storage import open_storage, trial_states
 
     path = tmp_path / "optuna.journal"
     url = _journal_with_trials(path)
@@ -79,7 +79,7 @@ def test_a_torn_journal_line_is_cut_off_with_a_copy_kept_and_the_journal_goes_on
 
 
 def test_read_only_commands_leave_a_torn_journal_alone(tmp_path: Path) -> None:
-    from harness.storage import open_storage
+    from harness.record.storage import open_storage
 
     path = tmp_path / "optuna.journal"
     url = _journal_with_trials(path)
@@ -90,7 +90,7 @@ def test_read_only_commands_leave_a_torn_journal_alone(tmp_path: Path) -> None:
 
 
 def test_a_damaged_record_inside_the_journal_is_one_clear_error(tmp_path: Path) -> None:
-    from harness.storage import JournalError, open_storage
+    from harness.record.storage import JournalError, open_storage
 
     path = tmp_path / "optuna.journal"
     url = _journal_with_trials(path)
@@ -129,7 +129,7 @@ def _mlflow_full() -> Exception:
 def test_out_of_space_is_never_a_transient_outage(make) -> None:
     """A locked store is retried; a full one stops at once (no 120 s of retries)."""
     from harness.diskfull import is_disk_full
-    from harness.tracking import is_transient, with_retry
+    from harness.record.retry import is_transient, with_retry
 
     exc = make()
     assert is_disk_full(exc) and not is_transient(exc)
@@ -153,7 +153,7 @@ def _tiny_study(directory: Path, trials: int = 0, seeds: int = 1, name: str = "f
 
 def test_full_disk_while_writing_the_data_cache_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
     """Issue 20's 1 MB filesystem: ENOSPC while the driver writes the data cache."""
-    from harness.runner import StudyRunner
+    from harness.driver.runner import StudyRunner
     from tests.ray_helpers import seed_root
 
     root = seed_root(tmp_path / "root")
@@ -213,7 +213,8 @@ def test_a_worker_out_of_space_is_not_recorded_and_stops_the_driver(tmp_path: Pa
     driver stops with DiskFull before recording it, so the rerun dispatches it again."""
     import tasks.training
     from harness.diskfull import DiskFull
-    from harness.runner import Job, _stop_if_disk_full
+    from harness.driver.cells import Job
+    from harness.driver.runner import _stop_if_disk_full
     from harness.worker import run_job
 
     run_dir = tmp_path / "run"
@@ -280,7 +281,7 @@ def test_a_corrupt_record_stops_every_command_with_one_line(golden: Path, tmp_pa
 
 
 def test_a_sound_record_is_checked_once_until_it_changes(golden: Path, monkeypatch) -> None:
-    from harness import record_guard
+    from harness.record import guard as record_guard
 
     calls: list[Path] = []
     real = record_guard.quick_check
@@ -297,7 +298,7 @@ def test_a_sound_record_is_checked_once_until_it_changes(golden: Path, monkeypat
 def test_snapshot_then_restore_gives_the_same_tables(golden: Path, tmp_path: Path, capsys) -> None:
     """Snapshots are consistent copies (online backup), checked, rotated; `record restore` moves
     the damaged file aside and puts the newest good snapshot back: the tables come out identical."""
-    from harness import record_guard
+    from harness.record import guard as record_guard
 
     assert _report(golden, tmp_path / "before") == 0
     for _ in range(record_guard.KEEP + 2):
@@ -320,7 +321,7 @@ def test_snapshot_then_restore_gives_the_same_tables(golden: Path, tmp_path: Pat
 
 
 def test_a_damaged_record_never_replaces_a_good_snapshot(golden: Path) -> None:
-    from harness import record_guard
+    from harness.record import guard as record_guard
 
     first = record_guard.take_snapshot(golden / "mlflow.db", golden)
     _damage_middle(golden / "mlflow.db")

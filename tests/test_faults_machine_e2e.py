@@ -39,7 +39,7 @@ def _forget_cell(snapshot: Path, cell_id: str) -> int:
 
 
 def test_restore_from_an_older_snapshot_then_rerun_loses_nothing(tmp_path: Path) -> None:
-    from harness import record_guard
+    from harness.record import guard as record_guard
     from tests.ray_helpers import cells_of, seed_root, write_study
 
     root = seed_root(tmp_path / "runs")

@@ -11,7 +11,7 @@ import pytest
 from optuna.storages import JournalStorage
 from optuna.storages.journal import JournalFileBackend
 
-from harness.storage import JournalError, journal_trial_states, read_trial_states, trial_states
+from harness.record.storage import JournalError, journal_trial_states, read_trial_states, trial_states
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 def record(tmp_path_factory) -> Path:
     """A synthetic record of the quickstart's cells (harness.bench_record: real MLflow runs with
     random numbers, no training): 8 cells × 3 seeds, study file under studies/."""
-    from harness.bench_record import CASES, build
+    from harness.bench.record import CASES, build
 
     root = tmp_path_factory.mktemp("papers")
     build(CASES["quickstart"], root, say=lambda *a: None)

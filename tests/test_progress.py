@@ -123,7 +123,7 @@ def test_an_epoch_reports_its_batches_and_trains_the_same(tmp_path: Path) -> Non
 
 
 def test_data_of_a_study_is_reported_in_timestamped_phases(tmp_path: Path) -> None:
-    from harness.runner import StudyRunner
+    from harness.driver.runner import StudyRunner
 
     events: list[str] = []
     cell = SimpleNamespace(task="logic", task_options=OPTIONS, data="generated")
@@ -137,7 +137,7 @@ def test_data_of_a_study_is_reported_in_timestamped_phases(tmp_path: Path) -> No
 
 def test_resume_names_trials_without_a_checkpoint(tmp_path: Path) -> None:
     """A rerun says which unfinished trials continue from a checkpoint and which start over."""
-    from harness.runner import StudyRunner
+    from harness.driver.runner import StudyRunner
 
     (tmp_path / "c1" / "trial-0000").mkdir(parents=True)
     (tmp_path / "c1" / "trial-0000" / "checkpoint.pt").write_bytes(b"x")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.runner import RunnerError, start_local_ray
+from harness.driver.errors import RunnerError
+from harness.driver.ray_start import start_local_ray
 
 TIMEOUT = Exception("The current node timed out during startup. This could happen because ...")
 

@@ -26,7 +26,7 @@ STUDY = "bench-ro"
 
 @pytest.fixture(scope="module")
 def record(tmp_path_factory) -> Path:
-    from harness.bench_record import Case, build
+    from harness.bench.record import Case, build
 
     root = tmp_path_factory.mktemp("cache-record")
     info = build(Case("ro", (8,), (2, 3), 1, 2, 2), root, say=lambda _text: None)
@@ -40,7 +40,7 @@ def _uri(root: Path) -> str:
 
 
 def _ended(root: Path) -> dict:
-    from harness.record import RecordReader
+    from harness.record.reader import RecordReader
 
     return RecordReader(_uri(root), STUDY, root=root).ended()
 
@@ -62,7 +62,7 @@ def _parses_with_other_values(data: bytes, good: dict) -> bool:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from harness.summary import to_columns
+    from harness.record.summary import to_columns
 
     try:
         table = pq.ParquetFile(pa.BufferReader(data)).read()
@@ -72,7 +72,7 @@ def _parses_with_other_values(data: bytes, good: dict) -> bool:
 
 
 def test_every_bit_flip_of_the_summary_is_rebuilt_never_used(record, monkeypatch) -> None:
-    from harness.summary import digest_path
+    from harness.record.summary import digest_path
 
     monkeypatch.setenv("TPRBENCH_RECORD_SUMMARY", "0")
     full = _sorted(_ended(record))

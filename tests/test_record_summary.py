@@ -25,7 +25,7 @@ TRIALS, SEEDS = 1, 19
 
 @pytest.fixture(scope="module")
 def record(tmp_path_factory) -> tuple[Path, object]:
-    from harness.bench_record import Case, build
+    from harness.bench.record import Case, build
 
     root = tmp_path_factory.mktemp("summary-record")
     case = Case("summary", (8,), CELLS_ROLES, TRIALS, SEEDS, 2)
@@ -55,7 +55,7 @@ def _tables(root: Path, out: Path, monkeypatch, summary: bool) -> dict[str, byte
 
 
 def _show(root: Path, monkeypatch, summary: bool) -> str:
-    from harness.runner import study_status
+    from harness.driver.status import study_status
     from harness.study import expand, load_study
 
     monkeypatch.setenv("TPRBENCH_RECORD_SUMMARY", "1" if summary else "0")
@@ -114,8 +114,8 @@ def _relog(root: Path, monkeypatch) -> tuple[str, str]:
     a new run (new id, other numbers) logged under the same key. Returns (old id, new id)."""
     from mlflow.entities import Metric
 
-    from harness.record import RecordReader
-    from harness.tracking import BulkRun, Tracker
+    from harness.record.reader import RecordReader
+    from harness.record.writer import BulkRun, Tracker
 
     monkeypatch.setenv("TPRBENCH_RECORD_SUMMARY", "0")
     reader = RecordReader(_uri(root), "bench-summary")
@@ -160,8 +160,8 @@ def test_sql_and_client_sources_give_the_same_frames(record, monkeypatch) -> Non
     MLflow's four tables would show here)."""
     import pandas as pd
 
-    from harness.record import runs_frame
-    from harness.record_sources import ClientSource, SqlSource
+    from harness.record.reader import runs_frame
+    from harness.record.sources import ClientSource, SqlSource
 
     root, _case = record
     monkeypatch.setenv("TPRBENCH_RECORD_SUMMARY", "0")

@@ -14,8 +14,11 @@ import pytest
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 warnings.filterwarnings("ignore", message=".*noload.*")
 
-from harness.runner import params_hash  # noqa: E402
-from harness.tracking import PHASE, TAG, Tracker, default_tracking_uri  # noqa: E402
+from harness.tracking import PHASE, TAG
+
+from harness.driver.cells import params_hash  # noqa: E402
+from harness.record.sources import default_tracking_uri  # noqa: E402
+from harness.record.writer import Tracker
 
 COMMIT = "1234567abcdef"
 SEEDS = 3
@@ -91,7 +94,7 @@ def result_for(valid: float | None, task: str, seed: int, pruned: bool = False) 
 def log(tracker: Tracker, cell_run: str, cell: FakeCell, phase: str, seed: int, params: dict, result: dict,
         key: str, commit: str = COMMIT, trial: int | None = None) -> None:
     """What harness.runner.StudyRunner._record writes."""
-    from harness.tracking import cell_tags
+    from harness.record.writer import cell_tags
 
     tags = {PHASE: phase, TAG + "seed": seed, TAG + "git_commit": commit, TAG + "params_hash": params_hash(params),
             TAG + "params_formula": result["params_formula"], TAG + "params_total": result["params_total"],
@@ -238,8 +241,8 @@ def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatc
     assert b"<dc:date>" not in first["speed.svg"] and b"Matplotlib" not in first["curves_roles.png"]
     # The comparison figure has a bar for every cell with finished seeds, GRU and new units alike,
     # and the curves figure a line per cell (issue 21; SVG text is drawn as paths, so read the figures).
-    from harness.figures import fig_units
     from harness.report.aggregate import aggregate
+    from harness.report.figures import fig_units
     from harness.report.load import load_record
 
     runs, cells = load_record(store.uri, "synth")
@@ -403,7 +406,7 @@ def test_figures_of_a_large_study_draw_the_baselines_and_the_best_cells() -> Non
     and a role grid of hundreds draws evenly spaced role counts, first and last included."""
     import pandas as pd
 
-    from harness.figures import MAX_LINES, _best_rows, _spread
+    from harness.report.figures import MAX_LINES, _best_rows, _spread
 
     assert _spread(list(range(5)), MAX_LINES) == list(range(5))
     picked = _spread(list(range(2, 252)), MAX_LINES)

@@ -61,7 +61,7 @@ def test_comparison_is_identical(root, tmp_path):
 
 
 def test_study_show_rows_are_identical(root, monkeypatch):
-    from harness.runner import study_status
+    from harness.driver.status import study_status
     from harness.study import expand, load_study
 
     monkeypatch.syspath_prepend(str(FIXTURE.parents[2]))  # tests.plugin_units (the NaN unit)

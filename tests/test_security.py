@@ -297,8 +297,9 @@ def test_no_study_value_is_ever_evaluated(tmp_path: Path, capsys) -> None:
 
 def test_no_study_value_is_evaluated_by_tprbench_run(tmp_path: Path, capsys, monkeypatch) -> None:
     """The same through `tprbench run` up to dispatch (the study driver itself is stubbed out)."""
-    import harness.report
     import harness.runner
+
+    import harness.report
 
     seen = []
     monkeypatch.setattr(harness.runner.StudyRunner, "run",
@@ -360,8 +361,9 @@ def test_the_only_code_path_is_a_unit_import_path(tmp_path: Path, monkeypatch) -
 
 def test_mlflow_ui_hint_binds_localhost(tmp_path: Path, capsys, monkeypatch) -> None:
     """`tprbench run` prints the `mlflow ui` command to watch a study: it binds 127.0.0.1."""
-    import harness.report
     import harness.runner
+
+    import harness.report
 
     monkeypatch.setattr(harness.runner.StudyRunner, "run",
                         lambda self, **kw: {"cells": len(self.cells), "seconds": 0.0, "states": {}})
@@ -380,9 +382,8 @@ def test_mlflow_ui_hint_binds_localhost(tmp_path: Path, capsys, monkeypatch) -> 
 
 def test_ray_is_started_without_a_dashboard(monkeypatch) -> None:
     """A local Ray starts no dashboard (no HTTP server); connecting to a cluster starts nothing."""
-    import ray
-
     import harness.runner
+    import ray
 
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)

@@ -199,8 +199,8 @@ def _watch_live(uri: str, experiment: str, stop: threading.Event, seen: list) ->
 def test_mlflow_server_record_as_people_read_it_and_the_same_report(mlflow_srv, ray_local, tmp_path: Path) -> None:
     from mlflow import MlflowClient
 
+    from harness.record.sources import default_tracking_uri
     from harness.report import write_report
-    from harness.tracking import default_tracking_uri
 
     uri = mlflow_srv.info["uri"]
     path = write_study(tmp_path, "served", [SLOW, "gru"], trials=2, seeds=2, epochs=3)
@@ -311,7 +311,7 @@ def test_postgres_driver_killed_then_resumed(pg, tmp_path: Path) -> None:
 def test_postgres_two_studies_driven_at_once(pg, tmp_path: Path) -> None:
     import optuna
 
-    from harness.storage import open_storage
+    from harness.record.storage import open_storage
 
     url = pg.info["url"]
     drivers = []
@@ -349,7 +349,7 @@ def test_report_of_a_10k_run_record_through_an_mlflow_server(tmp_path: Path, cap
     file, cold (no summary of ended runs: every run through MLflow's REST API) and warm. The
     seconds are printed, not asserted (speed targets live in `tprbench bench record
     --tracking-server`, docs/benchmarks-record.md)."""
-    from harness.bench_record import CASES, build, tracking_server
+    from harness.bench.record import CASES, build, tracking_server
 
     case = CASES["tiny-5010"]
     root = tmp_path / "record"

@@ -28,11 +28,11 @@ QUICK = 60.0
 @pytest.fixture(scope="module", autouse=True)
 def imported() -> None:
     """The imports a first contact needs, done before anything is timed (seconds on a busy machine)."""
+    import harness.runner  # noqa: F401
+    import harness.store_check  # noqa: F401
     import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401
 
     import harness.commands.run  # noqa: F401
-    import harness.runner  # noqa: F401
-    import harness.store_check  # noqa: F401
 
 
 def _closed_port() -> int:
@@ -113,7 +113,7 @@ def test_a_store_that_stopped_answering_is_retried_and_says_the_real_wait() -> N
     the messages count that time, not only the pauses between calls."""
     import sqlite3
 
-    from harness.tracking import StoreUnavailable, is_transient, with_retry
+    from harness.record.retry import StoreUnavailable, is_transient, with_retry
 
     assert is_transient(sqlite3.OperationalError("database is locked"))  # its imports (MLflow's exceptions) done
     said: list[str] = []

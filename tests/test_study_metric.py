@@ -62,7 +62,7 @@ def test_every_run_logs_its_resolved_hyperparameters(done):
         assert params["batch_size"] == "32" and params["optimizer"] == "adam" and params["clip"] == "5.0"
         assert params["mlp_hidden"] == "null" and json.loads(params["betas"]) == [0.9, 0.999]
         assert rec.tags["tprbench.metric"] == "valid_loss" and rec.tags["tprbench.reproducible"] == "true"
-    from harness.record import RecordReader
+    from harness.record.reader import RecordReader
 
     cells = RecordReader(f"sqlite:///{root / 'mlflow.db'}", "byloss").cells()
     row = cells[cells["cell_id"] == cell.id].iloc[0]
@@ -82,7 +82,7 @@ def test_the_report_tables_the_recorded_metric(done, tmp_path):
 
 
 def _storage(root):
-    from harness.storage import default_storage_url, open_storage
+    from harness.record.storage import default_storage_url, open_storage
 
     return open_storage(default_storage_url(root))
 

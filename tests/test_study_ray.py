@@ -94,7 +94,7 @@ class TestLocal:
         summary metrics, the worker's times, per-epoch timestamps, Optuna studies described."""
         import optuna
 
-        from harness.storage import default_storage_url, open_storage
+        from harness.record.storage import default_storage_url, open_storage
         from tests.ray_helpers import tracker
 
         path, root, *_ = done
@@ -400,8 +400,9 @@ def test_fractional_gpus_pack_and_a_removed_node_loses_nothing(gpu_cluster, tmp_
 def test_restarted_driver_proposes_the_parameters_an_uninterrupted_one_would(tmp_path: Path) -> None:
     """Regression: a driver restarted mid-search re-created the cell's seeded sampler, so the
     next trial it asked got trial 0's parameters again. Proposals are now seeded per trial."""
-    from harness.runner import CellState, StudyRunner
-    from harness.storage import open_storage
+    from harness.driver.cells import CellState
+    from harness.driver.runner import StudyRunner
+    from harness.record.storage import open_storage
     from harness.study import load_study
 
     path = write_study(tmp_path, "sampler", ["gru"], trials=4)

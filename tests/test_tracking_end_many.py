@@ -9,7 +9,8 @@ import math
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness.tracking import Tracker, default_tracking_uri
+from harness.record.sources import default_tracking_uri
+from harness.record.writer import Tracker
 
 SUMMARIES = [
     {"valid_acc_mean": 61.25, "valid_acc_std": 1.5, "seeds_finished": 3, "params_total": 1234},

@@ -77,7 +77,7 @@ def figures(results: list[GradientResult], out: Path, header: list[str]) -> list
     σ_max(J_t) against t on a second axis; spectrum.png/svg: per unit the histogram of σ_max(J_t)."""
     import numpy as np
 
-    from harness.figures import _figure, save
+    from harness.report.figures import _figure, save
 
     files: list[Path] = []
     n = len(results)

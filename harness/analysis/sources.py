@@ -8,6 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tasks.errors import DataError
+from tasks.registry import get_task
+from tasks.result import RunStatus
+
+from ..record.contract import TRAIN_SPEC, Phase, Tag
+from ..record.reader import RecordReader, ReportError
+from ..record.sources import default_tracking_uri
+from ..transfer import TransferError, rebuild_tracked_run
+
 
 class AnalysisError(ValueError):
     """Bad input to `tprbench gradients` / `interpret` (a run, a spec, an option): exit 2."""
@@ -28,8 +37,6 @@ class Source:
 
 
 def tracking(root: str, uri: str | None) -> str:
-    from harness.tracking import default_tracking_uri
-
     return uri or default_tracking_uri(Path(root).expanduser().resolve())
 
 
@@ -38,18 +45,15 @@ def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True, adapt
     options and data: the data is read once however many runs of a study are analysed)."""
     from mlflow import MlflowClient
 
-    from harness.record import TAG
-    from harness.transfer import TransferError, rebuild_tracked_run
-
     client = MlflowClient(tracking_uri=uri)
     try:
         adapter, model, run, config = rebuild_tracked_run(client, run_id, cache_dir, trained=trained, adapters=adapters)
     except TransferError as exc:
         raise AnalysisError(str(exc)) from None
     model.eval()
-    unit = run.data.tags.get(TAG + "unit", config.unit)
+    unit = run.data.tags.get(Tag.UNIT, config.unit)
     label = described(unit, adapter)
-    return Source(label if trained else f"{label} (untrained)", unit, run.data.tags.get(TAG + "task", "?"),
+    return Source(label if trained else f"{label} (untrained)", unit, run.data.tags.get(Tag.TASK, "?"),
                   adapter, model, run_id, config.seed, trained)
 
 
@@ -68,9 +72,6 @@ def from_run_dir(path: Path, cache_dir: Path, trained: bool = True, adapters: di
 
     import torch
 
-    from harness.commands.train import TRAIN_SPEC
-    from tasks.errors import DataError
-    from tasks.registry import get_task
     from tasks.training import CheckpointMismatch, TrainConfig, load_best_model
 
     spec_file = Path(path) / TRAIN_SPEC
@@ -117,7 +118,6 @@ def from_spec(spec: str, task: str, data: str | None, options: dict[str, Any], a
     import torch
 
     import units
-    from tasks.registry import get_task
 
     try:
         units.resolve(spec, dim)
@@ -135,13 +135,11 @@ def from_spec(spec: str, task: str, data: str | None, options: dict[str, Any], a
 def study_runs(uri: str, study: str, only: dict[str, str]) -> list[tuple[str, str]]:
     """(run id, unit) of a study's finished final-phase seed runs (seed 0 first), filtered by
     tag values (`task=logic`), in the study's cell order."""
-    from harness.record import RecordReader, ReportError
-
     try:
         runs = RecordReader(uri, study).runs()
     except ReportError as exc:
         raise AnalysisError(str(exc)) from None
-    runs = runs[(runs["status"] == "finished") & (runs["phase"] == "final")]
+    runs = runs[(runs["status"] == RunStatus.FINISHED) & (runs["phase"] == Phase.FINAL)]
     for key, value in only.items():
         if key not in runs.columns:
             raise AnalysisError(f"--only {key}=...: runs have no {key!r} (use one of task, arch, unit, dim, seed)")

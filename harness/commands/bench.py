@@ -82,17 +82,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args._bench == "record":
-        from harness.bench_record import run_record_bench
+        from harness.bench.record import run_record_bench
 
         return run_record_bench(args)
     if args._bench == "units":
-        from harness.bench_units import run_unit_bench
+        from harness.bench.units import run_unit_bench
 
         return run_unit_bench(args)
     if args._bench == "train":
-        from harness.bench_train import run_train_bench
+        from harness.bench.train import run_train_bench
 
         return run_train_bench(args)
-    from harness.bench_harness import run_harness_bench
+    from harness.bench.harness import run_harness_bench
 
     return run_harness_bench(args)

@@ -19,9 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness import record_guard as guard
-    from harness.record_sources import sqlite_path
-    from harness.runner import RunnerError
+    from harness.driver.errors import RunnerError
+    from harness.record import guard
+    from harness.record.sources import sqlite_path
 
     root = Path(args.root).expanduser().resolve()
     uri = args.tracking_uri or f"sqlite:///{root / 'mlflow.db'}"

@@ -37,7 +37,7 @@ def command_line(args: argparse.Namespace) -> str:
 def tracking_uri(root: str, uri: str | None) -> str:
     from pathlib import Path
 
-    from harness.tracking import default_tracking_uri
+    from harness.record.sources import default_tracking_uri
 
     return uri or default_tracking_uri(Path(root).expanduser())
 

@@ -55,7 +55,7 @@ def check_root(root: str):
     import os
     from pathlib import Path
 
-    from harness.runner import RunnerError
+    from harness.driver.errors import RunnerError
 
     path = Path(root).expanduser()
     try:
@@ -84,9 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from harness.driver.runner import StudyRunner
     from harness.logs import route_library_logs
     from harness.quiet import log_path, quiet_libraries, stderr_to
-    from harness.runner import StudyRunner
 
     quiet_libraries()
     console = Console()

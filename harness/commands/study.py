@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> int:
 
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from harness.commands.run import load_cells
-    from harness.runner import study_status
+    from harness.driver.status import study_status
 
     study, cells = load_cells(args)
     rows = study_status(study, cells, args.root, args.tracking_uri, args.storage)

@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 
 from harness import bounds
+from harness.record.contract import TRAIN_SPEC
+from tasks.result import RunStatus
 
-TRAIN_SPEC = "train.json"  # in the run directory: the command's task, options, data, unit, dims, seed, hyperparameters
 HELP = "train one model (task × arch × unit × dim) and print per-split scores; resumable"
 
 
@@ -63,8 +64,9 @@ def _setup(args: argparse.Namespace):
     from pathlib import Path
 
     import units
+    from tasks.meta import run_metric
     from tasks.registry import get_task
-    from tasks.training import TrainConfig, fingerprint_of, run_metric
+    from tasks.training import TrainConfig, fingerprint_of
 
     if args.dim is None:
         args.dim = units.resolve(args.unit).implied_hidden_size or 64
@@ -161,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
     _write_spec(args, config, run_dir)
     if result.resumed_from_epoch:
         console.print(f"(resumed after epoch {result.resumed_from_epoch})")
-    if result.status != "finished":
+    if result.status != RunStatus.FINISHED:
         console.print(f"[red]run {result.status}:[/] {result.reason}")
         return 1
     _print_result(console, args, adapter, config, result)

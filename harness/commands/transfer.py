@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from harness.tracking import default_tracking_uri
+    from harness.record.sources import default_tracking_uri
     from harness.transfer import TransferError, evaluate_run
     from tasks.transfer.senteval_data import TASKS
 

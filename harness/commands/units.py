@@ -99,7 +99,7 @@ def _resolve_listed(spec: str, d: int, given: bool):
     try:
         return units.resolve(spec, d), d
     except units.UnitSpecError:
-        from ..bench_units import SIZE_RULES, sized_spec
+        from ..bench.units import SIZE_RULES, sized_spec
 
         if given or units.resolve(spec).spec.name not in SIZE_RULES:
             raise

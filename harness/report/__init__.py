@@ -1,6 +1,6 @@
 """Reports: the papers' tables and figures, regenerated from the MLflow record alone (never by training).
 
-Four jobs, one module each: `load` (frames from harness.record's reader), `aggregate` (mean ±
+Four jobs, one module each: `load` (frames from harness.record.reader), `aggregate` (mean ±
 std per cell and split; pure pandas), `render` (sections laid out like the papers; one
 `make_table` for Markdown, LaTeX and CSV; rich tables) and `compare` (two studies side by
 side); `write` puts them together into the files of `tprbench report`.
@@ -17,7 +17,7 @@ wanted. A seed that diverged (status failed) is marked † and a seed not yet ru
 footnote with the counts — they are shown, never hidden. Std is the sample std (ddof=1); one
 seed has no std ('–').
 
-Columns of `load_runs` (bare names are the `tprbench.*` tags without the prefix; harness/record.py):
+Columns of `load_runs` (bare names are the `tprbench.*` tags without the prefix; harness/record/contract.py):
     run_id, mlflow_status, start_time, study, cell_id, task, arch, unit, dim, input_dim, label,
     run_key, phase, seed, trial, status, reason, params_hash, params_formula, params_total,
     git_commit, host, `param.<name>` (hyperparameters, numbers cast) and `metric.<name>`
@@ -29,7 +29,8 @@ and with a fixed `svg.hashsalt`.
 """
 from __future__ import annotations
 
-from ..record import CELL_COLUMNS, RUN_COLUMNS, ReportError
+from ..record.contract import CELL_COLUMNS, RUN_COLUMNS
+from ..record.reader import ReportError
 from .aggregate import (
                         BASELINES,
                         LOGIC_SPLITS,

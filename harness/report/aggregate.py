@@ -16,7 +16,7 @@ import math
 import re
 from typing import Any
 
-from ..record import ERRORED, is_failure
+from tasks.result import RunStatus, is_failure
 
 #: Logical-entailment test splits in the papers' column order (records without a test_splits tag).
 LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
@@ -226,7 +226,7 @@ def _search_stats(search: list[dict[str, Any]], metric: str, direction: str) -> 
     """Search-phase statistics of one cell from its search runs (dicts): the best trial is the
     first with the best value in trial order (as pandas' idxmax/idxmin over trials sorted stably)."""
     best_col = f"metric.best_valid_{metric}"
-    s_fin = [r for r in search if r.get("status") == "finished"]
+    s_fin = [r for r in search if r.get("status") == RunStatus.FINISHED]
     best_search, best_trial = float("nan"), None
     vals = [r for r in s_fin if _present(r.get(best_col))]
     if vals:
@@ -237,7 +237,7 @@ def _search_stats(search: list[dict[str, Any]], metric: str, direction: str) -> 
                 best = r
         best_search, best_trial = float(best[best_col]), best.get("trial")
     return {"trials": len(search), "trials_finished": len(s_fin),
-            "trials_pruned": sum(r.get("status") == "pruned" for r in search),
+            "trials_pruned": sum(r.get("status") == RunStatus.PRUNED for r in search),
             "trials_failed": sum(bool(is_failure(r.get("status"))) for r in search),
             "best_search": best_search, "best_trial": None if _is_missing(best_trial) else int(best_trial)}
 
@@ -303,10 +303,10 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
     runs and counted runs as dicts: plain Python, since a dozen pandas operations on each
     cell's small frames cost ~40 ms a cell — minutes at 5,000 cells (issue 24)."""
     metric, direction, _ = table
-    finished = sum(r.get("status") == "finished" for r in cur)
+    finished = sum(r.get("status") == RunStatus.FINISHED for r in cur)
     # Errored seeds are not results (harness/record.py): counted apart, shown as missing, never as †.
-    errored = [r for r in cur if r.get("status") == ERRORED]
-    failed = [r for r in cur if r.get("status") not in ("finished", ERRORED)]
+    errored = [r for r in cur if r.get("status") == RunStatus.ERRORED]
+    failed = [r for r in cur if r.get("status") not in (RunStatus.FINISHED, RunStatus.ERRORED)]
     present = {int(r["seed"]) for r in cur}
     missing = [s for s in range(seeds_wanted) if s not in present]
     search = [r for r in mine if r.get("phase") == "search"]
@@ -320,7 +320,7 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
         "unit": cell.get("unit"), "unit_short": cell["unit_short"], "unit_name": cell["unit_name"],
         "unit_canonical": cell.get("unit_canonical"), "roles": cell["roles"], "slices": cell["slices"],
         "task_options": cell.get("task_options"),
-        "summary": _summaries([r for r in cur if r.get("status") == "finished"]),
+        "summary": _summaries([r for r in cur if r.get("status") == RunStatus.FINISHED]),
         "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": finished,
         "seeds_failed": len(failed), "seeds_missing": len(missing), "seeds_errored": len(errored),
         "failed_seeds": ",".join(str(int(r["seed"])) for r in failed), "missing_seeds": ",".join(map(str, missing)),
@@ -333,7 +333,7 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
         **_search_stats(search, metric, direction),
         "git_commits": ",".join(commits),
         # the epoch each finished seed kept (its best validation epoch): bAbI's "epochs to convergence"
-        "best_epochs": _by_seed([r for r in cur if r.get("status") == "finished"], "metric.best_epoch"),
+        "best_epochs": _by_seed([r for r in cur if r.get("status") == RunStatus.FINISHED], "metric.best_epoch"),
     }
 
 
@@ -378,7 +378,7 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
         table = tables[cell["task_label"] or ""]
         cur = counted_recs.get(cid, [])
         base = _cell_base(order, cell, runs_recs.get(cid, []), cur, seeds_wanted, table)
-        finished = [r for r in cur if r.get("status") == "finished"]
+        finished = [r for r in cur if r.get("status") == RunStatus.FINISHED]
         for split_order, (split, col) in enumerate(table[2]):
             vals = [float(r[col]) for r in finished if _present(r.get(col))]
             n = len(vals)

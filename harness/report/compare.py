@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..record import ReportError
+from ..record.reader import ReportError
 from .aggregate import _is_missing, aggregate, infer_seeds, records
 from .load import load_record, resolve_study
 from .render import DASH, PERCENT_METRICS, Section, format_cell, metric_scale, print_sections

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..record import RecordReader, ReportError
+from ..record.reader import RecordReader, ReportError
 
 
 def load_runs(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None) -> Any:

@@ -32,7 +32,9 @@ from typing import Any, Literal
 
 import pydantic
 
-from ..record import DIVERGED, FINISHED, ReportError
+from tasks.result import RunStatus
+
+from ..record.reader import ReportError
 
 
 class PapersError(ReportError):
@@ -222,7 +224,7 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
     # Finished runs give values; diverged ones (a NaN loss) are results too — the seed ran to its
     # end — so they count as done and are reported, never averaged. Errored runs (the machine's
     # fault, not the model's) are neither: they will be rerun.
-    done = [r for r in records(counted) if r.get("status") in (FINISHED, DIVERGED)]
+    done = [r for r in records(counted) if r.get("status") in (RunStatus.FINISHED, RunStatus.DIVERGED)]
     return StudyRuns(name, seeds, cell_rows, done, recorded=True)
 
 
@@ -277,7 +279,7 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
         if r.get("git_commit"):
             commits.add(str(r["git_commit"]))
         v = r.get(col)
-        if r.get("status") != FINISHED:
+        if r.get("status") != RunStatus.FINISHED:
             diverged += 1
         elif v is not None and not (isinstance(v, float) and math.isnan(v)):
             by_cell.setdefault(r["cell_id"], []).append(float(v) * m.scale)

@@ -10,7 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..record import CELL_COLUMNS, RUN_COLUMNS, RecordReader, ReportError, frame, per_epoch
+from tasks.result import RunStatus
+
+from ..record.contract import CELL_COLUMNS, RUN_COLUMNS
+from ..record.reader import RecordReader, ReportError, frame, per_epoch
+from . import figures as figs
 from .aggregate import aggregate, counted_runs, infer_seeds, search_frame
 from .load import load_history, load_record
 from .render import Section, make_table, print_sections, sections
@@ -61,8 +65,6 @@ def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wan
 
     Returns a `Report`.
     """
-    from .. import figures as figs
-
     runs, cells = load_record(tracking_uri, study_name, cell_ids, root=root)
     if seeds_wanted is None:
         seeds_wanted = infer_seeds(runs)
@@ -91,7 +93,7 @@ def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wan
     notes: list[str] = [n for n in [dirty_note(agg)] if n]
     if figures:
         counted = counted_runs(runs, cells, seeds_wanted)
-        used = counted[counted["status"] == "finished"]
+        used = counted[counted["status"] == RunStatus.FINISHED]
         history = load_history(tracking_uri, study_name, run_ids=list(used["run_id"]) + list(runs["run_id"]),
                                keys=sorted({*_history_keys(runs), "epoch_seconds"}))
         made, fig_notes = figs.make_figures(agg, runs, used, history, out_dir, header, bench_csv=bench_csv)

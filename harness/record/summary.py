@@ -1,7 +1,7 @@
 """The summary: one compact, columnar file per study holding its ended trial/seed runs.
 
 A run that has ended (MLflow status FINISHED/FAILED/KILLED) is immutable: the driver writes a
-run completely and only then ends it (harness/tracking.py), and never writes to it again. So
+run completely and only then ends it (harness/record/writer.py), and never writes to it again. So
 every reader keeps what it has read in a Parquet file (`<root>/cache/summary/<study>-<store>.parquet`)
 and asks the store only for what is not in it yet. MLflow stays the record; the file is a cache
 that can be deleted at any time (the next read rebuilds it) and is never trusted over the record:
@@ -28,7 +28,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .record_sources import FIXED, ClientSource, Columns, SqlSource, empty_columns
+from .contract import Kind
+from .sources import ClientSource, Columns, SqlSource, empty_columns, kind_filter
 
 VERSION = 1
 ENV = "TPRBENCH_RECORD_SUMMARY"  # "0": no summary, every read goes to the record in full
@@ -227,9 +228,7 @@ def _refresh_sql(source: SqlSource, experiment_id: str, cell_ids: list[str] | No
 
 
 def _refresh_client(source: ClientSource, experiment_id: str, summary: Summary, table: Any):
-    from .record_sources import KIND
-
-    kind = f"tags.`{KIND}` = 'run'"
+    kind = kind_filter(Kind.RUN)
     deleted = {r.info.run_id for r in source.search(experiment_id, kind, deleted=True)}
     if not table.num_rows:
         fresh = source.runs(experiment_id)
@@ -262,5 +261,3 @@ def _same_rows(table: Any, fresh: Columns) -> bool:
     held = dict(zip(table.column("run_id").to_pylist(), table.column("end_time").to_pylist()))
     return all(held.get(r) == e for r, e in zip(fresh["run_id"], fresh["end_time"]))
 
-
-__all__ = ["ENV", "FIXED", "MARGIN_MS", "Summary", "ended_runs", "enabled", "summary_path", "to_columns", "to_table"]

@@ -20,117 +20,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .record import (
-    ATTEMPT,
-    CELL,
-    ERRORED,
-    KIND,
-    KIND_CELL,
-    KIND_RUN,
-    KIND_STUDY,
-    LABEL,
+from tasks.result import RunResult, RunStatus
+
+from .contract import (
+    LIVE_STATUS,
     MLFLOW_ENDED,
-    PHASE,
-    REASON,
-    RUN_KEY,
-    STATUS,
-    STUDY,
-    TAG,
-    CellRecord,
-    RecordReader,
-    RunRecord,
+    MLFLOW_PARENT,
+    Kind,
+    MlflowStatus,
+    RunKey,
+    Tag,
+    WorkerResult,
     attempt_of,
+    experiment_name,
     mlflow_status,
-    split_tags,
 )
-from .record_sources import chunks
+from .guard import RecordCorrupt
+from .reader import CellRecord, RecordReader, RunRecord, split_tags
+from .retry import http_defaults, is_transient, with_retry
+from .sources import SqlSource, chunks, is_server, is_sql_uri, sqlite_path
 
-__all__ = ["PHASE", "TAG", "BulkRun", "RunRecord", "StoreUnavailable", "Tracker", "cell_params", "cell_tags", "default_tracking_uri",
-           "final_metrics", "git_commit", "with_retry"]
-MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch limits
-RETRY_ENV = "TPRBENCH_STORE_RETRY_SECONDS"  # how long a write waits for an unavailable store
-DEFAULT_RETRY_SECONDS = 120.0
 T = TypeVar("T")
-
-
-class StoreUnavailable(RuntimeError):
-    """The MLflow tracking store (or Optuna storage) stayed unavailable past the retry window.
-
-    The driver stops: what was recorded stays recorded, the runs not recorded yet are still
-    RUNNING in Optuna and are dispatched again (from their checkpoints) by the next `run`."""
-
-    user_error = True
-
-
-def retry_seconds() -> float:
-    try:
-        return max(float(os.environ.get(RETRY_ENV, DEFAULT_RETRY_SECONDS)), 0.0)
-    except ValueError:
-        return DEFAULT_RETRY_SECONDS
-
-
-def is_transient(exc: BaseException) -> bool:
-    """An error a store may recover from: database locked/unreachable, connection refused, 5xx.
-    Out of disk space is not one, whatever its shape (harness.diskfull): waiting does not free space."""
-    from .diskfull import is_disk_full
-
-    if is_disk_full(exc):
-        return False
-    try:
-        from mlflow.exceptions import MlflowException
-    except ImportError:  # pragma: no cover
-        MlflowException = ()  # type: ignore[assignment]
-    if isinstance(exc, MlflowException):
-        return exc.get_http_status_code() >= 500
-    if isinstance(exc, (OSError, TimeoutError, ConnectionError)):
-        return True
-    name = type(exc).__name__
-    return name in ("OperationalError", "ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout")
-
-
-def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] | None = None,
-               window: float | None = None) -> T:
-    """Call `fn`; on a transient store error, retry with exponential backoff (0.5 s doubling to
-    8 s) for up to `window` seconds (default $TPRBENCH_STORE_RETRY_SECONDS, else 120), then raise
-    StoreUnavailable naming the store and the first line of the error. `fn` must be idempotent.
-
-    The messages tell the time really waited, the calls included (an MLflow server call that
-    hangs takes up to its own timeout: `http_defaults` keeps that short and lets this loop be
-    the only one that retries)."""
-    window = retry_seconds() if window is None else window
-    started = time.monotonic()
-    deadline, delay = started + window, 0.5
-    while True:
-        try:
-            return fn()
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-            left = deadline - time.monotonic()
-            waited = time.monotonic() - started
-            if left <= 0:
-                raise StoreUnavailable(
-                    f"{what}: unavailable for {waited:.0f} s ({type(exc).__name__}: {first}); stopped. Everything "
-                    f"recorded so far is kept: rerun the same command to resume (set {RETRY_ENV} to wait longer "
-                    f"than {window:.0f} s)") from exc
-            if on_retry is not None:
-                on_retry(f"{what}: {type(exc).__name__}: {first}; retrying in {min(delay, left):.1f} s "
-                         f"(unavailable for {waited:.0f} s; giving up after {window:.0f} s)")
-            time.sleep(min(delay, left))
-            delay = min(delay * 2, 8.0)
-
-
-HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
-
-
-def http_defaults() -> None:
-    """MLflow's client retries each HTTP call itself (7 times, backoff up to minutes, each call
-    waiting up to 120 s): under `with_retry` a server that stopped answering was retried for
-    278 s while the message said 120 s. The driver retries (once per call, 30 s timeout), unless
-    the user set MLflow's own variables."""
-    for key, value in HTTP_DEFAULTS.items():
-        os.environ.setdefault(key, value)
+MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch limits
 
 
 #: Tracked folders that hold outputs, not code: the reports `tprbench report` writes and the
@@ -154,18 +65,6 @@ def git_commit(cwd: str | Path | None = None) -> str:
         return "unknown"
 
 
-def experiment_name(study: str) -> str:
-    return f"tprbench/{study}"
-
-
-def default_tracking_uri(root: Path) -> str:
-    return f"sqlite:///{(root / 'mlflow.db').resolve()}"
-
-
-def is_server(tracking_uri: str) -> bool:
-    return tracking_uri.startswith(("http://", "https://"))
-
-
 def artifact_location(tracking_uri: str, artifact_root: Path | None) -> str | None:
     """Where a new experiment keeps its artifacts (best.pt): with a tracking server, the server's
     own artifact store (None: the server decides, `mlflow-artifacts:/…`), so every machine that
@@ -182,8 +81,10 @@ EXPERIMENT_TAGS = {"mlflow.experimentKind": "custom_model_development"}
 
 def run_name(label: str, run_key: str) -> str:
     """A trial/seed run's name in the UI: its cell's label and what it is (`… trial 3`, `… seed 0`)."""
-    _, kind, number = (run_key.split("/") + ["", ""])[:3]
-    return f"{label} {kind} {number}".strip() if label else run_key.split("/", 1)[-1]
+    key = RunKey.parse(run_key)
+    if key is None:  # not a key of the record's form: named as it is
+        return f"{label} {run_key}".strip()
+    return f"{label} {key.name.split('/')[0]} {key.number}" if label else key.name
 
 
 def _ms(seconds: float | None) -> int | None:
@@ -198,8 +99,6 @@ class Tracker:
 
     def __init__(self, tracking_uri: str, study: str, artifact_root: Path | None = None, create: bool = True,
                  root: Path | None = None) -> None:
-        from .record_sources import SqlSource, is_sql_uri, sqlite_path
-
         self.uri, self.study, self.root = tracking_uri, study, root
         self.artifact_root = artifact_root
         self._client: Any = None
@@ -218,8 +117,6 @@ class Tracker:
                 source = SqlSource(tracking_uri)
                 exp_id = with_retry(lambda: source.experiment_id(name), where)
             except Exception as exc:
-                from .record_guard import RecordCorrupt
-
                 if isinstance(exc, RecordCorrupt) or (is_transient(exc) and not _no_schema(exc)):
                     raise
                 source = None  # not an MLflow store yet (empty file, no tables): MLflow creates it
@@ -278,7 +175,7 @@ class Tracker:
                 return runs
 
     def records(self, cell_id: str | None = None) -> dict[str, RunRecord]:
-        """Ended trial/seed runs by run key (harness.record.RecordReader.run_records)."""
+        """Ended trial/seed runs by run key (harness.record.reader.RecordReader.run_records)."""
         return self.reader.run_records(None if cell_id is None else [cell_id])
 
     def delete_pending(self) -> int:
@@ -300,14 +197,14 @@ class Tracker:
         found = self.retry(lambda: self.reader.source.study_run(self.experiment_id, self.study), "find the study run")
         if found is None:
             run_id = self.retry(lambda: self.client.create_run(
-                self.experiment_id, tags={KIND: KIND_STUDY, STUDY: self.study}, run_name=self.study).info.run_id)
-            recorded, self.study_run_tags, self.study_run_status = None, {}, "RUNNING"
+                self.experiment_id, tags={Tag.KIND: Kind.STUDY, Tag.STUDY: self.study}, run_name=self.study).info.run_id)
+            recorded, self.study_run_tags, self.study_run_status = None, {}, MlflowStatus.RUNNING
         else:
             run_id, tags, self.study_run_status = found
             self.study_run_tags = tags
-            recorded = tags.get("git_commit")
+            recorded = tags.get(Tag.GIT_COMMIT.bare)
         if recorded != commit:
-            self.set_tag(run_id, TAG + "git_commit", commit)
+            self.set_tag(run_id, Tag.GIT_COMMIT, commit)
             self._tag_experiment()
         self._parents["study"] = run_id  # reopened (RUNNING) by the driver only when it has work: `reopen`
         return run_id
@@ -323,10 +220,10 @@ class Tracker:
     def create_cell_run(self, cell: Any, study_run_id: str, extra_tags: dict[str, Any] | None = None) -> str:
         """A new cell run holding the cell's record (and `extra_tags`): two writes."""
         record = CellRecord.of_cell(cell)
-        tags = {KIND: KIND_CELL, STUDY: self.study, CELL: cell.id, "mlflow.parentRunId": study_run_id,
+        tags = {Tag.KIND: Kind.CELL, Tag.STUDY: self.study, Tag.CELL: cell.id, MLFLOW_PARENT: study_run_id,
                 **record.tags(), **(extra_tags or {})}
         run_id = self.retry(lambda: self.client.create_run(
-            self.experiment_id, tags={k: str(v)[:5000] for k, v in tags.items()}, run_name=cell.label).info.run_id,
+            self.experiment_id, tags={str(k): str(v)[:5000] for k, v in tags.items()}, run_name=cell.label).info.run_id,
             "create a cell run")
         self.retry(lambda: self._log(run_id, params=record.params()), "cell params")
         self._parents[f"cell/{cell.id}"] = run_id
@@ -347,8 +244,8 @@ class Tracker:
     # -- study and cell runs: RUNNING while a driver works on them, ended when it exits ------
     def reopen(self, run_id: str) -> None:
         """A study or cell run that an earlier driver ended is RUNNING again while this one works."""
-        if self.retry(lambda: self.client.get_run(run_id).info.status, "get run") != "RUNNING":
-            self.retry(lambda: self.client.update_run(run_id, status="RUNNING"), "reopen run")
+        if self.retry(lambda: self.client.get_run(run_id).info.status, "get run") != MlflowStatus.RUNNING:
+            self.retry(lambda: self.client.update_run(run_id, status=MlflowStatus.RUNNING), "reopen run")
 
     def end(self, run_id: str, status: str) -> None:
         """End a study or cell run: FINISHED (done), FAILED (failed or errored cells, or the driver
@@ -393,15 +290,15 @@ class Tracker:
         left RUNNING for this key by a driver that died is deleted first. None when the key is
         already recorded (a finished result is never written twice)."""
         def create() -> str | None:
-            for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
+            for run in self.search(f"tags.`{Tag.RUN_KEY}` = '{run_key}'"):
                 if run.info.status in MLFLOW_ENDED:
-                    if run.data.tags.get(STATUS) != ERRORED:
+                    if run.data.tags.get(Tag.STATUS) != RunStatus.ERRORED:
                         return None
                 else:
                     self.client.delete_run(run.info.run_id)
-            all_tags = {**{k: str(v) for k, v in tags.items()}, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study,
-                        STATUS: "running", "mlflow.parentRunId": cell_run_id}
-            return self.client.create_run(self.experiment_id, start_time=_ms(start), tags=all_tags,
+            all_tags = {**tags, Tag.RUN_KEY: run_key, Tag.KIND: Kind.RUN, Tag.STUDY: self.study, Tag.STATUS: LIVE_STATUS,
+                        MLFLOW_PARENT: cell_run_id}
+            return self.client.create_run(self.experiment_id, start_time=_ms(start), tags={str(k): str(v) for k, v in all_tags.items()},
                                           run_name=run_name(label, run_key)).info.run_id
 
         return self.retry(create, f"start {run_key}")
@@ -430,7 +327,7 @@ class Tracker:
 
         metrics = list(metrics)
         params_l = [Param(k, param_text(v)[:6000]) for k, v in (params or {}).items()]
-        tags_l = [RunTag(k, str(v)[:5000]) for k, v in (tags or {}).items()]
+        tags_l = [RunTag(str(k), str(v)[:5000]) for k, v in (tags or {}).items()]
         i_p = i_t = i_m = 0
         while True:
             p, t = params_l[i_p:i_p + MAX_BATCH["params"]], tags_l[i_t:i_t + MAX_BATCH["tags"]]
@@ -441,7 +338,7 @@ class Tracker:
             i_p, i_t, i_m = i_p + len(p), i_t + len(t), i_m + len(m)
 
     def log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                result: dict[str, Any], artifact: Path | None = None, new: bool = False,
+                result: WorkerResult, artifact: Path | None = None, new: bool = False,
                 live_run_id: str | None = None, logged_epochs: set[int] | None = None) -> str:
         """Record one trial/seed run. Idempotent by `run_key`; returns the MLflow run id.
 
@@ -463,13 +360,13 @@ class Tracker:
         return self.retry(once, f"record {run_key}")
 
     def _log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                 result: dict[str, Any], artifact: Path | None, live_run_id: str | None, logged_epochs: set[int],
+                 result: WorkerResult, artifact: Path | None, live_run_id: str | None, logged_epochs: set[int],
                  search: bool = True) -> str:
         errored, live_ok = [], False
         if search:
-            for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
+            for run in self.search(f"tags.`{Tag.RUN_KEY}` = '{run_key}'"):
                 if run.info.status in MLFLOW_ENDED:
-                    if run.data.tags.get(STATUS) != ERRORED:
+                    if run.data.tags.get(Tag.STATUS) != RunStatus.ERRORED:
                         return run.info.run_id  # already recorded: never twice
                     errored.append(run)  # replaced below by this attempt
                 elif run.info.run_id == live_run_id:
@@ -477,7 +374,7 @@ class Tracker:
                 else:
                     self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
         attempt = max((attempt_of(r.data.tags) for r in errored), default=0) + 1
-        worker = result.get("worker") or {}
+        worker = result.worker
         end_ms = _ms(worker.get("end")) or int(time.time() * 1000)
         all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result, end_ms, attempt,
                                              logged_epochs if live_ok else set())
@@ -488,17 +385,17 @@ class Tracker:
             # Readers see only ended runs: one created with its tags, then given its metrics and
             # params, then ended, is either complete or invisible (and deleted by the next driver).
             run_id = self.client.create_run(self.experiment_id, start_time=_ms(worker.get("start")),
-                                            tags={k: str(v)[:5000] for k, v in all_tags.items()},
-                                            run_name=run_name(str(tags.get(LABEL, "")), run_key)).info.run_id
+                                            tags={str(k): str(v)[:5000] for k, v in all_tags.items()},
+                                            run_name=run_name(str(tags.get(Tag.LABEL, "")), run_key)).info.run_id
             self._log(run_id, metrics, params=params)
         if artifact is not None and artifact.exists():
             self.client.log_artifact(run_id, str(artifact))
         for run in errored:
             self.client.delete_run(run.info.run_id)
-        self.client.set_terminated(run_id, mlflow_status(result["status"]), end_time=end_ms)
+        self.client.set_terminated(run_id, mlflow_status(result.status), end_time=end_ms)
         return run_id
 
-    def run_payload(self, cell_run_id: str, run_key: str, tags: dict[str, Any], result: dict[str, Any],
+    def run_payload(self, cell_run_id: str, run_key: str, tags: dict[str, Any], result: WorkerResult,
                     now: int | None = None, attempt: int = 1, logged_epochs: set[int] | None = None,
                     ) -> tuple[dict[str, Any], list[Any]]:
         """(tags, metrics) of a trial/seed run record: what `log_run` and `log_bulk` write. Epoch
@@ -506,16 +403,15 @@ class Tracker:
         (ms); epochs in `logged_epochs` (logged live) are left out."""
         from mlflow.entities import Metric
 
-        status = result["status"]
-        all_tags = {**tags, RUN_KEY: run_key, KIND: KIND_RUN, STUDY: self.study, STATUS: status, ATTEMPT: attempt,
-                    "mlflow.parentRunId": cell_run_id}
-        if result.get("reason"):
-            all_tags[REASON] = result["reason"]
+        all_tags = {**tags, Tag.RUN_KEY: run_key, Tag.KIND: Kind.RUN, Tag.STUDY: self.study, Tag.STATUS: result.status,
+                    Tag.ATTEMPT: attempt, MLFLOW_PARENT: cell_run_id}
+        if result.reason:
+            all_tags[Tag.REASON] = result.reason
         now = int(time.time() * 1000) if now is None else now
-        worker = result.get("worker") or {}
-        times = {int(k): float(v) for k, v in (result.get("epoch_times") or {}).items()}
+        worker = result.worker
+        times = {int(k): float(v) for k, v in result.epoch_times.items()}
         metrics = []
-        for row in result.get("history", []):
+        for row in result.history:
             epoch = int(row["epoch"])
             if logged_epochs and epoch in logged_epochs:
                 continue
@@ -538,10 +434,10 @@ class Tracker:
 
     def _log_one(self, run: BulkRun) -> None:
         run_id = self.client.create_run(self.experiment_id, start_time=run.start_time,
-                                        tags={k: str(v)[:5000] for k, v in run.tags.items()}, run_name=run.name).info.run_id
+                                        tags={str(k): str(v)[:5000] for k, v in run.tags.items()}, run_name=run.name).info.run_id
         run.run_id = run_id
         self._log(run_id, run.metrics, params=run.params)
-        if run.status != "RUNNING":
+        if run.status != MlflowStatus.RUNNING:
             self.client.set_terminated(run_id, run.status, end_time=run.end_time)
 
 
@@ -553,7 +449,7 @@ class BulkRun:
     tags: dict[str, Any]
     params: dict[str, Any] = field(default_factory=dict)
     metrics: list[Any] = field(default_factory=list)  # mlflow.entities.Metric
-    status: str = "FINISHED"  # RUNNING for a cell run
+    status: str = MlflowStatus.FINISHED  # RUNNING for a cell run
     start_time: int = 0
     end_time: int | None = None
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -580,7 +476,7 @@ def _bulk_sql(store: Any, experiment_id: str, runs: list[BulkRun]) -> None:
                          "end_time": run.end_time, "deleted_time": None, "source_version": "",
                          "lifecycle_stage": "active", "artifact_uri": append_to_uri_path(location, run.run_id, "artifacts"),
                          "experiment_id": int(experiment_id)})
-        tags = {"mlflow.runName": run.name, **{k: str(v)[:5000] for k, v in run.tags.items()}}
+        tags = {"mlflow.runName": run.name, **{str(k): str(v)[:5000] for k, v in run.tags.items()}}
         tag_rows += [{"key": k, "value": v, "run_uuid": run.run_id} for k, v in tags.items()]
         param_rows += [{"key": k, "value": param_text(v)[:6000], "run_uuid": run.run_id} for k, v in run.params.items()]
         latest: dict[str, dict[str, Any]] = {}
@@ -685,26 +581,26 @@ def param_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def final_metrics(result: dict[str, Any]) -> dict[str, float]:
+def final_metrics(result: RunResult) -> dict[str, float]:
     """The summary numbers of a run: best validation score, its epoch, each test split, time."""
     out: dict[str, float] = {}
-    metric = result.get("metric") or "valid"
-    if result.get("best_valid") is not None:
-        out[f"best_{metric}"] = float(result["best_valid"])
-        out["best_epoch"] = float(result["best_epoch"])
-    for split, values in (result.get("test") or {}).items():
+    metric = result.metric or "valid"
+    if result.best_valid is not None:
+        out[f"best_{metric}"] = float(result.best_valid)
+        out["best_epoch"] = float(result.best_epoch)
+    for split, values in (result.test or {}).items():
         for k, v in values.items():
             out[f"test_{split}_{k}"] = float(v)
-    out["train_seconds"] = float(result.get("seconds") or 0.0)
-    if result.get("params_total"):
-        out["params_total"] = float(result["params_total"])
-    if result.get("params_formula") is not None:
-        out["params_formula"] = float(result["params_formula"])
+    out["train_seconds"] = float(result.seconds or 0.0)
+    if result.params_total:
+        out["params_total"] = float(result.params_total)
+    if result.params_formula is not None:
+        out["params_formula"] = float(result.params_formula)
     return out
 
 
 def cell_tags(cell: Any) -> dict[str, Any]:
-    """The cell's tags as every run of it carries them (harness.record.CellRecord.tags)."""
+    """The cell's tags as every run of it carries them (harness.record.reader.CellRecord.tags)."""
     return CellRecord.of_cell(cell).tags()
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,11 @@ class JournalError(RuntimeError):
     """The Optuna journal cannot be read (a damaged line inside it). One line, exit 2."""
 
     user_error = True
+
+
+def cell_study_name(study: str, cell_id: str) -> str:
+    """The Optuna study of one cell of a study (`<study>/<cell id>`)."""
+    return f"{study}/{cell_id}"
 
 
 def default_storage_url(root: Path) -> str:
@@ -185,8 +191,22 @@ def trial_states(storage, study_names: list[str]) -> dict[str, list[tuple[int, i
 # Optuna's journal op codes and trial states (optuna.storages.journal._storage.JournalOperation,
 # optuna.trial.TrialState): the journal is Optuna's file format, stable across 3.x–5.x.
 _CREATE_STUDY, _DELETE_STUDY, _CREATE_TRIAL, _SET_TRIAL_STATE = 0, 1, 4, 6
-_STATE_NAMES = {0: "RUNNING", 1: "COMPLETE", 2: "PRUNED", 3: "FAIL", 4: "WAITING"}
 _FINISHED = (1, 2, 3)
+
+
+class TrialState(StrEnum):
+    """optuna.trial.TrialState's names, as `trial_states` gives them (without importing Optuna)."""
+
+    RUNNING = "RUNNING"
+    COMPLETE = "COMPLETE"
+    PRUNED = "PRUNED"
+    FAIL = "FAIL"
+    WAITING = "WAITING"
+
+
+_STATE_NAMES = {0: TrialState.RUNNING, 1: TrialState.COMPLETE, 2: TrialState.PRUNED, 3: TrialState.FAIL, 4: TrialState.WAITING}
+#: A trial in one of these has ended (Optuna will not change it again).
+TRIAL_ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def read_trial_states(url: str, study_names: list[str],

@@ -30,9 +30,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from .record import TAG
+from .contract import Tag
 
-LEASE_TAG = "driver"  # bare name (the tag is tprbench.driver)
 ENV_SECONDS = "TPRBENCH_LEASE_SECONDS"
 DEFAULT_SECONDS = 120.0
 SETTLE = 1.0  # seconds between writing the lease and reading it back
@@ -101,7 +100,7 @@ class DriverLease:
         source = self.tracker.reader.source
         found = self.tracker.retry(lambda: source.study_run(self.tracker.experiment_id, self.tracker.study),
                                    "read the driver lease")
-        return None if found is None else parse(found[1].get(LEASE_TAG))
+        return None if found is None else parse(found[1].get(Tag.DRIVER.bare))
 
     def alive(self, holder: dict[str, Any] | None) -> bool:
         """Whether `holder` is a live driver other than this one."""
@@ -140,7 +139,7 @@ class DriverLease:
 
     def _write(self) -> None:
         value = json.dumps({**self.mine, "heartbeat": time.time()}, sort_keys=True)
-        self.tracker.retry(lambda: self.tracker.client.set_tag(self.run_id, TAG + LEASE_TAG, value), "write the driver lease")
+        self.tracker.retry(lambda: self.tracker.client.set_tag(self.run_id, Tag.DRIVER, value), "write the driver lease")
 
     def _beat(self) -> None:
         while not self._stop.wait(self.seconds / 4):
@@ -159,7 +158,7 @@ class DriverLease:
         self.held = False
         try:
             if (self.holder() or {}).get("token") == self.mine["token"]:
-                self.tracker.retry(lambda: self.tracker.client.delete_tag(self.run_id, TAG + LEASE_TAG),
+                self.tracker.retry(lambda: self.tracker.client.delete_tag(self.run_id, Tag.DRIVER),
                                    "remove the driver lease")
         except Exception as exc:  # the store is down: the lease expires by itself
             self._tell(f"driver lease not removed ({type(exc).__name__}: {str(exc)[:200]}); it expires "

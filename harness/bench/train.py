@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from harness.bench_units import BASELINE, check_specs, default_specs, sized_spec, write_json
+from harness.bench.units import BASELINE, check_specs, default_specs, sized_spec, write_json
 
 
 @dataclass

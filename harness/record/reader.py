@@ -1,108 +1,36 @@
-"""The record schema: how a study lives in MLflow, written by harness.tracking, read by everyone else.
-
-    experiment  tprbench/<study>
-    ├── study run   tags: kind=study, study, git_commit
-    └── cell run    tags: kind=cell, study, cell_id, task, arch, unit, dim, input_dim, label,
-        │                 metric, direction, valid_split, test_splits (JSON list, the task's order),
-        │                 final_params_hash, final_params (JSON), final_trials (how many search
-        │                 trials had ended when the final params were chosen: they are current while
-        │                 that count is)
-        │           params: unit, unit_canonical, task, arch, dim, input_dim, epochs, data, task_options
-        └── run     tags: kind=run, study, cell_id, run_key, phase (search|final), seed, trial, status,
-                          reason, params_hash, params_formula, params_total, git_commit, host,
-                          reproducible, notes (+ the cell's tags above, minus the final params)
-                    params: the resolved hyperparameters and the seed
-                    metrics: per-epoch train_*/valid_*/lr/epoch_seconds (step = epoch); at step 0
-                          best_<metric>, best_epoch, test_<split>_<name>, train_seconds, params_*
-
-Run statuses (`STATUS`): `finished`, `pruned`, `diverged` (the loss or the validation score
-became NaN/inf: a result about the unit, shown as † in tables) and `errored` (the run could not
-be carried out — an import error, out of memory, a lost node after retries, a store outage: not
-a result about the unit). Records written before this schema say `failed` for both of the last
-two; readers treat `failed` as diverged, as tables always did.
-
-An errored run is not a result: the next `tprbench run` retries it (a search trial is left
-unfinished in Optuna and dispatched again with the same number and parameters; a seed run is
-run again), until its key has ended errored `max_attempts()` times (tag `tprbench.attempt`
-counts them; the retried record replaces the errored one). Tables show errored seeds as
-missing (‡, with the reason), `study show` as `errored` with the reason — never as †.
+"""Reading a study's record: `RecordReader`, and the shapes of a cell run and a trial/seed run.
 
 Every reader goes through `RecordReader`: a few queries per read whatever the number of cells
-asked for (plain SQL on a SQL store, `search_runs` on a tracking server: harness.record_sources),
-ended runs through the study's columnar summary (harness.summary), turned into pandas frames
-here and nowhere else (`runs(cell_ids)`, `cells(cell_ids)`, `history(...)`). Records without
-the cell tags above (before issue 11) still read: the frame columns are then missing (None) and
-the report infers the metric and splits as it used to.
+asked for (plain SQL on a SQL store, `search_runs` on a tracking server: harness.record.sources),
+ended runs through the study's columnar summary (harness.record.summary), turned into pandas
+frames here and nowhere else (`runs(cell_ids)`, `cells(cell_ids)`, `history(...)`). The names
+and columns are the contract's (harness.record.contract); `CellRecord` is what a cell run
+records about its cell, written by harness.record.writer and read back here.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TAG = "tprbench."
-EXPERIMENT_PREFIX = "tprbench/"
-KIND, STUDY, CELL, RUN_KEY, PHASE, STATUS = (TAG + k for k in ("kind", "study", "cell_id", "run_key", "phase", "status"))
-REASON, SEED, TRIAL, LABEL, GIT_COMMIT, HOST = (TAG + k for k in ("reason", "seed", "trial", "label", "git_commit", "host"))
-PARAMS_HASH, PARAMS_FORMULA, PARAMS_TOTAL = (TAG + k for k in ("params_hash", "params_formula", "params_total"))
-FINAL_PARAMS_HASH, FINAL_PARAMS, FINAL_TRIALS = TAG + "final_params_hash", TAG + "final_params", TAG + "final_trials"
-METRIC, DIRECTION, VALID_SPLIT, TEST_SPLITS = (TAG + k for k in ("metric", "direction", "valid_split", "test_splits"))
-REPRODUCIBLE, NOTES = TAG + "reproducible", TAG + "notes"
-ATTEMPT = TAG + "attempt"  # 1, 2, ...: how many times this run key has been recorded (an errored one is retried)
-
-# kinds of run
-KIND_STUDY, KIND_CELL, KIND_RUN, KIND_TRANSFER = "study", "cell", "run", "transfer"
-
-# run statuses
-FINISHED, PRUNED, DIVERGED, ERRORED = "finished", "pruned", "diverged", "errored"
-LEGACY_FAILED = "failed"  # before issue 11: diverged and errored were one status
-STATUSES = (FINISHED, PRUNED, DIVERGED, ERRORED)
-MLFLOW_ENDED = ("FINISHED", "FAILED", "KILLED")  # an MLflow run in another state is still being written
-
-
-def is_failure(status: str | None) -> bool:
-    """Diverged or errored (or a legacy `failed`): the run produced no score."""
-    return status in (DIVERGED, ERRORED, LEGACY_FAILED)
-
-
-def is_diverged(status: str | None) -> bool:
-    """A result about the unit (NaN/inf): shown as † in tables. Errored runs never are."""
-    return status in (DIVERGED, LEGACY_FAILED)
-
-
-ATTEMPTS_ENV = "TPRBENCH_ERRORED_ATTEMPTS"
-DEFAULT_ATTEMPTS = 3
-
-
-def max_attempts() -> int:
-    """How many times a run key may end `errored` before `tprbench run` stops retrying it
-    ($TPRBENCH_ERRORED_ATTEMPTS, default 3; `--force` starts a cell over whatever the count)."""
-    try:
-        return max(int(os.environ.get(ATTEMPTS_ENV, DEFAULT_ATTEMPTS)), 1)
-    except ValueError:
-        return DEFAULT_ATTEMPTS
-
-
-def attempt_of(tags: dict[str, str]) -> int:
-    try:
-        return int(tags.get(ATTEMPT, 1))
-    except (TypeError, ValueError):
-        return 1
-
-
-def will_retry(status: str | None, tags: dict[str, str]) -> bool:
-    """An errored record that the next `tprbench run` retries (its attempts are under the cap)."""
-    return status == ERRORED and attempt_of(tags) < max_attempts()
-
-
-def mlflow_status(status: str) -> str:
-    """The MLflow run status that goes with a tprbench status (what the MLflow UI shows)."""
-    return "FINISHED" if status in (FINISHED, PRUNED) else "FAILED"
+from .contract import (
+    CELL_COLUMNS,
+    CELL_PARAMS,
+    CELL_SCHEMA_COLUMNS,
+    FIXED,
+    INT_TAGS,
+    PREFIX,
+    RUN_COLUMNS,
+    Tag,
+    experiment_name,
+    prefixed,
+)
+from .sources import empty_columns, open_source, sqlite_path
+from .summary import Summary, enabled, ended_runs, summary_path
 
 
 class ReportError(LookupError):
@@ -148,22 +76,21 @@ class CellRecord:
 
     def tags(self) -> dict[str, Any]:
         """Tags of the cell run (and, less the final params and splits, of each of its runs)."""
-        out: dict[str, Any] = {STUDY: self.study, CELL: self.cell_id, TAG + "task": self.task, TAG + "arch": self.arch,
-                               TAG + "unit": self.unit, TAG + "dim": self.dim, TAG + "input_dim": self.input_dim,
-                               LABEL: self.label}
+        out: dict[str, Any] = {Tag.STUDY: self.study, Tag.CELL: self.cell_id, Tag.TASK: self.task, Tag.ARCH: self.arch,
+                               Tag.UNIT: self.unit, Tag.DIM: self.dim, Tag.INPUT_DIM: self.input_dim, Tag.LABEL: self.label}
         if self.metric:
-            out[METRIC], out[DIRECTION] = self.metric, self.direction
+            out[Tag.METRIC], out[Tag.DIRECTION] = self.metric, self.direction
         return out
 
     def params(self) -> dict[str, Any]:
-        return {"unit": self.unit, "unit_canonical": self.unit_canonical, "task": self.task, "arch": self.arch,
-                "dim": self.dim, "input_dim": self.input_dim, "epochs": self.epochs, "data": self.data,
-                "task_options": json.dumps(self.task_options, sort_keys=True)}
+        values = (self.unit, self.unit_canonical, self.task, self.arch, self.dim, self.input_dim, self.epochs, self.data,
+                  json.dumps(self.task_options, sort_keys=True))
+        return dict(zip(CELL_PARAMS, values))
 
 
 def split_tags(valid_split: str, test_splits: Iterable[str]) -> dict[str, str]:
     """The cell-run tags naming the validation split and the ordered test splits."""
-    return {VALID_SPLIT: valid_split, TEST_SPLITS: json.dumps(list(test_splits))}
+    return {Tag.VALID_SPLIT: valid_split, Tag.TEST_SPLITS: json.dumps(list(test_splits))}
 
 
 @dataclass
@@ -179,34 +106,25 @@ class RunRecord:
 
     @property
     def cell_id(self) -> str:
-        return self.tags.get(CELL, "")
+        return self.tags.get(Tag.CELL, "")
 
     @property
     def phase(self) -> str:
-        return self.tags.get(PHASE, "")
+        return self.tags.get(Tag.PHASE, "")
 
     @classmethod
     def from_run(cls, run: Any) -> RunRecord:
         tags = dict(run.data.tags)
-        return cls(run.info.run_id, tags.get(RUN_KEY, ""), tags.get(STATUS, ""), tags, dict(run.data.params),
+        return cls(run.info.run_id, tags.get(Tag.RUN_KEY, ""), tags.get(Tag.STATUS, ""), tags, dict(run.data.params),
                    dict(run.data.metrics))
 
 
 # ---------------------------------------------------------------------------------------------
 # Frames
 
-#: Per-run columns that hold integers (tags), cast after loading.
-INT_TAGS = ("dim", "input_dim", "seed", "trial", "params_formula", "params_total")
 #: Metrics logged once per run at step 0 (everything else is per epoch).
 FINAL_PREFIXES = ("best_", "test_")
 FINAL_KEYS = ("train_seconds", "params_total", "params_formula")
-RUN_COLUMNS = ("run_id", "mlflow_status", "start_time", "study", "cell_id", "task", "arch", "unit", "dim",
-               "input_dim", "label", "run_key", "phase", "seed", "trial", "status", "reason", "params_hash",
-               "params_formula", "params_total", "git_commit", "host")
-CELL_COLUMNS = ("run_id", "cell_id", "task", "arch", "unit", "unit_canonical", "dim", "input_dim", "label",
-                "epochs", "data", "task_options", "final_params_hash", "final_params")
-#: Columns a cell frame carries when the record has them (issue 11's schema); absent otherwise.
-CELL_SCHEMA_COLUMNS = ("metric", "direction", "valid_split", "test_splits")
 
 
 def per_epoch(key: str) -> bool:
@@ -278,7 +196,7 @@ def cast_columns(df: Any, cols: Iterable[str], int_cols: Iterable[str] = ()) -> 
 
 
 def runs_frame(cols: dict[str, list[Any]]) -> Any:
-    """Columns of ended trial/seed runs (harness.record_sources) → the frame `RecordReader.runs` returns."""
+    """Columns of ended trial/seed runs (harness.record.sources) → the frame `RecordReader.runs` returns."""
     import numpy as np
 
     data = {k: [np.nan if v is None else v for v in values] for k, values in cols.items() if k != "end_time"}
@@ -305,30 +223,28 @@ def run_records(cols: dict[str, list[Any]]) -> dict[str, RunRecord]:
     params: list[dict[str, Any]] = [{} for _ in range(n)]
     metrics: list[dict[str, Any]] = [{} for _ in range(n)]
     for name, values in cols.items():
-        if name in ("run_id", "mlflow_status", "start_time", "end_time"):
+        if name in FIXED:
             continue
         if name.startswith("param."):
             into, key = params, name[6:]
         elif name.startswith("metric."):
             into, key = metrics, name[7:]
         else:
-            into, key = tags, TAG + name
+            into, key = tags, PREFIX + name
         for row, v in zip(into, values):
             if v is not None:
                 row[key] = v
     order = sorted(range(n), key=lambda i: (cols["start_time"][i] or 0, cols["run_id"][i]))
     out: dict[str, RunRecord] = {}
     for i in order:
-        key = tags[i].get(RUN_KEY, "")
-        out[key] = RunRecord(cols["run_id"][i], key, tags[i].get(STATUS, ""), tags[i], params[i], metrics[i])
+        key = tags[i].get(Tag.RUN_KEY, "")
+        out[key] = RunRecord(cols["run_id"][i], key, tags[i].get(Tag.STATUS, ""), tags[i], params[i], metrics[i])
     return out
 
 
 def summary_dir(tracking_uri: str, root: str | Path | None = None) -> Path | None:
     """Where a study's summary of ended runs lives: `<root>/cache/summary` (the run directory the
     command was given), else next to a SQLite store; None (no summary) for a server without a root."""
-    from .record_sources import sqlite_path
-
     if root is not None:
         return Path(root).expanduser().resolve() / "cache" / "summary"
     path = sqlite_path(tracking_uri)
@@ -338,13 +254,11 @@ def summary_dir(tracking_uri: str, root: str | Path | None = None) -> Path | Non
 class RecordReader:
     """Read one study's record. Every frame a reader (report, study show, compare, transfer, the
     driver's resume) needs comes from here. `cell_ids` restricts a read to the asked cells, and
-    every read is a few queries whatever their number (harness.record_sources). Ended runs go
-    through the study's summary (harness.summary) when there is a place for it (`root`)."""
+    every read is a few queries whatever their number (harness.record.sources). Ended runs go
+    through the study's summary (harness.record.summary) when there is a place for it (`root`)."""
 
     def __init__(self, tracking_uri: str, study: str, must_exist: bool = True, root: str | Path | None = None,
                  client: Any = None) -> None:
-        from .record_sources import open_source, sqlite_path
-
         self.uri, self.study, self.root = tracking_uri, study, root
         path = sqlite_path(tracking_uri)
         if path is not None and not path.exists():
@@ -355,7 +269,7 @@ class RecordReader:
             self._summary = None
             return
         self.source = open_source(tracking_uri, client)
-        self.experiment_id = self.source.experiment_id(EXPERIMENT_PREFIX + study)
+        self.experiment_id = self.source.experiment_id(experiment_name(study))
         if self.experiment_id is None and must_exist:
             raise ReportError(self._unknown_study())
         self._summary = None
@@ -363,9 +277,7 @@ class RecordReader:
     @classmethod
     def of_client(cls, client: Any, tracking_uri: str, study: str, experiment_id: str | None,
                   root: str | Path | None = None, source: Any = None) -> RecordReader:
-        """A reader sharing a writer's client or source (harness.tracking.Tracker reads through it)."""
-        from .record_sources import open_source
-
+        """A reader sharing a writer's client or source (harness.record.writer.Tracker reads through it)."""
         reader = cls.__new__(cls)
         reader.uri, reader.study, reader.root, reader.experiment_id = tracking_uri, study, root, experiment_id
         reader.source = source if source is not None else open_source(tracking_uri, client)
@@ -375,8 +287,8 @@ class RecordReader:
     def _unknown_study(self) -> str:
         import difflib
 
-        name = EXPERIMENT_PREFIX + self.study
-        known = sorted(n[len(EXPERIMENT_PREFIX):] for n in self.source.experiment_names() if n.startswith(EXPERIMENT_PREFIX))
+        name, prefix = experiment_name(self.study), experiment_name("")
+        known = sorted(n[len(prefix):] for n in self.source.experiment_names() if n.startswith(prefix))
         close = difflib.get_close_matches(self.study, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         return (f"study {self.study!r} has no record in {self.uri} (no experiment {name!r}){hint} "
@@ -384,8 +296,6 @@ class RecordReader:
 
     @property
     def summary(self) -> Any:
-        from .summary import Summary, enabled, summary_path
-
         if self._summary is None:
             where = summary_dir(self.uri, self.root) if enabled() and self.experiment_id is not None else None
             self._summary = Summary(None if where is None else summary_path(where, self.uri, self.experiment_id, self.study))
@@ -393,10 +303,7 @@ class RecordReader:
 
     # -- ended trial/seed runs -----------------------------------------------------------------
     def ended(self, cell_ids: Iterable[str] | None = None) -> dict[str, list[Any]]:
-        """Ended trial/seed runs of the asked cells as columns (harness.record_sources.Columns)."""
-        from .record_sources import empty_columns
-        from .summary import ended_runs
-
+        """Ended trial/seed runs of the asked cells as columns (harness.record.sources.Columns)."""
         if self.experiment_id is None:
             return empty_columns()
         ids = None if cell_ids is None else sorted(set(cell_ids))
@@ -424,7 +331,7 @@ class RecordReader:
 
     def cells(self, cell_ids: Iterable[str] | None = None) -> Any:
         """One row per cell run: what was crossed, the planned final parameters and, for records
-        with issue 11's schema, the metric, direction and splits (CELL_SCHEMA_COLUMNS)."""
+        with the cell-schema tags, the metric, direction and splits (CELL_SCHEMA_COLUMNS)."""
         records, schema = [], set()
         for run in self.cell_runs(cell_ids):
             tags, params = run["tags"], run["params"]
@@ -432,7 +339,7 @@ class RecordReader:
             rec.update(tags)
             for key in ("unit_canonical", "epochs", "data", "task_options"):
                 rec[key] = params.get(key)
-            for key in ("unit", "task", "arch", "dim", "input_dim"):
+            for key in ("unit", "task", "arch", "dim", "input_dim"):  # tags too (older records: params only)
                 rec.setdefault(key, params.get(key))
             schema.update(k for k in CELL_SCHEMA_COLUMNS if k in rec)
             records.append(rec)
@@ -445,7 +352,7 @@ class RecordReader:
         """Tags of the cell runs by cell id (e.g. the final-parameters hash), with their prefix."""
         out: dict[str, dict[str, str]] = {}
         for run in sorted(self.cell_runs(cell_ids), key=lambda r: (r["start_time"] or 0, r["run_id"]), reverse=True):
-            out[run["tags"].get("cell_id", "")] = {TAG + k: v for k, v in run["tags"].items()}
+            out[run["tags"].get(Tag.CELL.bare, "")] = prefixed(run["tags"])
         return out
 
     def history(self, run_ids: Iterable[str] | None = None, keys: Iterable[str] | None = None) -> Any:

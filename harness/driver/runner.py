@@ -15,143 +15,51 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import logging
 import os
 import shutil
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .faults import fault_point
-from .jobs import TrialRef, WorkerJob
-from .live import LiveRuns, start_sink
-from .record import (
-    ERRORED,
-    FINAL_PARAMS,
-    FINAL_PARAMS_HASH,
-    FINAL_TRIALS,
-    GIT_COMMIT,
-    HOST,
-    NOTES,
-    PARAMS_FORMULA,
-    PARAMS_HASH,
-    PARAMS_TOTAL,
-    PHASE,
-    PRUNED,
-    REASON,
-    REPRODUCIBLE,
-    SEED,
-    TAG,
-    TRIAL,
-    attempt_of,
-    is_diverged,
-    is_failure,
+from tasks.errors import DataError
+from tasks.progress import ConsoleReporter, Reporter, reporting
+from tasks.registry import get_task
+from tasks.result import BEST_WEIGHTS, CHECKPOINT, RESULT, RunStatus, is_diverged, is_failure
+
+from ..diskfull import disk_full_error, is_disk_full
+from ..faults import fault_point
+from ..jobs import TrialRef, WorkerJob
+from ..live import LiveRuns, start_sink
+from ..progress import live_view
+from ..record.contract import (
+    MlflowStatus,
+    Phase,
+    RunKey,
+    Tag,
+    WorkerResult,
+    is_trial_key,
     max_attempts,
-    split_tags,
+    prefixed,
     will_retry,
 )
-from .storage import default_storage_url, display_url, open_storage, read_trial_states
-from .tracking import Tracker, cell_tags, default_tracking_uri, git_commit, retry_seconds, with_retry
-
-
-class RunnerError(RuntimeError):
-    user_error = True
-
-
-def params_hash(params: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
-
-
-SEARCH_SEED_OFFSET = 10_000  # search trial n trains with seed 10000+n; final seeds are 0..N-1
-
-
-@dataclass
-class Job:
-    """The driver's side of one dispatched run: the `WorkerJob` sent to a worker plus bookkeeping."""
-
-    cell: Any
-    phase: str  # search | final
-    run_key: str
-    work: WorkerJob
-    trial_number: int | None = None
-    started: float = 0.0
-    prepare_seconds: float = 0.0  # driver: Optuna ask + suggest (search trials)
-
-    @property
-    def run_dir(self) -> Path:
-        return Path(self.work.run_dir)
-
-    @property
-    def seed(self) -> int:
-        return self.work.seed
-
-    @property
-    def hparams(self) -> dict[str, Any]:
-        return self.work.hparams
-
-
-def cell_status(trials_done: int, trials_wanted: int, trials_running: int, trials_without_value: int,
-                seeds_done: int, seeds_wanted: int, note: str = "", errored: int = 0, seeds_running: int = 0) -> str:
-    """A cell's state, for the driver's live view, its summary and `study show` alike:
-    pending | searching | failed (every trial diverged or was pruned) | final | done, or the
-    driver's note (e.g. "failed: no search trial completed"), or `errored` once nothing of the
-    cell runs and `errored` of its runs could not be carried out (retried by the next `run`, up
-    to the cap: harness/record.py)."""
-    if note:
-        return note
-    if trials_running or seeds_running:
-        return "searching" if trials_running or trials_done < trials_wanted else "final"
-    if errored:
-        return "errored"
-    if trials_done < trials_wanted:
-        return "pending" if not trials_done else "searching"
-    if trials_wanted and trials_done == trials_without_value:
-        return "failed"
-    if seeds_done < seeds_wanted:
-        return "final"
-    return "done"
-
-
-@dataclass
-class CellState:
-    cell: Any
-    study: Any  # optuna.Study, opened on first use (StudyRunner._study): a done cell never opens it
-    trials_wanted: int
-    seeds_wanted: int
-    trials_done: int = 0
-    trials_failed: int = 0
-    trials_pruned: int = 0
-    seeds_done: int = 0
-    seeds_failed: int = 0
-    running: int = 0
-    stale: list[Any] = field(default_factory=list)  # optuna trials left RUNNING by a dead driver
-    to_ask: int = 0
-    final_params: dict[str, Any] | None = None
-    final_todo: list[int] = field(default_factory=list)
-    note: str = ""
-    running_search: int = 0
-    records: dict[str, Any] = field(default_factory=dict)  # MLflow records of this cell by run key
-    tags: dict[str, str] = field(default_factory=dict)  # the cell run's tags as recorded (prefixed)
-    errored: int = 0  # runs whose record is errored (this driver's, and capped ones found at open)
-    errored_reason: str = ""
-    retried: int = 0  # errored records this driver dispatches again
-
-    @property
-    def status(self) -> str:
-        return cell_status(self.trials_done, self.trials_wanted, self.running_search,
-                           self.trials_failed + self.trials_pruned, self.seeds_done, self.seeds_wanted, self.note,
-                           self.errored, self.running - self.running_search)
-
-    def attempt(self, run_key: str) -> int:
-        """The attempt a new record of `run_key` will be (an errored record is replaced, its count carried on)."""
-        rec = self.records.get(run_key)
-        return attempt_of(rec.tags) + 1 if rec is not None and rec.status == ERRORED else 1
-
-    def note_errored(self, reason: str) -> None:
-        self.errored += 1
-        self.errored_reason = self.errored_reason or reason
+from ..record.guard import Snapshots
+from ..record.lease import DriverLease
+from ..record.reader import split_tags
+from ..record.retry import retry_seconds, with_retry
+from ..record.sources import default_tracking_uri, sqlite_path
+from ..record.storage import TRIAL_ENDED, TrialState, cell_study_name, default_storage_url, display_url, open_storage, read_trial_states
+from ..record.store_check import check_stores
+from ..record.writer import Tracker, cell_tags, git_commit
+from ..report import aggregate
+from ..report.aggregate import _is_missing, records
+from ..search_space import defaults, make_pruner, suggest
+from ..worker import run_job
+from .cells import SEARCH_SEED_OFFSET, CellState, CellStatus, Job, count_trials, params_hash
+from .errors import RunnerError
+from .ray_start import check_address, check_fits, init_ray, slots
+from .status import describe_optuna_study
 
 
 class StudyLock:
@@ -176,105 +84,6 @@ class StudyLock:
         self.handle.close()
 
 
-ADDRESS_TIMEOUT = 5.0  # seconds a cluster address gets to accept a connection before `run` gives up
-
-
-def check_address(address: str, timeout: float = ADDRESS_TIMEOUT) -> None:
-    """Fail within seconds, in one line, when nothing listens at a Ray address (`host:port` or
-    `ray://host:port`). Ray itself retries a wrong address for minutes, printing GCS client errors.
-    `auto` (and anything without a port) is left to Ray, which answers at once when no cluster runs."""
-    import socket
-
-    hostport = address.split("://", 1)[-1].rstrip("/")
-    host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        return
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return
-    except socket.gaierror as exc:
-        why = f"unknown host {host!r} ({exc.strerror})"
-    except TimeoutError:
-        why = f"no answer within {timeout:.0f} s"
-    except OSError as exc:
-        why = exc.strerror or type(exc).__name__
-    raise RunnerError(f"--address {address}: no Ray cluster reachable there ({why}); start one with "
-                      "`ray start --head --port 6379` (docs/cluster.md) or check the host and port")
-
-
-def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | None = None) -> None:
-    import ray
-
-    if ray.is_initialized():
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    kwargs: dict[str, Any] = dict(include_dashboard=False, logging_level=logging.ERROR, log_to_driver=False)
-    if address:
-        ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
-    else:
-        from .ray_watchdog import start as start_watchdog
-        from .ray_watchdog import unmark
-
-        start_watchdog()  # a SIGKILLed driver's Ray processes end with it (harness/ray_watchdog.py)
-        try:
-            start_local_ray(lambda: ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs), ray.shutdown)
-        finally:
-            unmark()
-
-
-LOCAL_RAY_ATTEMPTS = 3
-
-
-def start_local_ray(init: Any, shutdown: Any, attempts: int = LOCAL_RAY_ATTEMPTS, pause_s: float = 5.0) -> None:
-    """Start a local Ray, retrying when its node does not come up in time.
-
-    Ray waits a hard-coded 30 s for its raylet to register with the GCS and then raises
-    "The current node timed out during startup"; an overloaded machine misses that (measured on
-    this project's 2-core machine at load 38: two studies in a row failed). A retry after
-    `ray.shutdown()` usually succeeds; after `attempts` the user gets one line, not a traceback."""
-    for attempt in range(1, attempts + 1):
-        try:
-            init()
-            return
-        except Exception as exc:  # Ray raises a bare Exception here
-            if "timed out during startup" not in str(exc):
-                raise
-            shutdown()
-            if attempt == attempts:
-                raise RunnerError(f"local Ray did not start ({attempts} attempts, Ray waits 30 s each for its node): "
-                                  "the machine is probably overloaded; rerun later (the study resumes)") from None
-            logging.getLogger(__name__).warning("local Ray did not start (attempt %d of %d); retrying", attempt, attempts)
-            time.sleep(pause_s * attempt)
-
-
-def check_fits(resources: Any) -> None:
-    """One line, before anything is dispatched, when no trial could ever start: its request
-    (`[resources] cpus`/`gpus`) is more than the whole cluster has. Ray would wait for such a
-    task forever, without a word."""
-    import ray
-
-    total = ray.cluster_resources()
-    for name, want in (("cpus", resources.cpus), ("gpus", resources.gpus or 0)):
-        have = total.get(name[:-1].upper(), 0)
-        if want > have:
-            raise RunnerError(f"[resources] {name} = {want:g} per trial, but the Ray cluster has {have:g} in all: no trial "
-                              f"could start (lower it, or run on a cluster that has them: --address, docs/cluster.md)")
-
-
-def slots(resources: Any) -> int:
-    """How many trials the cluster fits at once with the study's per-trial request."""
-    import ray
-
-    total = ray.cluster_resources()
-    fit = int(total.get("CPU", 1) // max(resources.cpus, 1e-9))
-    if resources.gpus:
-        fit = min(fit, int(round(total.get("GPU", 0) / resources.gpus, 6)))
-    if resources.max_concurrent:
-        fit = min(fit, resources.max_concurrent)
-    return max(fit, 1)
-
-
 class StudyRunner:
     def __init__(self, study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
                  storage_url: str | None = None, force: bool = False, console: Any = None,
@@ -297,7 +106,7 @@ class StudyRunner:
         self.dispatch_started = self.dispatch_ended = 0.0
         self._splits_tagged: set[str] = set()  # cells whose run names its splits (this driver's session)
         self._logged: set[str] = set()  # run keys recorded by this driver
-        self.snapshots: Any = None  # harness.record_guard.Snapshots, set when the record is opened
+        self.snapshots: Any = None  # harness.record.guard.Snapshots, set when the record is opened
         self.recovered = 0  # ended runs logged again from their run directories (a restored record)
         self._live: LiveRuns | None = None  # per-epoch metrics while runs train (harness/live.py)
         self._touched: set[str] = set()  # cells whose run this driver reopened or created (ended when it exits)
@@ -308,13 +117,11 @@ class StudyRunner:
 
     # -- setup -----------------------------------------------------------------------------
     def _optuna_name(self, cell: Any) -> str:
-        return f"{self.study.name}/{cell.id}"
+        return cell_study_name(self.study.name, cell.id)
 
     def _optuna_study(self, cell: Any):
         """The cell's Optuna study, created if it does not exist (one journal append)."""
         import optuna
-
-        from .search_space import make_pruner
 
         study = with_retry(lambda: optuna.create_study(
             study_name=self._optuna_name(cell), storage=self.storage, direction=cell.direction,
@@ -347,8 +154,6 @@ class StudyRunner:
 
     def _datasets(self) -> list[tuple[Any, Any]]:
         """(first cell, task adapter) for each distinct dataset (task, options, data) of the study."""
-        from tasks.registry import get_task
-
         seen: dict[str, tuple[Any, Any]] = {}
         for cell in self.cells:
             key = json.dumps([cell.task, cell.task_options, cell.data], sort_keys=True, default=str)
@@ -359,8 +164,6 @@ class StudyRunner:
     def _prepare_data(self) -> None:
         """Load/generate each distinct dataset once on the driver so workers find it cached,
         and so a bad data path stops the study before anything is dispatched."""
-        from tasks.progress import ConsoleReporter, Reporter, reporting
-
         # Data generation shows its bar (terminal) or a line every 30 s; `--quiet` and library use: none.
         shown = self.console is not None and getattr(self, "show_progress", True)
         with reporting(ConsoleReporter(self.console) if shown else Reporter()):
@@ -379,8 +182,6 @@ class StudyRunner:
             return
         if address:
             check_address(address)
-        from .store_check import check_stores
-
         check_stores(self.tracking_uri, self.storage_url)  # a store that never answers: one line, nothing created
         self._check_data()
         self._preflight_done = True
@@ -388,8 +189,6 @@ class StudyRunner:
     def _check_data(self) -> None:
         """Each task's cheap data check (does the path exist?) before the record is opened, so a
         wrong data path stops the study with nothing written to the run directory."""
-        from tasks.errors import DataError
-
         for cell, adapter in self._datasets():
             try:
                 adapter.check_data()
@@ -407,7 +206,7 @@ class StudyRunner:
             for rec in records.values():
                 self.tracker.retry(lambda run_id=rec.run_id: self.tracker.client.delete_run(run_id), "delete run")
             records, trials = {}, []
-            tags = {k: v for k, v in tags.items() if k not in (FINAL_PARAMS, FINAL_PARAMS_HASH, FINAL_TRIALS)}
+            tags = {k: v for k, v in tags.items() if k not in (Tag.FINAL_PARAMS, Tag.FINAL_PARAMS_HASH, Tag.FINAL_TRIALS)}
             try:
                 optuna.delete_study(study_name=self._optuna_name(cell), storage=self.storage)
             except KeyError:
@@ -419,32 +218,32 @@ class StudyRunner:
         st.tags = dict(tags)
         trials = self._give_up_errored(st, trials)
         st.trials_done, st.trials_failed, st.trials_pruned, st.stale = count_trials(trials)
-        st.retried += sum(self._errored(st, f"{cell.id}/trial/{number}") is not None for number, _ in st.stale)
+        st.retried += sum(self._errored(st, RunKey.trial(cell.id, number)) is not None for number, _ in st.stale)
         st.to_ask = max(st.trials_wanted - st.trials_done - len(st.stale), 0)
         st.trials_wanted = max(st.trials_wanted, st.trials_done + len(st.stale))
         return st
 
     @staticmethod
-    def _errored(st: CellState, run_key: str) -> Any:
-        rec = st.records.get(run_key)
-        return rec if rec is not None and rec.status == ERRORED else None
+    def _errored(st: CellState, key: RunKey) -> Any:
+        rec = st.records.get(str(key))
+        return rec if rec is not None and rec.status == RunStatus.ERRORED else None
 
     def _give_up_errored(self, st: CellState, trials: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
         """Trials left unfinished because they errored `max_attempts()` times are failed in Optuna
         now, so the search completes without them; returns the trials with their states after that."""
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState as OptunaState
 
         out = []
         for number, trial_id, state in trials:
-            rec = self._errored(st, f"{st.cell.id}/trial/{number}")
-            if state == "RUNNING" and rec is not None and not will_retry(rec.status, rec.tags):
-                with_retry(lambda n=number: self._study(st).tell(n, state=TrialState.FAIL, skip_if_finished=True),
+            rec = self._errored(st, RunKey.trial(st.cell.id, number))
+            if state == TrialState.RUNNING and rec is not None and not will_retry(rec.status, rec.tags):
+                with_retry(lambda n=number: self._study(st).tell(n, state=OptunaState.FAIL, skip_if_finished=True),
                            f"Optuna storage {display_url(self.storage_url)}", self._say)
-                state = "FAIL"
+                state = TrialState.FAIL
             out.append((number, trial_id, state))
         for key, rec in st.records.items():  # trials that errored past the cap keep the cell errored
-            if "/trial/" in key and rec.status == ERRORED and not will_retry(rec.status, rec.tags):
-                st.note_errored(rec.tags.get(REASON, ""))
+            if is_trial_key(key) and rec.status == RunStatus.ERRORED and not will_retry(rec.status, rec.tags):
+                st.note_errored(rec.tags.get(Tag.REASON, ""))
         return out
 
     def _cell_run(self, st: CellState, extra_tags: dict[str, Any] | None = None) -> str:
@@ -473,20 +272,18 @@ class StudyRunner:
 
     # -- planning --------------------------------------------------------------------------
     def _final_params(self, st: CellState) -> dict[str, Any] | None:
-        from .search_space import defaults
-
         space = st.cell.search
         if st.trials_wanted == 0:
             return defaults(space)
         # Chosen once from the search: recorded with the number of trials it saw, and current
         # while that number is (trials are only ever added), so a rerun opens no Optuna study.
-        recorded = st.tags.get(FINAL_PARAMS)
-        if recorded and st.tags.get(FINAL_TRIALS) == str(st.trials_done) and st.tags.get(FINAL_PARAMS_HASH):
+        recorded = st.tags.get(Tag.FINAL_PARAMS)
+        if recorded and st.tags.get(Tag.FINAL_TRIALS) == str(st.trials_done) and st.tags.get(Tag.FINAL_PARAMS_HASH):
             return json.loads(recorded)
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState as OptunaState
 
         study = self._study(st)
-        complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+        complete = [t for t in study.get_trials(deepcopy=False, states=(OptunaState.COMPLETE,))]
         if not complete:
             return None
         best = study.best_trial
@@ -497,20 +294,20 @@ class StudyRunner:
         if params is None:
             # No trial completed: every one diverged or was pruned (a result: failed), or some
             # errored past the retry cap (not a result: the cell is errored, `study show` says why).
-            st.note = "errored" if st.errored else "failed: no search trial completed"
+            st.note = CellStatus.ERRORED if st.errored else f"{CellStatus.FAILED}: no search trial completed"
             return
         st.final_params = params
         h = params_hash(params)
         # The report reads which seed runs are current from the cell's record.
-        self._set_cell_tags(st, {FINAL_PARAMS_HASH: h, FINAL_PARAMS: json.dumps(params, sort_keys=True),
-                                 FINAL_TRIALS: st.trials_done})
-        recorded = {s: st.records.get(f"{st.cell.id}/seed/{s}/{h}") for s in range(st.seeds_wanted)}
+        self._set_cell_tags(st, {Tag.FINAL_PARAMS_HASH: h, Tag.FINAL_PARAMS: json.dumps(params, sort_keys=True),
+                                 Tag.FINAL_TRIALS: st.trials_done})
+        recorded = {s: st.records.get(str(RunKey.seed(st.cell.id, s, h))) for s in range(st.seeds_wanted)}
         done = [s for s, rec in recorded.items() if rec is not None and not will_retry(rec.status, rec.tags)]
         st.seeds_done = len(done)
         st.seeds_failed = sum(is_diverged(recorded[s].status) for s in done)
         for s in done:  # seeds that errored past the cap
-            if recorded[s].status == ERRORED:
-                st.note_errored(recorded[s].tags.get(REASON, ""))
+            if recorded[s].status == RunStatus.ERRORED:
+                st.note_errored(recorded[s].tags.get(Tag.REASON, ""))
         st.final_todo = [s for s in range(st.seeds_wanted) if s not in done]
         st.retried += sum(recorded[s] is not None for s in st.final_todo)
 
@@ -552,10 +349,8 @@ class StudyRunner:
         if st.final_params is None:
             self._plan_final(st)
         if st.final_todo:
-            seed = st.final_todo.pop(0)
-            h = params_hash(st.final_params)
-            work = self._work(cell, seed, dict(st.final_params), self.work_dir / cell.id / f"seed-{seed}-{h}")
-            return Job(cell, "final", f"{cell.id}/seed/{seed}/{h}", work)
+            key = RunKey.seed(cell.id, st.final_todo.pop(0), params_hash(st.final_params))
+            return Job(cell, key, self._work(cell, key.number, dict(st.final_params), key.run_dir(self.work_dir)))
         return None
 
     def _work(self, cell: Any, seed: int, hparams: dict[str, Any], run_dir: Path,
@@ -567,8 +362,6 @@ class StudyRunner:
 
     def _trial_job(self, st: CellState, number: int, trial_id: int, t0: float | None = None) -> Job:
         import optuna
-
-        from .search_space import suggest
 
         study = self._study(st)
 
@@ -582,9 +375,8 @@ class StudyRunner:
         params = with_retry(propose, f"Optuna storage {display_url(self.storage_url)}", self._say)
         st.running_search += 1
         ref = TrialRef(self.storage_url, study.study_name, trial_id, _dump(self.study.pruner))
-        work = self._work(st.cell, SEARCH_SEED_OFFSET + number, params,
-                          self.work_dir / st.cell.id / f"trial-{number:04d}", ref)
-        job = Job(st.cell, "search", f"{st.cell.id}/trial/{number}", work, number)
+        key = RunKey.trial(st.cell.id, number)
+        job = Job(st.cell, key, self._work(st.cell, SEARCH_SEED_OFFSET + number, params, key.run_dir(self.work_dir), ref))
         job.prepare_seconds = time.perf_counter() - t0 if t0 is not None else 0.0
         return job
 
@@ -594,91 +386,96 @@ class StudyRunner:
                    f"Optuna storage {display_url(self.storage_url)}", self._say)
 
     # -- results ---------------------------------------------------------------------------
-    def _record(self, st: CellState, job: Job, result: dict[str, Any]) -> None:
+    def _record(self, st: CellState, job: Job, result: WorkerResult) -> None:
         """Log one result to MLflow, then tell Optuna (in that order: a crash in between loses nothing)."""
-        cell = st.cell
         t0 = time.perf_counter()
         self._tag_splits(st, result)
-        params = {**(result.get("hparams") or job.hparams), "seed": job.seed}
-        best = job.run_dir / "best.pt"
+        params = {**(result.hparams or job.hparams), "seed": job.seed}
         live_run, live_epochs = self._live.pop(job.run_key) if self._live is not None else (None, set())
         self.tracker.log_run(self._cell_run(st), job.run_key, self._run_tags(job, result), params, result,
-                             best if result.get("status") == "finished" else None,
+                             job.run_dir / BEST_WEIGHTS if result.status == RunStatus.FINISHED else None,
                              new=job.run_key not in st.records and job.run_key not in self._logged,
                              live_run_id=live_run, logged_epochs=live_epochs)
         self._logged.add(job.run_key)
         t1 = time.perf_counter()
-        status = result.get("status")
+        status = result.status
         attempt = st.attempt(job.run_key)
-        retry = status == ERRORED and attempt < max_attempts()
-        if status == ERRORED:
-            st.note_errored(result.get("reason", ""))
-        if job.phase == "search":
+        retry = status == RunStatus.ERRORED and attempt < max_attempts()
+        if status == RunStatus.ERRORED:
+            st.note_errored(result.reason)
+        if job.phase is Phase.SEARCH:
             self._tell_result(st, job, result, retry)
         else:
             st.seeds_done += not retry
             st.seeds_failed += is_diverged(status)
         self._time(job, result, log=t1 - t0, tell=time.perf_counter() - t1)
-        if status == ERRORED:
+        self._say_result(job, result, attempt, retry)
+        if result.seconds:
+            self.run_seconds.append(float(result.seconds))
+
+    def _say_result(self, job: Job, result: WorkerResult, attempt: int, retry: bool) -> None:
+        """One line for a run that errored or diverged, one per note the run had."""
+        what = f"{job.cell.label} {job.key.name}"
+        if result.status == RunStatus.ERRORED:
             then = (f"attempt {attempt} of {max_attempts()}: the next `tprbench run` retries it" if retry
                     else f"attempt {attempt} of {max_attempts()}: not retried again (use --force to start the cell over)")
-            self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} errored ({then}):[/] {result.get('reason', '')[:200]}")
-        elif is_failure(status):
-            self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} {status}:[/] {result.get('reason', '')[:200]}")
-        for note in result.get("notes") or []:
-            self._say(f"{cell.label} {job.run_key.split('/', 1)[1]}: {note}")
-        if result.get("seconds"):
-            self.run_seconds.append(float(result["seconds"]))
+            self._say(f"[yellow]{what} {RunStatus.ERRORED} ({then}):[/] {result.reason[:200]}")
+        elif is_failure(result.status):
+            self._say(f"[yellow]{what} {result.status}:[/] {result.reason[:200]}")
+        for note in result.notes or []:
+            self._say(f"{what}: {note}")
 
-    def _run_tags(self, job: Job, result: dict[str, Any]) -> dict[str, Any]:
-        tags = {PHASE: job.phase, SEED: job.seed, GIT_COMMIT: self.commit, PARAMS_HASH: params_hash(job.hparams),
-                **cell_tags(job.cell), HOST: result.get("worker", {}).get("host", "")}
+    def _run_tags(self, job: Job, result: WorkerResult | None = None) -> dict[str, Any]:
+        """The tags of a trial/seed run besides those the writer adds (none of the result's when
+        the run is only starting)."""
+        tags = {Tag.PHASE: job.phase, Tag.SEED: job.seed, Tag.GIT_COMMIT: self.commit, Tag.PARAMS_HASH: params_hash(job.hparams),
+                **cell_tags(job.cell), Tag.HOST: result.worker.get("host", "") if result is not None else ""}
         if job.trial_number is not None:
-            tags[TRIAL] = job.trial_number
-        if result.get("params_formula") is not None:
-            tags[PARAMS_FORMULA] = result["params_formula"]
-        if result.get("params_total"):
-            tags[PARAMS_TOTAL] = result["params_total"]
-        if result.get("reproducible") is not None:
-            tags[REPRODUCIBLE] = str(bool(result["reproducible"])).lower()
-        if result.get("notes"):
-            tags[NOTES] = json.dumps(result["notes"])
+            tags[Tag.TRIAL] = job.trial_number
+        if result is None:
+            return tags
+        if result.params_formula is not None:
+            tags[Tag.PARAMS_FORMULA] = result.params_formula
+        if result.params_total:
+            tags[Tag.PARAMS_TOTAL] = result.params_total
+        if result.reproducible is not None:
+            tags[Tag.REPRODUCIBLE] = str(bool(result.reproducible)).lower()
+        if result.notes:
+            tags[Tag.NOTES] = json.dumps(result.notes)
         return tags
 
-    def _tag_splits(self, st: CellState, result: dict[str, Any]) -> None:
+    def _tag_splits(self, st: CellState, result: WorkerResult) -> None:
         """The cell run names its validation and test splits once a worker has seen the data
         (written when they differ from what it records)."""
-        splits = result.get("splits")
-        if splits and st.cell.id not in self._splits_tagged:
-            self._set_cell_tags(st, split_tags(splits["valid"], splits["test"]))
+        if result.splits is not None and st.cell.id not in self._splits_tagged:
+            self._set_cell_tags(st, split_tags(result.splits.valid, result.splits.test))
             self._splits_tagged.add(st.cell.id)
 
-    def _tell_result(self, st: CellState, job: Job, result: dict[str, Any], retry: bool = False) -> None:
+    def _tell_result(self, st: CellState, job: Job, result: WorkerResult, retry: bool = False) -> None:
         """Optuna hears the run's best value of the cell's metric — the value the trainer chose
         the best epoch by and the pruner saw each epoch — or PRUNED / FAIL. An errored trial that
         will be retried is not told: it stays unfinished, and the next `run` dispatches it again
         with the same number and parameters (from its checkpoint)."""
-        from optuna.trial import TrialState
+        from optuna.trial import TrialState as OptunaState
 
         st.running_search -= 1
         if retry:
             return
         st.trials_done += 1
-        status = result.get("status")
-        if status == "finished" and result.get("best_valid") is not None:
-            self._tell(st, job, result["best_valid"])
-        elif status == PRUNED:
+        if result.status == RunStatus.FINISHED and result.best_valid is not None:
+            self._tell(st, job, result.best_valid)
+        elif result.status == RunStatus.PRUNED:
             st.trials_pruned += 1
-            self._tell(st, job, state=TrialState.PRUNED)
+            self._tell(st, job, state=OptunaState.PRUNED)
         else:
             st.trials_failed += 1
-            self._tell(st, job, state=TrialState.FAIL)
+            self._tell(st, job, state=OptunaState.FAIL)
 
-    def _time(self, job: Job, result: dict[str, Any], log: float, tell: float) -> None:
+    def _time(self, job: Job, result: WorkerResult, log: float, tell: float) -> None:
         """Where one job's time went: driver (Optuna ask/suggest/tell, MLflow record), Ray
         (submit → worker start, worker end → result seen by the driver) and the worker itself."""
-        w = result.get("worker") or {}
-        row = {"run_key": job.run_key, "phase": job.phase, "status": result.get("status"),
+        w = result.worker
+        row = {"run_key": job.run_key, "phase": job.phase, "status": result.status,
                "submitted": job.started, "done": time.time(), "optuna_seconds": job.prepare_seconds + tell,
                "prepare_seconds": job.prepare_seconds, "tell_seconds": tell,
                "mlflow_seconds": log, "worker_seconds": w.get("worker_seconds"), "get_seconds": w.get("get_seconds", 0.0),
@@ -704,7 +501,7 @@ class StudyRunner:
                 if self.left_open or self.study_left_open:
                     with self.lease:
                         self._close_left_open(states)
-                gave_up = sum(st.status == "errored" for st in states)
+                gave_up = sum(st.status == CellStatus.ERRORED for st in states)
                 self._say("nothing to do: every cell is done" + (
                     f" or errored past the retry cap ({gave_up} cell(s); `study show` says why)" if gave_up else "")
                     + " (use --force to rerun)")
@@ -714,7 +511,7 @@ class StudyRunner:
 
     def _drive(self, states: list[CellState], address: str | None, num_cpus: int | None, ray_temp_dir: str | None) -> None:
         """Dispatch until nothing is left; the record is closed however it ends."""
-        outcome = "FAILED"
+        outcome = MlflowStatus.FAILED
         try:
             self.tracker.reopen(self.study_run_id)
             self._say_resume(states)
@@ -725,9 +522,9 @@ class StudyRunner:
             init_ray(address, num_cpus, ray_temp_dir)
             self._phase(f"Ray ready in {time.monotonic() - t0:.1f} s; planning {len(states)} cell(s)")
             self._dispatch(states)
-            outcome = "FINISHED"
+            outcome = MlflowStatus.FINISHED
         except KeyboardInterrupt:
-            outcome = "KILLED"
+            outcome = MlflowStatus.KILLED
             raise
         finally:
             fault_point("closing")
@@ -737,7 +534,7 @@ class StudyRunner:
         """Close what a driver killed while closing left RUNNING (its cell runs, the study run)
         as a finished driver closes them: summary metrics, end status; a snapshot follows."""
         self._touched = set(self.left_open)
-        self._close_record(states, "FINISHED")
+        self._close_record(states, MlflowStatus.FINISHED)
         self.snapshots.changed()
         what = [f"{len(self.left_open)} cell run(s)"] if self.left_open else []
         what += ["the study run"] if self.study_left_open else []
@@ -752,10 +549,9 @@ class StudyRunner:
         retried = sum(st.retried for st in states)
         # A stale trial continues from its checkpoint only if it wrote one (issue 35: the message
         # said so of trials killed in their first epoch, which start over).
-        unfinished = [(st, number) for st in states for number, _ in st.stale
-                      if self._errored(st, f"{st.cell.id}/trial/{number}") is None]
-        saved = sum((self.work_dir / st.cell.id / f"trial-{number:04d}" / "checkpoint.pt").exists()  # tasks.training.CHECKPOINT
-                    for st, number in unfinished)
+        unfinished = [RunKey.trial(st.cell.id, number) for st in states for number, _ in st.stale
+                      if self._errored(st, RunKey.trial(st.cell.id, number)) is None]
+        saved = sum((key.run_dir(self.work_dir) / CHECKPOINT).exists() for key in unfinished)
         parts = [f"{saved} trial(s) continue from their checkpoints"] if saved else []
         if len(unfinished) > saved:
             parts.append(f"{len(unfinished) - saved} unfinished trial(s) start over (no checkpoint written yet)")
@@ -779,21 +575,17 @@ class StudyRunner:
             for st in states:
                 if st.cell.id not in self._touched:  # not worked on by this driver: left as it was
                     continue
-                done = st.status == "done"
-                ends.append((self.cell_runs[st.cell.id], "FINISHED" if done else "KILLED" if outcome == "KILLED" else "FAILED",
+                ends.append((self.cell_runs[st.cell.id], _ended(st.status == CellStatus.DONE, outcome),
                              summary.get(st.cell.id) or {}))
             self.tracker.end_many(ends)  # in bulk: one transaction per 2,000 cells on a SQL store
-            study_ok = outcome == "FINISHED" and all(st.status == "done" for st in states)
-            self.tracker.end(self.study_run_id, "FINISHED" if study_ok else "KILLED" if outcome == "KILLED" else "FAILED")
+            study_ok = outcome == MlflowStatus.FINISHED and all(st.status == CellStatus.DONE for st in states)
+            self.tracker.end(self.study_run_id, _ended(study_ok, outcome))
         except Exception as exc:  # the store is down: the runs stay RUNNING until the next driver ends them
             self._say(f"study and cell runs not ended ({type(exc).__name__}: {str(exc)[:200]})")
 
     def _cell_summaries(self, cell_ids: list[str]) -> dict[str, dict[str, float]]:
         """Per cell: best validation score of the search, mean and std of the counted seeds per
         split, seeds finished, parameter counts — as `tprbench report` computes them."""
-        from .report import aggregate
-        from .report.aggregate import _is_missing, records
-
         reader = self.tracker.reader
         runs, cells = reader.runs(cell_ids), reader.cells(cell_ids)
         if not len(cells):
@@ -827,8 +619,6 @@ class StudyRunner:
         self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts", root=self.root)
         self.tracker.on_retry = self._say
         self.study_run_id = self.tracker.study_run(self.commit)
-        from .lease import DriverLease
-
         self.lease = DriverLease(self.tracker, self.study_run_id, self.root, note=self._say)
         self.lease.check("changed nothing")  # before anything is deleted: the runs a live driver is writing
         self.tracker.delete_pending()
@@ -836,13 +626,13 @@ class StudyRunner:
         cell_runs = self.tracker.retry(lambda: reader.cell_runs(ids), "read cell runs")
         self.cell_runs, tags = {}, {}
         for run in sorted(cell_runs, key=lambda r: (r["start_time"] or 0, r["run_id"]), reverse=True):
-            cid = run["tags"].get("cell_id", "")
+            cid = run["tags"].get(Tag.CELL.bare, "")
             self.cell_runs[cid] = run["run_id"]  # the first created wins (as the report reads it)
-            tags[cid] = {TAG + k: v for k, v in run["tags"].items()}
+            tags[cid] = prefixed(run["tags"])
         # Left RUNNING by a driver that died (no live driver holds the lease): closed by this one.
         self.left_open = {cid for cid, rid in self.cell_runs.items() if any(
-            r["run_id"] == rid and r["status"] == "RUNNING" for r in cell_runs)}
-        self.study_left_open = self.tracker.study_run_status == "RUNNING"
+            r["run_id"] == rid and r["status"] == MlflowStatus.RUNNING for r in cell_runs)}
+        self.study_left_open = self.tracker.study_run_status == MlflowStatus.RUNNING
         found = self.tracker.retry(lambda: reader.run_records(ids), "read records")
         by_cell: dict[str, dict[str, Any]] = {c.id: {} for c in self.cells}
         for key, rec in found.items():
@@ -854,9 +644,6 @@ class StudyRunner:
                             f"Optuna storage {display_url(self.storage_url)}", self._say)
         states = [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {}))
                   for c, name in zip(self.cells, names)]
-        from .record_guard import Snapshots
-        from .record_sources import sqlite_path
-
         self.snapshots = Snapshots(sqlite_path(self.tracking_uri), self.root, note=self._say)
         if not self.force:
             for st, name in zip(states, names):
@@ -872,34 +659,29 @@ class StudyRunner:
         result.json their run directory holds. Nothing is trained again. (Missing seed runs
         need nothing here: they are dispatched, and their worker returns the result.json.)"""
         for number, trial_id, state in trials:
-            key = f"{st.cell.id}/trial/{number}"
-            if state not in ("COMPLETE", "PRUNED", "FAIL") or key in st.records:
+            if state not in TRIAL_ENDED or str(RunKey.trial(st.cell.id, number)) in st.records:
                 continue  # the usual case, decided before building a path (90,000 trials at 100k runs)
-            done = self.work_dir / st.cell.id / f"trial-{number:04d}" / "result.json"  # tasks.training.RESULT
+            key = RunKey.trial(st.cell.id, number)
+            done = key.run_dir(self.work_dir) / RESULT
             if not done.exists():
                 continue
             try:
-                result = json.loads(done.read_text())
-            except (OSError, ValueError):
+                result = WorkerResult.from_json(done.read_text())
+            except (OSError, ValueError, TypeError):
                 continue  # unreadable: the trial stays unrecorded, as it was
             frozen = with_retry(lambda t=trial_id: self.storage.get_trial(t), f"Optuna storage {display_url(self.storage_url)}", self._say)
             proposed = {**frozen.params, **frozen.user_attrs.get("fixed", {})}
-            work = self._work(st.cell, SEARCH_SEED_OFFSET + number, proposed, done.parent)
-            job = Job(st.cell, "search", key, work, number)
-            result.pop("fingerprint", None)
-            params = {**(result.get("hparams") or proposed), "seed": job.seed}
-            best = done.parent / "best.pt"
-            self.tracker.log_run(self._cell_run(st), key, self._run_tags(job, result), params, result,
-                                 best if result.get("status") == "finished" else None, new=True)
-            self._logged.add(key)
+            job = Job(st.cell, key, self._work(st.cell, SEARCH_SEED_OFFSET + number, proposed, done.parent))
+            params = {**(result.hparams or proposed), "seed": job.seed}
+            self.tracker.log_run(self._cell_run(st), job.run_key, self._run_tags(job, result), params, result,
+                                 done.parent / BEST_WEIGHTS if result.status == RunStatus.FINISHED else None, new=True)
+            self._logged.add(job.run_key)
             self.recovered += 1
             self.snapshots.changed()
 
     def _dispatch(self, states: list[CellState]) -> None:
         """Keep every slot busy (fill slots, submit), collect results as they come, until no work is left."""
         import ray
-
-        from .worker import run_job
 
         res = self.study.resources
         self._remote = ray.remote(max_calls=0)(run_job).options(
@@ -965,7 +747,7 @@ class StudyRunner:
 
     def _start_live(self, job: Job, start: float) -> str | None:
         """The MLflow run of a job whose worker has started (harness/live.py)."""
-        return self.tracker.start_live(self.cell_runs[job.cell.id], job.run_key, self._run_tags(job, {}), job.cell.label, start)
+        return self.tracker.start_live(self.cell_runs[job.cell.id], job.run_key, self._run_tags(job), job.cell.label, start)
 
     def _collect(self, in_flight: dict[Any, tuple[CellState, Job]]) -> None:
         """Record whatever finished within a second (a lost worker is an errored run)."""
@@ -976,18 +758,17 @@ class StudyRunner:
             st, job = in_flight[ref]
             ready_at = time.time()
             try:
-                result = ray.get(ref)
+                result: WorkerResult = ray.get(ref)
             except Exception as exc:  # worker/node lost after all retries
-                result = {"status": ERRORED, "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
-                          "history": [], "test": {}}
+                result = WorkerResult.errored(f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
             _stop_if_disk_full(job, result)
-            result.setdefault("worker", {})["ready_at"] = ready_at
-            result["worker"]["get_seconds"] = time.time() - ready_at
+            result.worker["ready_at"] = ready_at
+            result.worker["get_seconds"] = time.time() - ready_at
             self._record(st, job, result)
             del in_flight[ref]  # only once recorded: an error above leaves it to be cancelled
             st.running -= 1
             self.snapshots.changed()
-            if st.status in ("done", "failed") or st.note:
+            if st.status in (CellStatus.DONE, CellStatus.FAILED) or st.note:
                 self.snapshots.cell_done()
 
     # -- progress --------------------------------------------------------------------------
@@ -1002,88 +783,22 @@ class StudyRunner:
         self._say(f"[{time.strftime('%H:%M:%S')}] {text}")
 
     def _live_view(self, states: list[CellState]):
-        from .progress import live_view
-
         return live_view(self, states)
 
 
-def _stop_if_disk_full(job: Job, result: dict[str, Any]) -> None:
+def _stop_if_disk_full(job: Job, result: WorkerResult) -> None:
     """A run that ran out of disk space is not a result: it is not recorded (its trial stays
     running in Optuna, its seed to do) and the driver stops with one line (harness.diskfull)."""
-    from .diskfull import disk_full_error, is_disk_full
-
-    if result.get("disk_full") is not None or (is_failure(result.get("status")) and is_disk_full(result.get("reason"))):
-        raise disk_full_error(None, result.get("disk_full") or job.run_dir, f"run {job.run_key}")
+    if result.disk_full is not None or (is_failure(result.status) and is_disk_full(result.reason)):
+        raise disk_full_error(None, result.disk_full or job.run_dir, f"run {job.run_key}")
 
 
-def count_trials(trials: list[tuple[int, int, str]]) -> tuple[int, int, int, list[tuple[int, int]]]:
-    """(finished, failed, pruned, unfinished) of a cell's Optuna trials given as (number, trial id,
-    state name) (harness.storage.trial_states); finished counts all three end states. Unfinished
-    ones, as (number, trial id), are running, or were left running by a driver that died."""
-    ended = [t for t in trials if t[2] in ("COMPLETE", "PRUNED", "FAIL")]
-    return (len(ended), sum(t[2] == "FAIL" for t in ended), sum(t[2] == "PRUNED" for t in ended),
-            [(t[0], t[1]) for t in trials if t[2] in ("RUNNING", "WAITING")])
-
-
-def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
-                 storage_url: str | None = None) -> list[dict[str, Any]]:
-    """What is done per cell, read from Optuna and MLflow without changing (or creating) either."""
-    from .record import RecordReader
-
-    root = Path(root).resolve()
-    ids = [c.id for c in cells]
-    reader = RecordReader(tracking_uri or default_tracking_uri(root), study.name, must_exist=False, root=root)
-    records = reader.run_records(ids)
-    tags_by_cell = reader.cell_tags(ids)
-    journal = storage_url or default_storage_url(root)
-    names = [f"{study.name}/{c.id}" for c in cells]
-    trials = read_trial_states(journal, names)
-    seeds_by_cell: dict[str, list[Any]] = {}
-    trials_by_cell: dict[str, list[Any]] = {}
-    for key, rec in records.items():
-        if "/seed/" in key:
-            seeds_by_cell.setdefault(rec.cell_id, []).append((key, rec))
-        elif "/trial/" in key:
-            trials_by_cell.setdefault(rec.cell_id, []).append(rec)
-    rows = []
-    for cell, name in zip(cells, names):
-        done, failed, pruned, unfinished = count_trials(trials.get(name, []))
-        counts = {"done": done, "failed": failed, "pruned": pruned, "running": len(unfinished)}
-        final_hash = tags_by_cell.get(cell.id, {}).get(FINAL_PARAMS_HASH)
-        seeds = [r for k, r in seeds_by_cell.get(cell.id, []) if final_hash and k.endswith("/" + final_hash)]
-        cell_trials = trials_by_cell.get(cell.id, [])
-        errored = [r for r in cell_trials + seeds if r.status == ERRORED]
-        retried = [r for r in errored if will_retry(r.status, r.tags)]
-        # An errored trial to be retried is still unfinished in Optuna: waiting, not running.
-        running = max(counts["running"] - sum(r in retried for r in cell_trials), 0)
-        seeds_done = len(seeds) - sum(r in retried for r in seeds)  # records are keyed by run key: one per seed
-        status = cell_status(counts["done"], study.trials, running, counts["failed"] + counts["pruned"],
-                             seeds_done, study.seeds, errored=len(errored))
-        rows.append({"id": cell.id, "label": cell.label, "task": cell.task, "arch": cell.arch, "unit": cell.unit,
-                     "dims": {"dim": cell.dim, "input_dim": cell.input_dim},
-                     "trials_done": counts["done"], "trials_wanted": study.trials, "trials_failed": counts["failed"],
-                     "trials_pruned": counts["pruned"], "trials_running": running,
-                     "seeds_done": seeds_done, "seeds_failed": sum(is_diverged(r.status) for r in seeds),
-                     "seeds_wanted": study.seeds, "runs_errored": len(errored), "errored_retried": len(retried),
-                     "errored_reason": errored[0].tags.get(REASON, "") if errored else "", "status": status})
-    return rows
-
-
-def describe_optuna_study(study: Any, cell: Any, study_name: str) -> None:
-    """What optuna-dashboard shows beside `<study>/<cell id>`: the cell's label, task, unit and
-    dims as user attributes, and the objective's name (the cell's metric, not "Objective 0")."""
-    attrs = {"label": cell.label, "study": study_name, "cell_id": cell.id, "task": cell.task, "arch": cell.arch,
-             "unit": cell.unit, "dim": cell.dim, "metric": cell.metric, "direction": cell.direction}
-    have = study.user_attrs
-    for key, value in attrs.items():
-        if have.get(key) != value:
-            study.set_user_attr(key, value)
-    if study.metric_names != [cell.metric]:
-        import warnings
-
-        with warnings.catch_warnings():  # "experimental" since Optuna 3.2; optuna-dashboard reads it
-            warnings.simplefilter("ignore")
-            study.set_metric_names([cell.metric])
+def _ended(done: bool, outcome: str) -> MlflowStatus:
+    """How a study or cell run ends when the driver exits: FINISHED when done, KILLED when the
+    driver was interrupted, FAILED otherwise."""
+    if done:
+        return MlflowStatus.FINISHED
+    return MlflowStatus.KILLED if outcome == MlflowStatus.KILLED else MlflowStatus.FAILED
 
 
 def _dump(model: Any) -> Any:

@@ -34,9 +34,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tasks.registry import TASKS, register_task
+
+from ..driver.errors import RunnerError
+from ..driver.ray_start import slots
+from ..driver.runner import StudyRunner
+from ..study import expand, parse_study
+
 SLEEP_TASK = "bench-sleep"
 EPOCHS = 2
-SETUP_HOOK = "harness.bench_harness.register_bench_task"
+SETUP_HOOK = "harness.bench.harness.register_bench_task"
 
 
 def register_bench_task() -> type:
@@ -46,8 +53,7 @@ def register_bench_task() -> type:
     from torch import nn
     from torch.nn import functional as F
 
-    from tasks.base import TaskAdapter
-    from tasks.registry import TASKS, register_task
+    from tasks.base import TaskAdapter  # torch: imported when the task is registered
 
     if SLEEP_TASK in TASKS.entries:
         return TASKS.entries[SLEEP_TASK]
@@ -170,10 +176,6 @@ def bench(nodes: int, trial_seconds: float, trials_per_node: int, cpus_per_node:
     import ray
     from ray.cluster_utils import Cluster
 
-    from harness.runner import StudyRunner, slots
-    from harness.study import expand, parse_study
-    from tasks.registry import TASKS
-
     registered_here = SLEEP_TASK not in TASKS.entries
     register_bench_task()
     root.mkdir(parents=True, exist_ok=True)
@@ -230,8 +232,6 @@ def run_harness_bench(args: Any) -> int:
 
     console = Console(width=120)
     if args.nodes < 1 or args.trials_per_node < 1 or args.cpus_per_node < 1 or args.trial_seconds < 0:
-        from harness.runner import RunnerError
-
         raise RunnerError("bench harness: --nodes, --trials-per-node and --cpus-per-node must be >= 1, --trial-seconds >= 0")
     root = Path(args.root).expanduser().resolve() if args.root else Path(tempfile.mkdtemp(prefix="tprbench-bench-"))
     trials = args.nodes * args.trials_per_node

@@ -30,15 +30,18 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-TAG = "tprbench."
-KIND = TAG + "kind"
-CELL = TAG + "cell_id"
-ENDED = ("FINISHED", "FAILED", "KILLED")
+from .contract import FIXED, MLFLOW_ENDED, PREFIX, Kind, Tag, bare, sql_list
+
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql")
 CHUNK = 500  # ids per IN (...) list: well below every database's bound-parameter limit
 
 Columns = dict[str, list[Any]]
-FIXED = ("run_id", "mlflow_status", "start_time", "end_time")
+
+# SQL fragments, from the contract's names (constants of ours: never user input)
+_KIND = f"JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = '{Tag.KIND}'"
+_CELL = f"LEFT JOIN tags c ON c.run_uuid = r.run_uuid AND c.key = '{Tag.CELL}'"
+_OUR_TAGS = f"AND t.key LIKE '{PREFIX}%' AND t.key <> '{Tag.KIND}'"  # every tprbench tag but the kind
+_ENDED = sql_list(MLFLOW_ENDED)
 
 
 def scheme_of(uri: str) -> str:
@@ -58,6 +61,14 @@ def sqlite_path(uri: str) -> Path | None:
         rest = rest[3:].split("?", 1)[0]
         return Path(rest) if rest and rest != ":memory:" else None
     return None
+
+
+def default_tracking_uri(root: Path) -> str:
+    return f"sqlite:///{(root / 'mlflow.db').resolve()}"
+
+
+def is_server(tracking_uri: str) -> bool:
+    return tracking_uri.startswith(("http://", "https://"))
 
 
 def empty_columns() -> Columns:
@@ -166,12 +177,10 @@ class SqlSource:
         by value, so a database filter on cell ids (`value IN (...)`) scans the same rows again
         for every chunk of ids — 5× slower at 10,000 cells (issue 24)."""
         params: dict[str, Any] = {"exp": int(experiment_id), "kind": kind}
-        sql = ("SELECT r.run_uuid, r.status, r.start_time, r.end_time, c.value FROM runs r "
-               "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'tprbench.kind' AND k.value = :kind "
-               "LEFT JOIN tags c ON c.run_uuid = r.run_uuid AND c.key = 'tprbench.cell_id' "
-               "WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active'")
+        sql = (f"SELECT r.run_uuid, r.status, r.start_time, r.end_time, c.value FROM runs r {_KIND} AND k.value = :kind "
+               f"{_CELL} WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active'")
         if ended:
-            sql += " AND r.status IN ('FINISHED', 'FAILED', 'KILLED')"
+            sql += f" AND r.status IN {_ENDED}"
         wanted = None if cell_ids is None else set(cell_ids)
         return [(r[0], r[1], r[2], r[3]) for r in self.query(sql, params) if wanted is None or r[4] in wanted]
 
@@ -179,9 +188,8 @@ class SqlSource:
     def _fill(self, b: _Builder, where: str, params: dict[str, Any], tag_names: bool = True) -> None:
         """Tags, params and latest metrics of the runs `where` lists (run ids)."""
         for run_id, key, value in self.query(
-                f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) "
-                "AND t.key LIKE 'tprbench.%' AND t.key <> 'tprbench.kind'", params):
-            b.set(run_id, key[len(TAG):] if tag_names else key, value)
+                f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) {_OUR_TAGS}", params):
+            b.set(run_id, bare(key) if tag_names else key, value)
         for run_id, key, value in self.query(
                 f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
             b.set(run_id, "param." + key, value)
@@ -189,7 +197,7 @@ class SqlSource:
                 f"SELECT m.run_uuid, m.key, m.value, m.is_nan FROM latest_metrics m WHERE m.run_uuid IN ({where})", params):
             b.set(run_id, "metric." + key, _metric_value(value, is_nan))
 
-    def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = "run") -> Columns:
+    def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = Kind.RUN) -> Columns:
         """Every ended run of one kind of the experiment (of `cell_ids` when given), as Columns:
         one scan for the runs, then their tags, params and metrics 500 runs a query (by the
         tables' run-id index: no rescan of the experiment per chunk)."""
@@ -208,14 +216,13 @@ class SqlSource:
     def cell_runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """Every active cell run (any status) of the experiment, of `cell_ids` when given."""
         out: dict[str, dict[str, Any]] = {}
-        rows = self.index(experiment_id, "cell", cell_ids, ended=False)
+        rows = self.index(experiment_id, Kind.CELL, cell_ids, ended=False)
         for run_id, status, start, _end in rows:
             out[run_id] = {"run_id": run_id, "status": status, "start_time": start, "tags": {}, "params": {}}
         for where, params in _id_lists([r[0] for r in rows]):
             for run_id, key, value in self.query(
-                    f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) "
-                    "AND t.key LIKE 'tprbench.%' AND t.key <> 'tprbench.kind'", params):
-                out[run_id]["tags"][key[len(TAG):]] = value
+                    f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) {_OUR_TAGS}", params):
+                out[run_id]["tags"][bare(key)] = value
             for run_id, key, value in self.query(
                     f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
                 out[run_id]["params"][key] = value
@@ -223,19 +230,19 @@ class SqlSource:
 
     def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str], str] | None:
         """(run id, tags by bare name, MLflow status) of the study run (the first created), or None."""
-        rows = sorted((start or 0, rid, status) for rid, status, start, _e in self.index(experiment_id, "study", ended=False))
+        rows = sorted((start or 0, rid, status) for rid, status, start, _e in self.index(experiment_id, Kind.STUDY, ended=False))
         if not rows:
             return None
         _start, rid, status = rows[0]
-        tags = {k[len(TAG):]: v for k, v in self.query("SELECT key, value FROM tags WHERE run_uuid = :r", {"r": rid})
-                if k.startswith(TAG)}
+        tags = {bare(k): v for k, v in self.query("SELECT key, value FROM tags WHERE run_uuid = :r", {"r": rid})
+                if k.startswith(PREFIX)}
         return rid, tags, status
 
     def pending(self, experiment_id: str) -> list[str]:
         """Runs a killed driver left half-written: kind `pending`, or a trial/seed run that never ended."""
-        sql = ("SELECT r.run_uuid FROM runs r JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'tprbench.kind' "
-               "WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active' AND (k.value = 'pending' OR "
-               "(k.value = 'run' AND r.status NOT IN ('FINISHED', 'FAILED', 'KILLED')))")
+        sql = (f"SELECT r.run_uuid FROM runs r {_KIND} "
+               f"WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active' AND (k.value = '{Kind.PENDING}' OR "
+               f"(k.value = '{Kind.RUN}' AND r.status NOT IN {_ENDED}))")
         return [r[0] for r in self.query(sql, {"exp": int(experiment_id)})]
 
     def history(self, run_ids: list[str], keys: list[str]) -> list[tuple[str, str, int, float, int]]:
@@ -255,6 +262,11 @@ class SqlSource:
 
 # ---------------------------------------------------------------------------------------------
 # The MLflow client (a tracking server, or any store MLflow can open)
+
+
+def kind_filter(kind: str) -> str:
+    """The `search_runs` filter for the runs of one kind."""
+    return f"tags.`{Tag.KIND}` = '{kind}'"
 
 
 class ClientSource:
@@ -298,25 +310,25 @@ class ClientSource:
         b = _Builder()
         for run in found:
             tags = run.data.tags
-            if run.info.status not in ENDED or (wanted is not None and tags.get(CELL) not in wanted):
+            if run.info.status not in MLFLOW_ENDED or (wanted is not None and tags.get(Tag.CELL) not in wanted):
                 continue
             rid = run.info.run_id
             b.add_run(rid, run.info.status, run.info.start_time, run.info.end_time)
             for k, v in tags.items():
-                if k.startswith(TAG) and k != KIND:
-                    b.set(rid, k[len(TAG):], v)
+                if k.startswith(PREFIX) and k != Tag.KIND:
+                    b.set(rid, bare(k), v)
             for k, v in run.data.params.items():
                 b.set(rid, "param." + k, v)
             for k, v in run.data.metrics.items():
                 b.set(rid, "metric." + k, float(v))
         return b.cols
 
-    def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = "run",
+    def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = Kind.RUN,
              extra: str = "") -> Columns:
         wanted = None if cell_ids is None else sorted(set(cell_ids))
-        flt = f"tags.`{KIND}` = '{kind}'"
+        flt = kind_filter(kind)
         if wanted is not None and len(wanted) == 1:
-            flt += f" and tags.`{CELL}` = '{wanted[0]}'"
+            flt += f" and tags.`{Tag.CELL}` = '{wanted[0]}'"
         if extra:
             flt += " and " + extra
         return self.columns(self.search(experiment_id, flt), wanted)
@@ -324,25 +336,25 @@ class ClientSource:
     def cell_runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         wanted = None if cell_ids is None else set(cell_ids)
         out = []
-        for run in self.search(experiment_id, f"tags.`{KIND}` = 'cell'"):
+        for run in self.search(experiment_id, kind_filter(Kind.CELL)):
             tags = run.data.tags
-            if wanted is not None and tags.get(CELL) not in wanted:
+            if wanted is not None and tags.get(Tag.CELL) not in wanted:
                 continue
             out.append({"run_id": run.info.run_id, "status": run.info.status, "start_time": run.info.start_time,
-                        "tags": {k[len(TAG):]: v for k, v in tags.items() if k.startswith(TAG) and k != KIND},
+                        "tags": {bare(k): v for k, v in tags.items() if k.startswith(PREFIX) and k != Tag.KIND},
                         "params": dict(run.data.params)})
         return out
 
     def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str], str] | None:
-        found = self.search(experiment_id, f"tags.`{KIND}` = 'study'")
+        found = self.search(experiment_id, kind_filter(Kind.STUDY))
         if not found:
             return None
         run = min(found, key=lambda r: r.info.start_time)
-        return run.info.run_id, {k[len(TAG):]: v for k, v in run.data.tags.items() if k.startswith(TAG)}, run.info.status
+        return run.info.run_id, {bare(k): v for k, v in run.data.tags.items() if k.startswith(PREFIX)}, run.info.status
 
     def pending(self, experiment_id: str) -> list[str]:
-        ids = [r.info.run_id for r in self.search(experiment_id, f"tags.`{KIND}` = 'pending'")]
-        ids += [r.info.run_id for r in self.search(experiment_id, f"tags.`{KIND}` = 'run'") if r.info.status not in ENDED]
+        ids = [r.info.run_id for r in self.search(experiment_id, kind_filter(Kind.PENDING))]
+        ids += [r.info.run_id for r in self.search(experiment_id, kind_filter(Kind.RUN)) if r.info.status not in MLFLOW_ENDED]
         return ids
 
     def history(self, run_ids: list[str], keys: list[str]) -> list[tuple[str, str, int, float, int]]:

@@ -24,7 +24,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .report import metric_scale
+from ..record.reader import ReportError
+from .aggregate import BASELINES, _is_missing
+from .render import metric_scale
 
 DPI = 100
 SALT = "tprbench"
@@ -115,8 +117,6 @@ def _best_rows(rows: Any, limit: int, score: str = "mean") -> Any:
     then the best by `score` in the metric's direction; the table order is kept."""
     if len(rows) <= limit:
         return rows
-    from .report.aggregate import BASELINES
-
     base = rows["unit_name"].isin(list(BASELINES))
     others = rows[~base & rows[score].notna()]
     ascending = str(rows.iloc[0].get("direction") or "maximize") == "minimize"
@@ -230,8 +230,6 @@ def _unit_label(row: Any, many_dims: bool) -> str:
 
 
 def _missing(v: Any) -> bool:
-    from .report.aggregate import _is_missing
-
     return _is_missing(v)
 
 
@@ -378,13 +376,9 @@ def make_figures(agg: Any, runs: Any, used: Any, history: Any, out_dir: Path, he
         try:
             bench = pd.read_csv(bench_csv, comment="#")
         except (OSError, ValueError) as exc:
-            from .report import ReportError
-
             raise ReportError(f"--bench {bench_csv}: cannot read it as a `tprbench bench units --csv` file ({exc})") from None
         missing = {"unit", "dim", "total_ms"} - set(bench.columns)
         if missing:
-            from .report import ReportError
-
             raise ReportError(f"--bench {bench_csv}: columns {', '.join(sorted(missing))} missing (expected `bench units --csv` output)")
     for stem, make, why in (
         ("units", lambda: fig_units(agg), "no cell has a finished seed run"),

@@ -34,6 +34,9 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
+from ..cache_note import unsaved
+from ..diskfull import is_disk_full
+
 HEADER = b"SQLite format 3\x00"
 KEEP = 3
 ENV_SECONDS = "TPRBENCH_SNAPSHOT_SECONDS"
@@ -106,8 +109,6 @@ def _mark_checked(stamp: Path, key: str) -> None:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(key)
     except OSError as exc:  # read-only or full: checked again next time
-        from .cache_note import unsaved
-
         unsaved(stamp.parent, exc)
 
 
@@ -181,8 +182,6 @@ class Snapshots:
         skipped with a note (the record itself is intact; the next one is tried later)."""
         if self.db is None or not self.dirty:
             return None
-        from .diskfull import is_disk_full
-
         try:
             path = take_snapshot(self.db, self.root)
         except (OSError, sqlite3.Error) as exc:

@@ -37,7 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .record import EXPERIMENT_PREFIX
+from tasks.result import RunStatus
+
+from ..driver.cells import CellState, Job, params_hash
+from ..driver.errors import RunnerError
+from ..driver.runner import StudyRunner
+from ..record.contract import MLFLOW_PARENT, Kind, MlflowStatus, RunKey, Splits, Tag, WorkerResult, experiment_name
+from ..record.reader import CellRecord, split_tags
+from ..record.sources import default_tracking_uri
+from ..record.writer import BulkRun, Tracker, git_commit
+from ..study import expand, load_study
 
 SPLITS = ("test_easy", "test_hard", "test_big", "test_massive", "test_exam")
 DIMS10 = list(range(8, 27, 2))
@@ -144,7 +153,7 @@ class _BufferedJournal:
                 fh.write(json.dumps(log, separators=(",", ":")) + "\n")
 
 
-def _result(job: Any, rng: random.Random, epochs: int) -> dict[str, Any]:
+def _result(job: Any, rng: random.Random, epochs: int) -> WorkerResult:
     """A worker's result for a logic run, with plausible numbers."""
     lr = float(job.hparams.get("lr", 1e-2))
     history, best, best_epoch = [], -1.0, 1
@@ -156,21 +165,15 @@ def _result(job: Any, rng: random.Random, epochs: int) -> dict[str, Any]:
         if acc > best:
             best, best_epoch = acc, epoch
     test = {s: {"loss": 0.7 - 0.1 * rng.random(), "acc": round(0.5 + 0.3 * rng.random(), 4)} for s in SPLITS}
-    return {"status": "finished", "reason": "", "best_epoch": best_epoch, "best_valid": best, "metric": "valid_acc",
-            "direction": "maximize", "history": history, "test": test, "params_formula": 384, "params_total": 394,
-            "seconds": 0.3 + rng.random(), "resumed_from_epoch": 0, "hparams": dict(job.hparams), "notes": [],
-            "reproducible": True, "splits": {"valid": "validate", "test": list(SPLITS)}, "worker": {"host": "bench"}}
+    return WorkerResult(status=RunStatus.FINISHED, reason="", best_epoch=best_epoch, best_valid=best, metric="valid_acc",
+                        direction="maximize", history=history, test=test, params_formula=384, params_total=394,
+                        seconds=0.3 + rng.random(), resumed_from_epoch=0, hparams=dict(job.hparams), notes=[],
+                        reproducible=True, splits=Splits("validate", list(SPLITS)), worker={"host": "bench"})
 
 
 def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
     """Write the case's record under `root` (mlflow.db, optuna.journal, studies/*.toml)."""
     import optuna
-
-    from .jobs import WorkerJob  # noqa: F401  (the driver's job type, built by runner._work)
-    from .record import split_tags
-    from .runner import CellState, Job, StudyRunner, params_hash
-    from .study import expand, load_study
-    from .tracking import BulkRun, Tracker, default_tracking_uri, git_commit
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     root.mkdir(parents=True, exist_ok=True)
@@ -195,7 +198,7 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
     def add(run: BulkRun) -> None:
         nonlocal clock, written
         clock += 1000
-        run.start_time, run.end_time = clock - 900, (None if run.status == "RUNNING" else clock)
+        run.start_time, run.end_time = clock - 900, (None if run.status == MlflowStatus.RUNNING else clock)
         batch.append(run)
         if len(batch) >= 2000:
             tracker.log_bulk(batch)
@@ -205,13 +208,13 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
     for n, cell in enumerate(cells):
         rng = random.Random(cell.id)
         st = CellState(cell, None, case.trials, case.seeds)
-        cell_run = BulkRun(cell.label, {}, status="RUNNING")
+        cell_run = BulkRun(cell.label, {}, status=MlflowStatus.RUNNING)
         runs: list[BulkRun] = []
 
-        def record(job: Any, result: dict[str, Any], cell_run: BulkRun = cell_run, runs: list = runs) -> None:
+        def record(job: Job, result: WorkerResult, cell_run: BulkRun = cell_run, runs: list = runs) -> None:
             tags, metrics = tracker.run_payload(cell_run.run_id, job.run_key, runner._run_tags(job, result), result)
-            runs.append(BulkRun(job.run_key.split("/", 1)[-1], tags, {**result["hparams"], "seed": job.seed}, metrics,
-                                status="FINISHED"))
+            runs.append(BulkRun(job.key.name, tags, {**result.hparams, "seed": job.seed}, metrics,
+                                status=MlflowStatus.FINISHED))
 
         for _ in range(case.trials):
             study_ = runner._study(st)
@@ -219,20 +222,18 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
             job = runner._trial_job(st, trial.number, trial._trial_id)
             result = _result(job.work, rng, case.epochs)
             record(job, result)
-            study_.tell(trial.number, result["best_valid"])
+            study_.tell(trial.number, result.best_valid)
             st.trials_done += 1
         params = runner._final_params(st)
         h = params_hash(params)
         for seed in range(case.seeds):
-            work = runner._work(cell, seed, dict(params), runner.work_dir / cell.id / f"seed-{seed}-{h}")
-            job = Job(cell, "final", f"{cell.id}/seed/{seed}/{h}", work)
-            record(job, _result(work, rng, case.epochs))
-        from .record import CELL, FINAL_PARAMS, FINAL_PARAMS_HASH, FINAL_TRIALS, KIND, KIND_CELL, STUDY, CellRecord
-
+            key = RunKey.seed(cell.id, seed, h)
+            job = Job(cell, key, runner._work(cell, seed, dict(params), key.run_dir(runner.work_dir)))
+            record(job, _result(job.work, rng, case.epochs))
         rec = CellRecord.of_cell(cell)
-        cell_run.tags = {KIND: KIND_CELL, STUDY: study.name, CELL: cell.id, "mlflow.parentRunId": runner.study_run_id,
-                         **rec.tags(), **split_tags("validate", SPLITS), FINAL_PARAMS_HASH: h,
-                         FINAL_PARAMS: json.dumps(params, sort_keys=True), FINAL_TRIALS: st.trials_done}
+        cell_run.tags = {Tag.KIND: Kind.CELL, Tag.STUDY: study.name, Tag.CELL: cell.id, MLFLOW_PARENT: runner.study_run_id,
+                         **rec.tags(), **split_tags("validate", SPLITS), Tag.FINAL_PARAMS_HASH: h,
+                         Tag.FINAL_PARAMS: json.dumps(params, sort_keys=True), Tag.FINAL_TRIALS: st.trials_done}
         cell_run.params = rec.params()
         add(cell_run)
         for run in runs:
@@ -289,7 +290,7 @@ def floor(db: Path, study: str) -> dict[str, float]:
     """The physical floor: the study's rows of the four tables read straight from SQLite."""
     t0 = time.perf_counter()
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    exp = con.execute("SELECT experiment_id FROM experiments WHERE name = ?", (EXPERIMENT_PREFIX + study,)).fetchone()[0]
+    exp = con.execute("SELECT experiment_id FROM experiments WHERE name = ?", (experiment_name(study),)).fetchone()[0]
     sel = "SELECT run_uuid FROM runs WHERE experiment_id = ? AND lifecycle_stage = 'active'"
     n = {"runs": len(con.execute(sel, (exp,)).fetchall())}
     for table, cols in (("tags", "run_uuid, key, value"), ("params", "run_uuid, key, value"),
@@ -403,8 +404,6 @@ def run_record_bench(args: Any) -> int:
         names += SIZES.get(size, [size])
     unknown = [n for n in names if n not in CASES]
     if unknown:
-        from .runner import RunnerError
-
         raise RunnerError(f"bench record: unknown size/case {', '.join(unknown)} (sizes: {', '.join(SIZES)}; "
                           f"cases: {', '.join(CASES)})")
     base = Path(args.root).expanduser().resolve() if args.root else Path(tempfile.mkdtemp(prefix="tprbench-bench-record-"))

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .record_sources import SQL_SCHEMES, scheme_of, sqlite_path
-from .storage import JOURNAL_PREFIX, display_url
+from .sources import SQL_SCHEMES, scheme_of, sqlite_path
+from .storage import JOURNAL_PREFIX, StorageError, _check_driver, display_url
 
 CONTACT_TIMEOUT = 5.0  # seconds a store gets to answer the first contact
 TRACKING_SCHEMES = (*SQL_SCHEMES, "http", "https", "file", "")
@@ -45,8 +45,6 @@ def _sqlite_dir(option: str, url: str) -> None:
 def _sql_contact(option: str, url: str) -> None:
     """One connection to a database server (nothing is created in it)."""
     import sqlalchemy as sa
-
-    from .storage import StorageError, _check_driver
 
     try:
         _check_driver(url)  # a bad URL or a missing database driver: its own line (harness.storage.StorageError)

@@ -1,0 +1,145 @@
+"""A cell's state as the driver counts it, and the driver's side of one dispatched run.
+
+Shared by the driver loop (harness.driver.runner) and `study show` (harness.driver.status),
+which must agree on what `done`, `errored` or `failed` means for a cell; no Optuna, Ray or
+MLflow here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from tasks.result import RunStatus
+
+from ..jobs import WorkerJob
+from ..record.contract import Phase, RunKey, attempt_of
+from ..record.storage import TRIAL_ENDED, TrialState
+
+
+def params_hash(params: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(params, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+SEARCH_SEED_OFFSET = 10_000  # search trial n trains with seed 10000+n; final seeds are 0..N-1
+
+
+@dataclass
+class Job:
+    """The driver's side of one dispatched run: the `WorkerJob` sent to a worker plus bookkeeping."""
+
+    cell: Any
+    key: RunKey
+    work: WorkerJob
+    started: float = 0.0
+    prepare_seconds: float = 0.0  # driver: Optuna ask + suggest (search trials)
+
+    @property
+    def run_key(self) -> str:
+        return str(self.key)
+
+    @property
+    def phase(self) -> Phase:
+        return self.key.phase
+
+    @property
+    def trial_number(self) -> int | None:
+        return self.key.number if self.key.phase is Phase.SEARCH else None
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.work.run_dir)
+
+    @property
+    def seed(self) -> int:
+        return self.work.seed
+
+    @property
+    def hparams(self) -> dict[str, Any]:
+        return self.work.hparams
+
+
+class CellStatus(StrEnum):
+    """A cell's state (`study show`'s status column, the driver's live view)."""
+
+    PENDING = "pending"
+    SEARCHING = "searching"
+    FAILED = "failed"  # every search trial diverged or was pruned: a result
+    FINAL = "final"  # seed runs with the final parameters
+    DONE = "done"
+    ERRORED = "errored"  # runs that could not be carried out (retried by the next `run`, up to the cap)
+
+
+def cell_status(trials_done: int, trials_wanted: int, trials_running: int, trials_without_value: int,
+                seeds_done: int, seeds_wanted: int, note: str = "", errored: int = 0, seeds_running: int = 0) -> str:
+    """A cell's state, for the driver's live view, its summary and `study show` alike:
+    pending | searching | failed (every trial diverged or was pruned) | final | done, or the
+    driver's note (e.g. "failed: no search trial completed"), or `errored` once nothing of the
+    cell runs and `errored` of its runs could not be carried out (retried by the next `run`, up
+    to the cap: harness/record/contract.py)."""
+    if note:
+        return note
+    if trials_running or seeds_running:
+        return CellStatus.SEARCHING if trials_running or trials_done < trials_wanted else CellStatus.FINAL
+    if errored:
+        return CellStatus.ERRORED
+    if trials_done < trials_wanted:
+        return CellStatus.PENDING if not trials_done else CellStatus.SEARCHING
+    if trials_wanted and trials_done == trials_without_value:
+        return CellStatus.FAILED
+    if seeds_done < seeds_wanted:
+        return CellStatus.FINAL
+    return CellStatus.DONE
+
+
+@dataclass
+class CellState:
+    cell: Any
+    study: Any  # optuna.Study, opened on first use (StudyRunner._study): a done cell never opens it
+    trials_wanted: int
+    seeds_wanted: int
+    trials_done: int = 0
+    trials_failed: int = 0
+    trials_pruned: int = 0
+    seeds_done: int = 0
+    seeds_failed: int = 0
+    running: int = 0
+    stale: list[Any] = field(default_factory=list)  # optuna trials left RUNNING by a dead driver
+    to_ask: int = 0
+    final_params: dict[str, Any] | None = None
+    final_todo: list[int] = field(default_factory=list)
+    note: str = ""
+    running_search: int = 0
+    records: dict[str, Any] = field(default_factory=dict)  # MLflow records of this cell by run key
+    tags: dict[str, str] = field(default_factory=dict)  # the cell run's tags as recorded (prefixed)
+    errored: int = 0  # runs whose record is errored (this driver's, and capped ones found at open)
+    errored_reason: str = ""
+    retried: int = 0  # errored records this driver dispatches again
+
+    @property
+    def status(self) -> str:
+        return cell_status(self.trials_done, self.trials_wanted, self.running_search,
+                           self.trials_failed + self.trials_pruned, self.seeds_done, self.seeds_wanted, self.note,
+                           self.errored, self.running - self.running_search)
+
+    def attempt(self, run_key: str) -> int:
+        """The attempt a new record of `run_key` will be (an errored record is replaced, its count carried on)."""
+        rec = self.records.get(run_key)
+        return attempt_of(rec.tags) + 1 if rec is not None and rec.status == RunStatus.ERRORED else 1
+
+    def note_errored(self, reason: str) -> None:
+        self.errored += 1
+        self.errored_reason = self.errored_reason or reason
+
+
+def count_trials(trials: list[tuple[int, int, str]]) -> tuple[int, int, int, list[tuple[int, int]]]:
+    """(finished, failed, pruned, unfinished) of a cell's Optuna trials given as (number, trial id,
+    state name) (harness.record.storage.read_trial_states); finished counts all three end states. Unfinished
+    ones, as (number, trial id), are running, or were left running by a driver that died."""
+    ended = [t for t in trials if t[2] in TRIAL_ENDED]
+    return (len(ended), sum(t[2] == TrialState.FAIL for t in ended), sum(t[2] == TrialState.PRUNED for t in ended),
+            [(t[0], t[1]) for t in trials if t[2] in (TrialState.RUNNING, TrialState.WAITING)])
