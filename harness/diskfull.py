@@ -4,7 +4,7 @@ A full disk shows up in three shapes: `OSError` with errno ENOSPC (or EDQUOT, a 
 plain write (data cache, checkpoint, journal), SQLite's "database or disk is full" (SQLITE_FULL)
 from the MLflow store or an Optuna database — which MLflow re-raises as an MlflowException it
 marks "temporarily unavailable" — and the same text inside a worker's result. None of them goes
-away by waiting, so the store retry (harness.tracking.with_retry) must not wait for them: the
+away by waiting, so the store retry (harness.record.retry.with_retry) must not wait for them: the
 command stops with `DiskFull`, naming the path and how much space is free there. Everything
 recorded before stays recorded; a run that hit the full disk is not recorded (its Optuna trial
 stays running, its seed stays to do), so the same command after space is freed resumes it.

@@ -1,6 +1,6 @@
 """The unit of work the driver sends to a worker: one trial or seed run of one cell.
 
-One dataclass, built by the driver (harness/runner.py) and read by the worker
+One dataclass, built by the driver (harness/driver/runner.py) and read by the worker
 (harness/worker.py), so neither reads the other's dicts. It pickles to the worker through
 Ray; everything in it is plain data.
 """

@@ -1,6 +1,6 @@
 """Per-epoch metrics while runs train: workers → a small Ray actor → the driver → MLflow.
 
-Workers never write MLflow (harness/tracking.py says why), so a worker sends each epoch's
+Workers never write MLflow (harness/record/writer.py says why), so a worker sends each epoch's
 metrics, with its own wall-clock time, to `EpochSink`, an actor on the driver's node; the
 driver takes what arrived once a loop turn (about once a second) and logs it into the run's
 MLflow run, created when the worker's first message says it has started (so the run's start

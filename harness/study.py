@@ -576,8 +576,8 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[s
                 problems.extend(validation_problems(exc, f"{where}.options", model))
     data = expand_data(entry.data, f"{where}.data", problems)
     archs = tuple(getattr(cls, "archs", ()) or ())
+    from tasks.errors import TaskError
     from tasks.meta import run_metric
-    from tasks.registry import TaskError
 
     metric = direction = ""
     try:

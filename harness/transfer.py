@@ -108,7 +108,8 @@ def evaluate_run(tracking_uri: str, run_id: str, tasks: list[str], task_path: st
     if log:
         tags = {Tag.KIND: Kind.TRANSFER, Tag.STUDY: run.data.tags.get(Tag.STUDY, ""), MLFLOW_PARENT: run_id,
                 Tag.SOURCE_RUN: run_id, Tag.UNIT: run.data.tags.get(Tag.UNIT, ""), Tag.CELL: run.data.tags.get(Tag.CELL, "")}
-        child = client.create_run(run.info.experiment_id, tags={str(k): str(v) for k, v in tags.items()}, run_name=f"transfer/{run_id[:8]}").info.run_id
+        tags = {str(k): str(v) for k, v in tags.items()}
+        child = client.create_run(run.info.experiment_id, tags=tags, run_name=f"transfer/{run_id[:8]}").info.run_id
         now = int(time.time() * 1000)
         metrics = [Metric(f"senteval_{task}_{k}", float(v), now, 0) for task, r in results.items() if task in tasks
                    for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]

@@ -2,7 +2,7 @@
 
 `tprbench report` tables one metric per task (the study's: perplexity); the TPGN paper's claim is
 about BLEU-1…4, and how TPGN's gain over the LSTM changes with the n-gram order. This reads the
-same MLflow record (harness.record.RecordReader, never trains) and writes one Markdown file:
+same MLflow record (harness.record.reader.RecordReader, never trains) and writes one Markdown file:
 
 - autoencode: test BLEU-1…4 and perplexity of the best epoch, mean ± std over the current seed runs,
   per decoder, with the decoder's weight count;

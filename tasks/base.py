@@ -46,10 +46,10 @@ import pydantic
 import torch
 from torch import nn
 
+from .device import to_device
+from .errors import TaskError
 from .hparams import HParams
-from .meta import NoOptions as NoOptions  # re-exported: it lived here
 from .meta import TaskMeta
-from .registry import TaskError
 
 GENERATED = "generated"
 
@@ -178,8 +178,6 @@ class TaskAdapter(TaskMeta, ABC):
 
     @torch.no_grad()
     def evaluate(self, model: nn.Module, split: str, batch_size: int) -> dict[str, float]:
-        from .training import to_device
-
         model.eval()
         loss_sum, counts, carry = 0.0, {}, None
         device = next(model.parameters()).device

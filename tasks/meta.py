@@ -18,8 +18,8 @@ from typing import Any, ClassVar
 
 import pydantic
 
+from .errors import TaskError
 from .hparams import HParams, resolve_hparams
-from .registry import TaskError
 
 
 class NoOptions(pydantic.BaseModel):

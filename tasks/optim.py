@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
+from .errors import TaskError
 from .hparams import HParams
-from .registry import TaskError
 
 
 def make_optimizer(params: list[torch.nn.Parameter], hp: HParams) -> torch.optim.Optimizer:

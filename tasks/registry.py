@@ -18,13 +18,9 @@ from collections.abc import Callable
 
 from units.plugins import Registry, package_modules
 
+from .errors import TaskError
+
 ENTRY_POINT_GROUP = "tprbench.tasks"
-
-
-class TaskError(ValueError):
-    """Unknown task or architecture, or task options that do not fit. Printed as one line, exit 2."""
-
-    user_error = True
 
 
 def _adapter_base() -> type:

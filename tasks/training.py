@@ -25,29 +25,23 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from .base import TaskAdapter
-from .checkpoint import CheckpointCorrupt, CheckpointMismatch, CheckpointRefused, atomic_save, load_checkpoint, set_aside
+from .checkpoint import CheckpointCorrupt, CheckpointMismatch, atomic_save, load_checkpoint, set_aside
 from .determinism import Determinism, is_nondeterminism_error, rng_state, set_rng_state
-from .errors import DataError
+from .device import to_device
+from .errors import DataError, TaskError
 from .hparams import HParams, as_params, fingerprint_params
-from .meta import run_metric as run_metric  # it lives with the task metadata (no torch)
+from .meta import run_metric
 from .optim import Schedule, make_optimizer, optimizer_step
 from .progress import current as current_progress
-from .registry import TaskError
+from .result import BEST_WEIGHTS, CHECKPOINT, RESULT, RunResult, RunStatus
 
-__all__ = ["BEST_WEIGHTS", "CHECKPOINT", "CheckpointCorrupt", "CheckpointMismatch", "CheckpointRefused", "RESULT",
-           "RunResult", "TrainConfig", "default_device", "fingerprint_of", "load_best_model", "load_checkpoint", "run_metric",
-           "to_device", "train"]
-
-CHECKPOINT = "checkpoint.pt"
-BEST_WEIGHTS = "best.pt"
-RESULT = "result.json"
 RESTART_SEED_STRIDE = 1_000_003  # restart r after a NaN in warm-up initialises with seed + r × this
 
 
@@ -93,51 +87,6 @@ def fingerprint_of(adapter: TaskAdapter, config: TrainConfig) -> str:
 
 def _digest(blob: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-@dataclass
-class RunResult:
-    status: str  # finished | pruned | diverged (harness/record.py: the run statuses)
-    reason: str = ""
-    best_epoch: int | None = None
-    best_valid: float | None = None
-    metric: str = ""  # the validation key that chose the best epoch, e.g. valid_acc
-    direction: str = ""
-    history: list[dict[str, float]] = field(default_factory=list)
-    test: dict[str, dict[str, float]] = field(default_factory=dict)  # split → metrics of the best model
-    params_formula: int | None = None
-    params_total: int = 0
-    seconds: float = 0.0
-    resumed_from_epoch: int = 0
-    hparams: dict[str, Any] = field(default_factory=dict)  # the resolved hyperparameters
-    notes: list[str] = field(default_factory=list)  # things the run had to do (set a corrupt file aside, ...)
-    reproducible: bool | None = None  # bitwise reproducible on the same machine and software
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, indent=1)
-
-    @classmethod
-    def from_json(cls, text: str) -> RunResult:
-        return cls.from_dict(json.loads(text))
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunResult:
-        known = {f.name for f in fields(cls)}
-        out = cls(**{k: v for k, v in data.items() if k in known})
-        if out.status == "failed":  # result.json written before "diverged" existed
-            out.status = "diverged"
-        return out
-
-
-def to_device(batch: Any, device: torch.device | str) -> Any:
-    """Move a batch (tensor, or dict/list/tuple of tensors) to `device`."""
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=True)
-    if isinstance(batch, dict):
-        return {k: to_device(v, device) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(to_device(v, device) for v in batch)
-    return batch
 
 
 def check_masks(batch: Any) -> None:
@@ -239,7 +188,7 @@ def train(
             return previous
     with ctx.determinism:
         result, model, best_state = _fit(ctx, report, progress)
-    if result.status == "finished" and best_state is not None:
+    if result.status == RunStatus.FINISHED and best_state is not None:
         model.load_state_dict(best_state)
         result.test = _test(ctx, model)
     result.reproducible = ctx.determinism.reproducible
@@ -285,7 +234,7 @@ def _new_result(ctx: _Context, model: torch.nn.Module) -> RunResult:
     from units import model_param_counts  # every unit in the model, as the papers report them
 
     counts = model_param_counts(model)
-    return RunResult(status="finished", metric=ctx.metric, direction=ctx.direction, params_formula=counts.formula,
+    return RunResult(status=RunStatus.FINISHED, metric=ctx.metric, direction=ctx.direction, params_formula=counts.formula,
                      params_total=counts.total, hparams=as_params(ctx.hp))
 
 
@@ -392,7 +341,7 @@ def _epochs(ctx: _Context, s: _Session, result: RunResult, start: int, report: A
         if progress:
             progress(epoch, result.history[-1])
         if report is not None and report(epoch, result.history[-1]):
-            result.status, result.reason = "pruned", f"pruned after epoch {epoch}"
+            result.status, result.reason = RunStatus.PRUNED, f"pruned after epoch {epoch}"
             return
 
 
@@ -423,7 +372,7 @@ def _train_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> d
             if not torch.isfinite(loss):
                 if s.step < ctx.hp.warmup_steps and s.restarts < ctx.hp.nan_restarts:
                     raise _Restart()
-                result.status = "diverged"
+                result.status = RunStatus.DIVERGED
                 result.reason = f"loss became {float(loss.detach())} at epoch {epoch}, step {step}"
                 return None
             loss_sum += float(loss.detach()) * stats.get("count", 1)
@@ -479,7 +428,7 @@ def _end_of_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int, row
     if math.isfinite(score):
         s.schedule.step(row)
     else:
-        result.status, result.reason = "diverged", f"validation {ctx.metric} became {score} at epoch {epoch}"
+        result.status, result.reason = RunStatus.DIVERGED, f"validation {ctx.metric} became {score} at epoch {epoch}"
         return False
     result.history.append(row)
     if _better(score, result.best_valid, ctx.direction):

@@ -69,7 +69,8 @@ def test_the_example_trains_in_process(importable, tmp_path):
 
 
 def test_a_class_that_is_not_an_adapter_is_refused(importable):
-    from tasks.registry import TaskError, get_task
+    from tasks.errors import TaskError
+    from tasks.registry import get_task
 
     with pytest.raises(TaskError, match="is not a subclass of tasks.base.TaskAdapter"):
         get_task(f"{MODULE}:SequenceClassifier")

@@ -9,7 +9,8 @@ import torch
 
 import units
 from tasks.architectures import PairArchOptions, PairModel, describe_arch, masked_softmax
-from tasks.registry import TaskError, get_task
+from tasks.errors import TaskError
+from tasks.registry import get_task
 
 
 def logic_model(unit: str, arch: str = "plain", dim: int = 64, **options):

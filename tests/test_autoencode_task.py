@@ -15,8 +15,8 @@ import torch
 
 from tasks.autoencode.adapter import SentenceAutoencoder
 from tasks.autoencode.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, collate
-from tasks.errors import DataError
-from tasks.registry import TaskError, get_task
+from tasks.errors import DataError, TaskError
+from tasks.registry import get_task
 from tasks.training import TrainConfig, train
 
 DECODERS = ["tpgn", "lstm", "gru", "tpru[roles=8]"]

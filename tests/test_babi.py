@@ -20,9 +20,10 @@ from torch import nn
 
 from tasks.babi.adapter import BabiTask
 from tasks.babi.models import SentenceModel, TPRRNNModel
+from tasks.errors import TaskError
 from tasks.hparams import HParams
 from tasks.optim import make_optimizer
-from tasks.registry import TaskError, get_task
+from tasks.registry import get_task
 from tasks.training import TrainConfig, train
 from units.tpr_rnn import tpr_rnn_params
 

@@ -23,8 +23,7 @@ from tasks.babi.data import (
     story_window,
     tokenize,
 )
-from tasks.errors import DataError
-from tasks.registry import TaskError
+from tasks.errors import DataError, TaskError
 
 # stories per file: 1k train, 10k train, test (both sizes)
 STORIES = {

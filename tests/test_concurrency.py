@@ -48,6 +48,7 @@ def _result(i: int) -> dict[str, Any]:
 def _writer(i: int, uri: str, cell_run: str, journal: str, study_name: str, trial_id: int, barrier: Any) -> dict[str, Any]:
     import optuna
 
+    from harness.record.contract import WorkerResult
     from harness.record.storage import open_storage
     from harness.record.writer import Tracker
 
@@ -68,7 +69,7 @@ def _writer(i: int, uri: str, cell_run: str, journal: str, study_name: str, tria
     out: dict[str, Any] = {"i": i}
     try:
         out["run_id"] = tracker.log_run(cell_run, f"c0ffee000000/trial/{i}", {"tprbench.phase": "search"},
-                                        {"lr": 1e-3, "seed": i}, _result(i))
+                                        {"lr": 1e-3, "seed": i}, WorkerResult.from_dict(_result(i)))
         out["mlflow_s"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         for epoch in range(1, EPOCHS + 1):
@@ -85,14 +86,15 @@ def _writer(i: int, uri: str, cell_run: str, journal: str, study_name: str, tria
 @pytest.fixture(scope="module")
 def ctx():
     context = mp.get_context("forkserver")
-    context.set_forkserver_preload(["mlflow", "mlflow.store.tracking.sqlalchemy_store", "optuna", "harness.tracking",
-                                    "harness.storage"])
+    context.set_forkserver_preload(["mlflow", "mlflow.store.tracking.sqlalchemy_store", "optuna", "harness.record.writer",
+                                    "harness.record.storage"])
     return context
 
 
 def test_eight_trials_record_at_once_without_lock_errors(ctx: Any, tmp_path: Path) -> None:
     import optuna
 
+    from harness.record.contract import WorkerResult
     from harness.record.storage import open_storage
     from harness.record.writer import Tracker
 

@@ -2,7 +2,7 @@
 
 Two drivers share a record (here: one MLflow SQLite store and one Optuna journal, outside both
 run directories, as a tracking server and PostgreSQL are shared on a cluster) with different
-`--root`s, so the per-root file lock (runner.StudyLock) does not see them. The lease on the
+`--root`s, so the per-root file lock (harness.driver.runner.StudyLock) does not see them. The lease on the
 study run does:
 
 - deterministically: a lease naming a live process (a real `sleep`) on this host refuses a

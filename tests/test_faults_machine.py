@@ -51,7 +51,7 @@ def _journal_with_trials(path: Path, n: int = 3) -> str:
 def test_a_torn_journal_line_is_cut_off_with_a_copy_kept_and_the_journal_goes_on(tmp_path: Path) -> None:
     """The reproduction: the last 40 bytes of a journal cut off. Optuna alone reads past the torn
     line, but its next append lands on the same line and every later read fails
-    (JSONDecodeError); opened through harness.storage the torn record is dropped (one line
+    (JSONDecodeError); opened through harness.record.storage the torn record is dropped (one line
     saying so), a copy of the file is kept, and appends read back."""
     import optuna
 
@@ -215,6 +215,7 @@ def test_a_worker_out_of_space_is_not_recorded_and_stops_the_driver(tmp_path: Pa
     from harness.diskfull import DiskFull
     from harness.driver.cells import Job
     from harness.driver.runner import _stop_if_disk_full
+    from harness.record.contract import RunKey, WorkerResult
     from harness.worker import run_job
 
     run_dir = tmp_path / "run"
@@ -225,10 +226,11 @@ def test_a_worker_out_of_space_is_not_recorded_and_stops_the_driver(tmp_path: Pa
     monkeypatch.setattr(tasks.training, "train", full)
     work = _worker_job(tmp_path, run_dir)
     result = run_job(work)
-    assert result["status"] == "errored" and result["disk_full"] == str(run_dir / "checkpoint.pt.tmp")
-    with pytest.raises(DiskFull, match="out of disk space while writing run c/seed/0"):
-        _stop_if_disk_full(Job(None, "final", "c/seed/0", work), result)
-    _stop_if_disk_full(Job(None, "final", "c/seed/0", work), {"status": "errored", "reason": "ValueError: x"})
+    assert result.status == "errored" and result.disk_full == str(run_dir / "checkpoint.pt.tmp")
+    key = RunKey.seed("c", 0, "ab12cd34")
+    with pytest.raises(DiskFull, match="out of disk space while writing run c/seed/0/ab12cd34"):
+        _stop_if_disk_full(Job(None, key, work), result)
+    _stop_if_disk_full(Job(None, key, work), WorkerResult.errored("ValueError: x"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,17 +352,17 @@ def test_a_workers_unreadable_checkpoint_is_set_aside_and_the_run_restarts(tmp_p
         return _worker_job(tmp_path, run_dir)
 
     clean = run_job(job(tmp_path / "clean"))
-    assert clean["status"] == "finished"
+    assert clean.status == "finished"
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     good = (tmp_path / "clean" / "checkpoint.pt").read_bytes()
     (run_dir / "checkpoint.pt").write_bytes(good[: len(good) // 3] if damage == "truncated" else b"")
     result = run_job(job(run_dir))
-    assert result["status"] == "finished", result.get("reason")
-    notes = [n for n in result["notes"] if "restarting the run" in n]
+    assert result.status == "finished", result.reason
+    notes = [n for n in result.notes if "restarting the run" in n]
     assert len(notes) == 1 and str(run_dir / "checkpoint.pt") in notes[0] and "\n" not in notes[0]
     assert len(list(run_dir.glob("checkpoint.pt.corrupt-*"))) == 1
-    assert result["best_valid"] == clean["best_valid"] and result["test"] == clean["test"]
+    assert result.best_valid == clean.best_valid and result.test == clean.test
 
 
 def test_closed_pipe_is_quiet() -> None:

@@ -1,4 +1,4 @@
-"""harness.storage.journal_trial_states reads trial states from an Optuna journal without Optuna's
+"""harness.record.storage.journal_trial_states reads trial states from an Optuna journal without Optuna's
 replay (issue 24): it must give exactly what Optuna's JournalStorage gives, for every state, a
 deleted-and-recreated study, a second writer's records, a torn last record and a damaged one."""
 

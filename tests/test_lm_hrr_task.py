@@ -13,10 +13,11 @@ import random
 import pytest
 import torch
 
+from tasks.errors import TaskError
 from tasks.lm.adapter import HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES
 from tasks.lm.data import sentence_batches, split_sentences
 from tasks.lm.hrr import HRRWordEmbedding
-from tasks.registry import TaskError, get_task
+from tasks.registry import get_task
 from tasks.training import TrainConfig, train
 
 WORDS = "the a cat dog man woman sits runs sleeps eats park food red blue big small not".split()

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def record(tmp_path_factory) -> Path:
-    """A synthetic record of the quickstart's cells (harness.bench_record: real MLflow runs with
+    """A synthetic record of the quickstart's cells (harness.bench.record: real MLflow runs with
     random numbers, no training): 8 cells × 3 seeds, study file under studies/."""
     from harness.bench.record import CASES, build
 

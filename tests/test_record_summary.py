@@ -1,7 +1,7 @@
-"""Issue 24: the summary of ended runs (harness.summary) is a cache, never a second truth.
+"""Issue 24: the summary of ended runs (harness.record.summary) is a cache, never a second truth.
 
 One record of 2,101 runs (100 cells, 1 search trial and 19 seeds each) is built through the
-driver's record-writing code (harness.bench_record.build, as `tprbench bench record` does). On it:
+driver's record-writing code (harness.bench.record.build, as `tprbench bench record` does). On it:
 the tables, `study show`'s rows and a comparison read through the summary — cold (no file: it
 is built) and warm (from the file) — are byte for byte those of a full read of the record
 (`TPRBENCH_RECORD_SUMMARY=0`); a deleted, garbled or stale summary (a run re-logged under a new

@@ -1,4 +1,4 @@
-"""Reports from a synthetic MLflow record written exactly as the driver writes it (harness.tracking)."""
+"""Reports from a synthetic MLflow record written exactly as the driver writes it (harness.record.writer)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,13 @@ import pytest
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 warnings.filterwarnings("ignore", message=".*noload.*")
 
-from harness.tracking import PHASE, TAG
-
 from harness.driver.cells import params_hash  # noqa: E402
+from harness.record.contract import WorkerResult  # noqa: E402
 from harness.record.sources import default_tracking_uri  # noqa: E402
-from harness.record.writer import Tracker
+from harness.record.writer import Tracker  # noqa: E402
+
+TAG = "tprbench."  # the record's tags as stored (pinned here: harness/record/contract.py defines them)
+PHASE = TAG + "phase"
 
 COMMIT = "1234567abcdef"
 SEEDS = 3
@@ -26,7 +28,7 @@ SEEDS = 3
 
 @dataclass
 class FakeCell:
-    """Just the fields harness.tracking reads from a harness.study.Cell."""
+    """Just the fields harness.record.writer reads from a harness.study.Cell."""
 
     id: str
     task: str
@@ -93,7 +95,7 @@ def result_for(valid: float | None, task: str, seed: int, pruned: bool = False) 
 
 def log(tracker: Tracker, cell_run: str, cell: FakeCell, phase: str, seed: int, params: dict, result: dict,
         key: str, commit: str = COMMIT, trial: int | None = None) -> None:
-    """What harness.runner.StudyRunner._record writes."""
+    """What harness.driver.runner.StudyRunner._record writes."""
     from harness.record.writer import cell_tags
 
     tags = {PHASE: phase, TAG + "seed": seed, TAG + "git_commit": commit, TAG + "params_hash": params_hash(params),
@@ -101,7 +103,7 @@ def log(tracker: Tracker, cell_run: str, cell: FakeCell, phase: str, seed: int, 
             TAG + "host": "testhost", **cell_tags(cell)}
     if trial is not None:
         tags[TAG + "trial"] = trial
-    tracker.log_run(cell_run, key, tags, {**params, "seed": seed}, result)
+    tracker.log_run(cell_run, key, tags, {**params, "seed": seed}, WorkerResult.from_dict(result))
 
 
 def plan_final(tracker: Tracker, cell_run: str, params: dict) -> str:

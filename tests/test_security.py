@@ -297,12 +297,11 @@ def test_no_study_value_is_ever_evaluated(tmp_path: Path, capsys) -> None:
 
 def test_no_study_value_is_evaluated_by_tprbench_run(tmp_path: Path, capsys, monkeypatch) -> None:
     """The same through `tprbench run` up to dispatch (the study driver itself is stubbed out)."""
-    import harness.runner
-
+    import harness.driver.runner
     import harness.report
 
     seen = []
-    monkeypatch.setattr(harness.runner.StudyRunner, "run",
+    monkeypatch.setattr(harness.driver.runner.StudyRunner, "run",
                         lambda self, **kw: seen.append(self.cells) or {"seconds": 0.0, "cells": 0, "states": {}})
     monkeypatch.setattr(harness.report, "print_summary", lambda *a, **k: None)
     marker = tmp_path / "MARKER"
@@ -361,11 +360,10 @@ def test_the_only_code_path_is_a_unit_import_path(tmp_path: Path, monkeypatch) -
 
 def test_mlflow_ui_hint_binds_localhost(tmp_path: Path, capsys, monkeypatch) -> None:
     """`tprbench run` prints the `mlflow ui` command to watch a study: it binds 127.0.0.1."""
-    import harness.runner
-
+    import harness.driver.runner
     import harness.report
 
-    monkeypatch.setattr(harness.runner.StudyRunner, "run",
+    monkeypatch.setattr(harness.driver.runner.StudyRunner, "run",
                         lambda self, **kw: {"cells": len(self.cells), "seconds": 0.0, "states": {}})
     monkeypatch.setattr(harness.report, "print_summary", lambda *a, **k: None)
     monkeypatch.setenv("COLUMNS", "60")  # a narrow terminal must not break the command over lines
@@ -382,16 +380,17 @@ def test_mlflow_ui_hint_binds_localhost(tmp_path: Path, capsys, monkeypatch) -> 
 
 def test_ray_is_started_without_a_dashboard(monkeypatch) -> None:
     """A local Ray starts no dashboard (no HTTP server); connecting to a cluster starts nothing."""
-    import harness.runner
     import ray
+
+    import harness.driver.ray_start
 
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
-    harness.runner.init_ray(None, 1)
+    harness.driver.ray_start.init_ray(None, 1)
     assert calls[-1]["include_dashboard"] is False
     assert calls[-1].get("dashboard_host", "127.0.0.1") == "127.0.0.1"
-    harness.runner.init_ray("ray://head:10001")
+    harness.driver.ray_start.init_ray("ray://head:10001")
     assert calls[-1]["address"] == "ray://head:10001" and "dashboard_host" not in calls[-1]
 
 

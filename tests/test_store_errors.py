@@ -28,11 +28,11 @@ QUICK = 60.0
 @pytest.fixture(scope="module", autouse=True)
 def imported() -> None:
     """The imports a first contact needs, done before anything is timed (seconds on a busy machine)."""
-    import harness.runner  # noqa: F401
-    import harness.store_check  # noqa: F401
     import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401
 
     import harness.commands.run  # noqa: F401
+    import harness.driver.runner  # noqa: F401
+    import harness.record.store_check  # noqa: F401
 
 
 def _closed_port() -> int:

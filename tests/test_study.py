@@ -13,7 +13,8 @@ import pytest
 from harness import search_space
 from harness.study import Cell, StudyError, expand, filter_cells, load_study, parse_study
 from tasks.base import TaskAdapter
-from tasks.registry import TASKS, TaskError, get_task, register_task
+from tasks.errors import TaskError
+from tasks.registry import TASKS, get_task, register_task
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ROOT / "studies"

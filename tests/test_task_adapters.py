@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from tasks.registry import TaskError, available_tasks, get_task
+from tasks.errors import TaskError
+from tasks.registry import available_tasks, get_task
 from tasks.training import TrainConfig, train
 
 WORDS = "the a cat dog man woman sits runs sleeps eats park food red blue big small not".split()

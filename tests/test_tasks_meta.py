@@ -47,7 +47,7 @@ def test_a_plugin_task_is_its_own_metadata():
 
 
 def test_unknown_task_reads_as_before():
-    from tasks.registry import TaskError
+    from tasks.errors import TaskError
 
     with pytest.raises(TaskError, match="unknown task 'logik'; did you mean 'logic'"):
         task_meta("logik")

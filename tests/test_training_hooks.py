@@ -9,9 +9,10 @@ import pytest
 import torch
 from torch import nn
 
+from tasks.errors import TaskError
 from tasks.hparams import HParams, HParamsError, check_search_names
 from tasks.optim import Schedule, make_optimizer, optimizer_step
-from tasks.registry import TaskError, get_task
+from tasks.registry import get_task
 from tasks.training import CHECKPOINT, TrainConfig, run_metric, train
 
 OPTIONS = {"train_size": 200, "eval_size": 40, "preset": "exam"}
@@ -291,10 +292,10 @@ def test_a_worker_sets_a_corrupt_checkpoint_aside_and_reports_it(tmp_path):
                     epochs=1, metric="valid_acc", direction="maximize", seed=0, hparams={"batch_size": 32},
                     run_dir=str(run_dir), cache_dir=str(tmp_path / "cache"))
     out = run_job(job)
-    assert out["status"] == "finished", out.get("reason")
-    assert len(out["notes"]) == 1 and "restarting the run" in out["notes"][0]
+    assert out.status == "finished", out.reason
+    assert len(out.notes) == 1 and "restarting the run" in out.notes[0]
     assert list(run_dir.glob(CHECKPOINT + ".corrupt-*"))
-    assert out["splits"]["valid"] == "validate" and out["hparams"]["batch_size"] == 32
+    assert out.splits.valid == "validate" and out.hparams["batch_size"] == 32
 
 
 def test_a_worker_reports_an_exception_as_errored_not_diverged(tmp_path):
@@ -305,4 +306,4 @@ def test_a_worker_reports_an_exception_as_errored_not_diverged(tmp_path):
                     dim=8, input_dim=8, epochs=1, metric="valid_acc", direction="maximize", seed=0, hparams={},
                     run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"))
     out = run_job(job)
-    assert out["status"] == "errored" and "no_such_mod_xyz" in out["reason"]
+    assert out.status == "errored" and "no_such_mod_xyz" in out.reason

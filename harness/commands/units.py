@@ -73,8 +73,8 @@ def _embedding_table(vocab: int, dim: int, fillers: int, roles: int, basis: str)
     """The HRR embedding's parameter counts beside the plain embedding it replaces (issue 14)."""
     from rich.table import Table
 
+    from tasks.errors import TaskError
     from tasks.lm.hrr import HRRWordEmbedding
-    from tasks.registry import TaskError
 
     try:
         counts = HRRWordEmbedding(vocab, dim, fillers, roles=roles, basis=basis, anneal_steps=0).param_counts()
@@ -92,7 +92,7 @@ def _embedding_table(vocab: int, dim: int, fillers: int, roles: int, basis: str)
 def _resolve_listed(spec: str, d: int, given: bool):
     """A unit resolved at hidden size d, and that size. A registered unit listed by name whose
     defaults cannot be built at d (TPRN: role_dim=10 must divide d; TPR-RNN: d = E·R·E) is sized
-    by `tprbench bench units`' rule for it instead (harness/bench_units.py SIZE_RULES), so every
+    by `tprbench bench units`' rule for it instead (harness/bench/units.py SIZE_RULES), so every
     unit's counts show; a spec the user names is counted as written."""
     import units
 

@@ -655,7 +655,7 @@ class StudyRunner:
 
     def _recover_trials(self, st: CellState, trials: list[tuple[int, int, str]]) -> None:
         """Log again the search trials that ended (Optuna says so) but that the record lacks —
-        a record restored from a snapshot older than them (harness.record_guard) — from the
+        a record restored from a snapshot older than them (harness.record.guard) — from the
         result.json their run directory holds. Nothing is trained again. (Missing seed runs
         need nothing here: they are dispatched, and their worker returns the result.json.)"""
         for number, trial_id, state in trials:

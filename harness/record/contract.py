@@ -290,3 +290,11 @@ class WorkerResult(RunResult):
     @classmethod
     def errored(cls, reason: str, **extra: Any) -> WorkerResult:
         return cls(status=RunStatus.ERRORED, reason=reason, **extra)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WorkerResult:
+        """From plain data (a result.json, a test's dict): unknown keys ignored, splits typed."""
+        out = super().from_dict(data)
+        if isinstance(out.splits, dict):
+            out.splits = Splits(out.splits["valid"], list(out.splits["test"]))
+        return out

@@ -17,7 +17,7 @@ queries from its intact pages — a table printed from half a record, exit 0 —
   good snapshot in its place. Runs that ended after that snapshot are not lost: the next
   `tprbench run` of the study logs again every ended Optuna trial whose run directory holds a
   result.json but whose run the record lacks, and dispatches the missing seeds, whose workers
-  return their result.json without training (harness.runner).
+  return their result.json without training (harness.driver.runner).
 
 Only for SQLite files: a PostgreSQL store or a tracking server has its database's own checks
 and backups (docs/reliability.md).

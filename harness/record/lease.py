@@ -1,6 +1,6 @@
 """One driver per study per record: a lease on the MLflow study run, renewed by a heartbeat.
 
-The file lock under `--root` (runner.StudyLock) only stops a second driver on the same run
+The file lock under `--root` (harness.driver.runner.StudyLock) only stops a second driver on the same run
 directory. Two drivers with different `--root`s on the same tracking server and Optuna storage
 would each dispatch and record every run (every trial and seed twice). The study run is what
 every driver of that record reads first, so the lease lives there, as the tag

@@ -18,7 +18,7 @@ many cells are asked for. Anything else (an MLflow tracking server, `http(s)://â
 Reading the tables is reading MLflow's schema, which MLflow migrates with alembic and has kept
 for these four tables since 1.x; `tests/test_record_summary.py` checks that both sources give
 identical frames, so a schema change shows up there. Writing always goes through MLflow
-(harness.tracking), except the bulk writer used to build benchmark records and to restore a
+(harness.record.writer), except the bulk writer used to build benchmark records and to restore a
 record (`bulk_insert`), which writes the same rows MLflow's own store writes.
 """
 

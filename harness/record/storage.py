@@ -157,7 +157,7 @@ def open_storage(url: str, create: bool = True, repair: bool = True, notify: Cal
     _check_driver(url)
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
     storage = optuna.storages.RDBStorage(url, engine_kwargs=kwargs, skip_table_creation=not create)
-    if not create:  # a reader says at once that it cannot connect (the driver retries instead: harness.tracking)
+    if not create:  # a reader says at once that it cannot connect (the driver retries instead: harness.record.writer)
         from sqlalchemy.exc import OperationalError
 
         try:

@@ -1,11 +1,11 @@
 """Before a driver writes anything: do the MLflow store and the Optuna storage answer at all?
 
-A wrong store address is not an outage. Retried as one (harness.tracking.with_retry), a missing
+A wrong store address is not an outage. Retried as one (harness.record.retry.with_retry), a missing
 directory, an unknown scheme, a refused connection or a bad password cost the user minutes of
 retry messages, and left an `mlflow.db` and a RUNNING study run behind. So `tprbench run`
 contacts each store once, with a short timeout, before anything is created; a store that does
 not answer is one line at once (`StoreRefused`, exit 2). Only a store that answered and then
-stopped answering is retried (the driver's writes, harness.tracking).
+stopped answering is retried (the driver's writes, harness.record.writer).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _sql_contact(option: str, url: str) -> None:
     import sqlalchemy as sa
 
     try:
-        _check_driver(url)  # a bad URL or a missing database driver: its own line (harness.storage.StorageError)
+        _check_driver(url)  # a bad URL or a missing database driver: its own line (harness.record.storage.StorageError)
     except StorageError as exc:
         raise StorageError(str(exc).replace("--storage", option, 1)) from None
     except ValueError as exc:  # SQLAlchemy parses the URL lazily: a port that is not a number

@@ -304,7 +304,7 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
     cell's small frames cost ~40 ms a cell — minutes at 5,000 cells (issue 24)."""
     metric, direction, _ = table
     finished = sum(r.get("status") == RunStatus.FINISHED for r in cur)
-    # Errored seeds are not results (harness/record.py): counted apart, shown as missing, never as †.
+    # Errored seeds are not results (tasks/result.py): counted apart, shown as missing, never as †.
     errored = [r for r in cur if r.get("status") == RunStatus.ERRORED]
     failed = [r for r in cur if r.get("status") not in (RunStatus.FINISHED, RunStatus.ERRORED)]
     present = {int(r["seed"]) for r in cur}

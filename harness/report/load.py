@@ -11,7 +11,7 @@ from ..record.reader import RecordReader, ReportError
 
 
 def load_runs(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None) -> Any:
-    """One row per recorded trial/seed run of the study (harness.record.RecordReader.runs)."""
+    """One row per recorded trial/seed run of the study (harness.record.reader.RecordReader.runs)."""
     return RecordReader(tracking_uri, study_name).runs(cell_ids)
 
 

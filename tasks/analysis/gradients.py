@@ -31,6 +31,7 @@ from torch import nn
 
 from units.base import last_state, lengths_from_mask, mask_outputs
 
+from ..device import to_device
 from .carry import CarryLayout, check_steppable, first_step, layout_of, reference_path, step_function
 
 
@@ -278,8 +279,6 @@ def on_batches(model: nn.Module, unit: nn.Module, adapter: Any, split: str, batc
     `split`: the model in eval mode (no dropout: the gradient of the function it computes), the
     task's loss backpropagated batch by batch with the unit recorded. None when the split gave no
     batches. Leaves the model in eval mode with no gradients."""
-    from tasks.training import to_device
-
     model.eval()
     with record(unit) as rec:
         for i, batch in enumerate(adapter.eval_batches(split, batch_size)):

@@ -40,10 +40,11 @@ import units
 from units.base import last_state
 
 from ..base import TaskAdapter
+from ..errors import TaskError
 from ..hparams import HParams
 from ..lm.data import corpus_files
 from ..paths import corpus_folder
-from ..registry import TaskError, register_task
+from ..registry import register_task
 from .data import BOS_ID, CORPORA, EOS_ID, PAD_ID, UNK_ID, SentenceSplit, load_sentences
 from .meta import BLEU_ORDERS, AutoencodeMeta, AutoencodeOptions  # noqa: F401 (re-exported: they lived here)
 from .metrics import corpus_bleu

@@ -33,9 +33,10 @@ from torch import nn
 from torch.nn import functional as F
 
 from ..base import TaskAdapter
+from ..errors import TaskError
 from ..hparams import HParams
 from ..paths import expect_files
-from ..registry import TaskError, register_task
+from ..registry import register_task
 from .data import _HOW, LAYOUT, BabiData, load_babi, parse_tasks
 from .meta import BabiHParams, BabiMeta, BabiOptions  # noqa: F401 (re-exported: they lived here)
 from .models import SentenceModel, TPRRNNModel

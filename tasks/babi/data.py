@@ -40,9 +40,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import DataError, where
+from ..errors import DataError, TaskError, where
 from ..paths import dataset_dir
-from ..registry import TaskError
 from .meta import TASK_IDS, parse_tasks  # noqa: F401 (re-exported: they lived here)
 
 SIZES = {"10k": "en-10k", "1k": "en"}

@@ -9,9 +9,10 @@ from typing import Any, Literal
 
 import pydantic
 
+from ..errors import TaskError
 from ..hparams import HParams
 from ..meta import TaskMeta
-from ..registry import TaskError, register_task_meta
+from ..registry import register_task_meta
 
 TASK_IDS = range(1, 21)
 

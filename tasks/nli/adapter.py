@@ -24,10 +24,10 @@ from torch.nn import functional as F
 
 from ..architectures import PairModel, describe_arch, encoder_spec
 from ..base import TaskAdapter
-from ..errors import DataError
+from ..errors import DataError, TaskError
 from ..hparams import HParams
 from ..paths import data_root
-from ..registry import TaskError, register_task
+from ..registry import register_task
 from . import data as nli_data
 from .meta import NLIMeta, NLIOptions  # noqa: F401 (NLIOptions re-exported: it lived here)
 
