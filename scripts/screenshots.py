@@ -222,14 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     from mlflow import MlflowClient
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from harness.record.contract import Kind, experiment_name
+    from harness.record.sources import kind_filter
     from harness.record.storage import open_storage
 
     problems: list[str] = []
     db = f"sqlite:///{root / 'mlflow.db'}"
-    exp = MlflowClient(tracking_uri=db).get_experiment_by_name(f"tprbench/{args.study}")
+    exp = MlflowClient(tracking_uri=db).get_experiment_by_name(experiment_name(args.study))
     if exp is None:
-        raise SystemExit(f"screenshots: no experiment tprbench/{args.study} in {db}")
-    cells = MlflowClient(tracking_uri=db).search_runs([exp.experiment_id], "tags.`tprbench.kind` = 'cell'")
+        raise SystemExit(f"screenshots: no experiment {experiment_name(args.study)} in {db}")
+    cells = MlflowClient(tracking_uri=db).search_runs([exp.experiment_id], kind_filter(Kind.CELL))
     labels = sorted(r.info.run_name for r in cells)
 
     port = free_port()

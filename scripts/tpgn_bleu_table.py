@@ -48,7 +48,10 @@ def unit_name(spec: str) -> str:
 
 def collect(runs, task: str) -> dict[str, dict]:
     """unit → {"params": formula, "dim": d, "seeds": n, metric: [values over seeds]} for final-phase finished runs."""
-    rows = runs[(runs["task"] == task) & (runs["phase"] == "final") & (runs["status"] == "finished")]
+    from harness.record.contract import Phase
+    from tasks.result import RunStatus
+
+    rows = runs[(runs["task"] == task) & (runs["phase"] == Phase.FINAL) & (runs["status"] == RunStatus.FINISHED)]
     out: dict[str, dict] = {}
     for _, r in rows.iterrows():
         u = out.setdefault(unit_name(r["unit"]), {"params": r["params_formula"], "dim": r["dim"], "seeds": 0})

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.registry import TASKS, register_task
+from tasks.result import RunStatus
 
 from ..driver.errors import RunnerError
 from ..driver.ray_start import slots
@@ -157,7 +158,7 @@ def summarise(runner: Any, trial_seconds: float, slots: int) -> tuple[dict[str, 
     ideal = trials * trial_seconds / slots
     warm = [r for r in rows if not r["cold_worker"]]
     summary = {
-        "trials": trials, "finished": sum(r["status"] == "finished" for r in rows), "slots": slots,
+        "trials": trials, "finished": sum(r["status"] == RunStatus.FINISHED for r in rows), "slots": slots,
         "trial_seconds": trial_seconds, "ideal_s": ideal, "wall_s": wall, "efficiency": ideal / wall if wall else float("nan"),
         "overhead_s": _mean([r["overhead_s"] for r in rows]), "overhead_warm_s": _mean([r["overhead_s"] for r in warm]),
         "driver_s_per_trial": _mean([r["optuna_s"] + r["mlflow_s"] + r["ray_get_s"] for r in rows]),

@@ -1,0 +1,182 @@
+"""The import graph: units → tasks → harness, no arrow back, and no import cycle.
+
+Every module's imports are read with `ast` (nothing is imported): those at module level, and
+those inside functions (the lazy ones). Two rules:
+
+- layering: `units/` imports neither `tasks/` nor `harness/`, and `tasks/` does not import
+  `harness/` — not even lazily, inside a function;
+- no cycle at module level anywhere (a circle there is an import-order bug waiting to happen),
+  and none in `units/` and `tasks/` even counting the imports inside functions (a lazy import
+  that closes a circle only hides it). Cycles are found with Tarjan's strongly connected
+  components, whose own check on synthetic graphs is below.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("units", "tasks", "harness")  # each may import only those before it
+#: Packages in which even function-level imports may not close a circle.
+NO_HIDDEN_CYCLES = ("units", "tasks")
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for top in LAYERS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def _resolve(node: ast.Import | ast.ImportFrom, me: str, is_package: bool, known: Mapping[str, Path]) -> list[str]:
+    """The project modules an import statement names (the deepest known module of each name)."""
+    if isinstance(node, ast.Import):
+        names = [a.name for a in node.names]
+    else:
+        if node.level:
+            base = me.split(".") if is_package else me.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            prefix = ".".join(base + ([node.module] if node.module else []))
+        else:
+            prefix = node.module or ""
+        names = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in known else prefix for a in node.names]
+    out = []
+    for name in names:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name and name != me:
+            out.append(name)
+    return out
+
+
+def _type_checking(node: ast.AST) -> bool:
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+@functools.cache
+def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module-level imports, function-level imports) of every project module."""
+    known = modules()
+    top: dict[str, set[str]] = {m: set() for m in known}
+    inner: dict[str, set[str]] = {m: set() for m in known}
+
+    def visit(node: ast.AST, me: str, is_package: bool, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if _type_checking(child):
+                continue  # annotations only: never executed
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                (inner if in_function else top)[me].update(_resolve(child, me, is_package, known))
+            nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            visit(child, me, is_package, nested)
+
+    for name, path in known.items():
+        visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), name, path.name == "__init__.py", False)
+    return top, inner
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The import cycles of a graph: its strongly connected components of more than one node
+    (Tarjan's algorithm, iterative), plus any node that imports itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph.get(root, ())))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            advanced = False
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(graph.get(nxt, ()))))
+                    advanced = True
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1 or node in graph.get(node, ()):
+                    found.append(sorted(component))
+    return sorted(found)
+
+
+def test_the_cycle_finder_finds_cycles_and_only_cycles() -> None:
+    assert cycles({"a": ["b"], "b": ["c"], "c": []}) == []
+    assert cycles({"a": ["b"], "b": ["c"], "c": ["a"], "d": ["a"]}) == [["a", "b", "c"]]
+    assert cycles({"a": ["a"]}) == [["a"]]
+    two = cycles({"a": ["b"], "b": ["a"], "c": ["d"], "d": ["e"], "e": ["c", "a"]})
+    assert two == [["a", "b"], ["c", "d", "e"]]
+    # deep chains do not hit Python's recursion limit (the finder is iterative)
+    chain = {str(i): [str(i + 1)] for i in range(sys.getrecursionlimit() + 100)}
+    assert cycles(chain) == []
+    chain[str(len(chain))] = ["0"]
+    assert len(cycles(chain)[0]) == len(chain)
+
+
+def test_the_graph_reader_sees_module_and_function_level_imports() -> None:
+    top, inner = import_graph()
+    assert "harness.record.contract" in top["harness.record.reader"]  # from .contract import …
+    assert "tasks.result" in top["harness.record.contract"]  # from tasks.result import …
+    assert "tasks.training" in inner["harness.worker"]  # inside run_job: the lazy torch import
+    assert len(top) > 100
+
+
+def _layer(module: str) -> int:
+    return LAYERS.index(module.split(".")[0])
+
+
+def test_units_tasks_harness_with_no_arrow_back() -> None:
+    top, inner = import_graph()
+    back = sorted(f"{m} → {t}" + (" (inside a function)" if t not in top[m] else "")
+                  for m in top for t in top[m] | inner[m] if _layer(t) > _layer(m))
+    assert not back, "imports against the layering units → tasks → harness:\n" + "\n".join(back)
+
+
+def test_no_import_cycle_at_module_level() -> None:
+    top, _ = import_graph()
+    found = cycles(top)
+    assert not found, "import cycles at module level:\n" + "\n".join(" → ".join(c) for c in found)
+
+
+@pytest.mark.parametrize("package", NO_HIDDEN_CYCLES)
+def test_no_import_cycle_hidden_in_a_function(package: str) -> None:
+    top, inner = import_graph()
+    mine = {m: {t for t in top[m] | inner[m] if t.split(".")[0] == package} for m in top if m.split(".")[0] == package}
+    found = cycles(mine)
+    assert not found, "import cycles through imports inside functions:\n" + "\n".join(" → ".join(c) for c in found)
