@@ -50,7 +50,8 @@ def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_e
     one prepared adapter (the analyses read many runs of one study)."""
     import torch
 
-    from tasks.training import TrainConfig, load_checkpoint
+    from tasks.checkpoint import load_checkpoint
+    from tasks.training import TrainConfig
 
     try:
         run = client.get_run(run_id)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import units
-from harness import bench_units
+from harness.bench import units as bench_units
 from harness.cli import main
 
 

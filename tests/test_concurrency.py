@@ -94,7 +94,6 @@ def ctx():
 def test_eight_trials_record_at_once_without_lock_errors(ctx: Any, tmp_path: Path) -> None:
     import optuna
 
-    from harness.record.contract import WorkerResult
     from harness.record.storage import open_storage
     from harness.record.writer import Tracker
 

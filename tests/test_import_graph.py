@@ -86,54 +86,63 @@ def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     return top, inner
 
 
-def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
-    """The import cycles of a graph: its strongly connected components of more than one node
-    (Tarjan's algorithm, iterative), plus any node that imports itself."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = 0
-    for root in graph:
-        if root in index:
-            continue
-        work = [(root, iter(graph.get(root, ())))]
-        index[root] = low[root] = counter
-        counter += 1
-        stack.append(root)
-        on_stack.add(root)
+class _Tarjan:
+    """Tarjan's strongly connected components, iterative (no recursion limit on long chains)."""
+
+    def __init__(self, graph: Mapping[str, Iterable[str]]) -> None:
+        self.graph = graph
+        self.index: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.stack: list[str] = []
+        self.on_stack: set[str] = set()
+        self.found: list[list[str]] = []
+
+    def _enter(self, node: str, work: list) -> None:
+        self.index[node] = self.low[node] = len(self.index)
+        self.stack.append(node)
+        self.on_stack.add(node)
+        work.append((node, iter(self.graph.get(node, ()))))
+
+    def _leave(self, node: str) -> None:
+        if self.low[node] != self.index[node]:
+            return
+        component = []
+        while True:
+            member = self.stack.pop()
+            self.on_stack.discard(member)
+            component.append(member)
+            if member == node:
+                break
+        if len(component) > 1 or node in self.graph.get(node, ()):
+            self.found.append(sorted(component))
+
+    def visit(self, root: str) -> None:
+        work: list = []
+        self._enter(root, work)
         while work:
             node, edges = work[-1]
-            advanced = False
-            for nxt in edges:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = counter
-                    counter += 1
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(graph.get(nxt, ()))))
-                    advanced = True
-                    break
-                if nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-            if advanced:
+            nxt = next((n for n in edges if n not in self.index or n in self.on_stack), None)
+            if nxt is not None and nxt not in self.index:
+                self._enter(nxt, work)
+                continue
+            if nxt is not None:  # an edge back into the current component
+                self.low[node] = min(self.low[node], self.index[nxt])
                 continue
             work.pop()
             if work:
                 parent = work[-1][0]
-                low[parent] = min(low[parent], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1 or node in graph.get(node, ()):
-                    found.append(sorted(component))
-    return sorted(found)
+                self.low[parent] = min(self.low[parent], self.low[node])
+            self._leave(node)
+
+
+def cycles(graph: Mapping[str, Iterable[str]]) -> list[list[str]]:
+    """The import cycles of a graph: its strongly connected components of more than one node,
+    plus any node that imports itself."""
+    tarjan = _Tarjan(graph)
+    for node in graph:
+        if node not in tarjan.index:
+            tarjan.visit(node)
+    return sorted(tarjan.found)
 
 
 def test_the_cycle_finder_finds_cycles_and_only_cycles() -> None:

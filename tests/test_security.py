@@ -139,7 +139,9 @@ def _config(unit: str = "gru"):
 
 
 def test_train_refuses_a_code_carrying_checkpoint(tmp_path: Path, logic_adapter) -> None:
-    from tasks.training import CHECKPOINT, CheckpointRefused, train
+    from tasks.checkpoint import CheckpointRefused
+    from tasks.result import CHECKPOINT
+    from tasks.training import train
 
     marker, run_dir = tmp_path / "MARKER", tmp_path / "run"
     run_dir.mkdir()
@@ -154,7 +156,9 @@ def test_train_refuses_a_code_carrying_checkpoint(tmp_path: Path, logic_adapter)
 
 
 def test_load_best_model_refuses_a_code_carrying_file(tmp_path: Path, logic_adapter) -> None:
-    from tasks.training import BEST_WEIGHTS, CheckpointRefused, load_best_model
+    from tasks.checkpoint import CheckpointRefused
+    from tasks.result import BEST_WEIGHTS
+    from tasks.training import load_best_model
 
     marker, run_dir = tmp_path / "MARKER", tmp_path / "run"
     run_dir.mkdir()
@@ -168,7 +172,8 @@ def test_load_best_model_refuses_a_code_carrying_file(tmp_path: Path, logic_adap
 def test_a_corrupt_checkpoint_is_set_aside_and_the_run_restarts(tmp_path: Path, logic_adapter, damage) -> None:
     """Unreadable (not hostile): moved to checkpoint.pt.corrupt-<time>, one line says so, the run
     trains from scratch and ends as an undisturbed run would."""
-    from tasks.training import CHECKPOINT, train
+    from tasks.result import CHECKPOINT
+    from tasks.training import train
 
     clean = train(logic_adapter, _config(), tmp_path / "clean", device="cpu")
     run_dir = tmp_path / "run"

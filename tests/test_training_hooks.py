@@ -11,9 +11,11 @@ from torch import nn
 
 from tasks.errors import TaskError
 from tasks.hparams import HParams, HParamsError, check_search_names
+from tasks.meta import run_metric
 from tasks.optim import Schedule, make_optimizer, optimizer_step
 from tasks.registry import get_task
-from tasks.training import CHECKPOINT, TrainConfig, run_metric, train
+from tasks.result import CHECKPOINT
+from tasks.training import TrainConfig, train
 
 OPTIONS = {"train_size": 200, "eval_size": 40, "preset": "exam"}
 

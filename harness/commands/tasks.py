@@ -56,7 +56,7 @@ def _layouts(cls: type) -> list[str]:
 
 def describe_task(name: str, cls: type) -> dict[str, Any]:
     """What `tprbench tasks --json` prints for one task (also the table's content)."""
-    from tasks.training import run_metric
+    from tasks.meta import run_metric
 
     study_metric, direction = run_metric(cls)
     return {"name": name, "archs": list(getattr(cls, "archs", ()) or ()), "metric": cls.metric,

@@ -31,6 +31,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .contract import FIXED, MLFLOW_ENDED, PREFIX, Kind, Tag, bare, sql_list
+from .guard import check
 
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql")
 CHUNK = 500  # ids per IN (...) list: well below every database's bound-parameter limit
@@ -130,8 +131,6 @@ class SqlSource:
         path = sqlite_path(uri)
         self._engine = None
         if path is not None:
-            from .record_guard import check
-
             check(path)  # a damaged file stops here with one line, before anything reads half of it
             # Read-only: a reader never creates, migrates or locks the store for writing.
             self._con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout,

@@ -28,6 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..cache_note import unsaved
 from .contract import Kind
 from .sources import ClientSource, Columns, SqlSource, empty_columns, kind_filter
 
@@ -147,8 +148,6 @@ class Summary:
         except OSError as exc:
             for left in (tmp, tmp_digest):
                 _remove(left)
-            from .cache_note import unsaved
-
             unsaved(self.path.parent, exc)
 
 
