@@ -103,7 +103,7 @@ def log(tracker: Tracker, cell_run: str, cell: FakeCell, phase: str, seed: int, 
             TAG + "host": "testhost", **cell_tags(cell)}
     if trial is not None:
         tags[TAG + "trial"] = trial
-    tracker.log_run(cell_run, key, tags, {**params, "seed": seed}, WorkerResult.from_dict(result))
+    tracker.log_run(cell_run, key, tags, {**params, "seed": seed}, WorkerResult(**result))  # a legacy "failed" stays as written
 
 
 def plan_final(tracker: Tracker, cell_run: str, params: dict) -> str:
