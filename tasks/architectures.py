@@ -22,14 +22,10 @@ from torch.nn import functional as F
 
 import units
 
-from .arch_options import (  # noqa: F401 (re-exported: they lived here)
-    ARCH_NAMES,
+from .arch_options import (
     ARCHS,
     ATTENTIONS,
-    ENCODER_LAYERS,
     POOLINGS,
-    PairArchOptions,
-    describe_arch,
 )
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import units
-from tasks.architectures import PairArchOptions, PairModel, describe_arch, masked_softmax
+from tasks.arch_options import PairArchOptions, describe_arch
+from tasks.architectures import PairModel, masked_softmax
 from tasks.errors import TaskError
 from tasks.registry import get_task
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from tasks.errors import TaskError
-from tasks.lm.adapter import HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES
 from tasks.lm.data import sentence_batches, split_sentences
 from tasks.lm.hrr import HRRWordEmbedding
+from tasks.lm.meta import HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES
 from tasks.registry import get_task
 from tasks.training import TrainConfig, train
 

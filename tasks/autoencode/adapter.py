@@ -46,7 +46,7 @@ from ..lm.data import corpus_files
 from ..paths import corpus_folder
 from ..registry import register_task
 from .data import BOS_ID, CORPORA, EOS_ID, PAD_ID, UNK_ID, SentenceSplit, load_sentences
-from .meta import BLEU_ORDERS, AutoencodeMeta, AutoencodeOptions  # noqa: F401 (re-exported: they lived here)
+from .meta import BLEU_ORDERS, AutoencodeMeta
 from .metrics import corpus_bleu
 
 

@@ -37,8 +37,8 @@ from ..errors import TaskError
 from ..hparams import HParams
 from ..paths import expect_files
 from ..registry import register_task
-from .data import _HOW, LAYOUT, BabiData, load_babi, parse_tasks
-from .meta import BabiHParams, BabiMeta, BabiOptions  # noqa: F401 (re-exported: they lived here)
+from .data import _HOW, LAYOUT, BabiData, load_babi
+from .meta import BabiHParams, BabiMeta, parse_tasks
 from .models import SentenceModel, TPRRNNModel
 
 FAIL_ERROR = 5.0  # a task "fails" above 5% test error (Weston et al. 2015; every bAbI paper since)

@@ -42,7 +42,7 @@ import torch
 
 from ..errors import DataError, TaskError, where
 from ..paths import dataset_dir
-from .meta import TASK_IDS, parse_tasks  # noqa: F401 (re-exported: they lived here)
+from .meta import TASK_IDS, parse_tasks
 
 SIZES = {"10k": "en-10k", "1k": "en"}
 PAD_TOKEN = "<pad>"

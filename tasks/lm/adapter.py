@@ -36,7 +36,7 @@ from ..paths import corpus_folder
 from ..registry import register_task
 from .data import CORPORA, batchify, bptt_batches, corpus_files, load_lm_corpus, sentence_batches, split_sentences
 from .hrr import EmbeddingParamCounts, HRRWordEmbedding
-from .meta import HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES, LMMeta, LMOptions  # noqa: F401 (re-exported: they lived here)
+from .meta import LMMeta
 
 
 class LanguageModel(nn.Module):

@@ -19,7 +19,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..architectures import PairModel, describe_arch, encoder_spec
+from ..arch_options import describe_arch
+from ..architectures import PairModel, encoder_spec
 from ..base import TaskAdapter
 from ..errors import DataError
 from ..hparams import HParams
@@ -28,7 +29,7 @@ from ..progress import per_split
 from ..registry import register_task
 from . import data as logic_data
 from .generator import EXCLUDING, write_dataset
-from .meta import LogicMeta, LogicOptions  # noqa: F401 (LogicOptions re-exported: it lived here)
+from .meta import LogicMeta
 
 TEST_SPLITS = ("test_easy", "test_hard", "test_big", "test_massive", "test_exam")
 

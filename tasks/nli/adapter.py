@@ -22,14 +22,15 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..architectures import PairModel, describe_arch, encoder_spec
+from ..arch_options import describe_arch
+from ..architectures import PairModel, encoder_spec
 from ..base import TaskAdapter
 from ..errors import DataError, TaskError
 from ..hparams import HParams
 from ..paths import data_root
 from ..registry import register_task
 from . import data as nli_data
-from .meta import NLIMeta, NLIOptions  # noqa: F401 (NLIOptions re-exported: it lived here)
+from .meta import NLIMeta
 
 TRAIN = "train"  # the (concatenated) training splits' name in `_encoded`
 

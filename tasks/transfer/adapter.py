@@ -14,7 +14,7 @@ from torch import nn
 
 from ..nli.adapter import NLITask
 from ..registry import register_task
-from .meta import TransferMeta, TransferOptions  # noqa: F401 (TransferOptions re-exported: it lived here)
+from .meta import TransferMeta
 from .senteval import PROTOCOL
 from .senteval import evaluate as senteval_evaluate
 from .senteval_data import load_task
