@@ -132,7 +132,7 @@ def run_job(job: WorkerJob) -> WorkerResult:
         report = _pruning_reporter(job.trial, job.metric, info) if job.trial is not None else None
         device = "cuda" if torch.cuda.is_available() else "cpu"
         result = train(adapter, job.train_config(), job.run_dir, report=report, progress=progress, device=device,
-                       notice=notes.append)
+                       notice=notes.append, until_epoch=job.until_epoch)
         out = WorkerResult.of(result, splits=Splits(adapter.valid_split, list(adapter.test_splits)))
         info["setup_seconds"] = ready - started
     except Exception as exc:  # a raising trial is an errored trial, not a dead study

@@ -8,7 +8,8 @@ module that `study show`, the worker and the trainer import alike.
 It also names the files a run directory holds (`CHECKPOINT`, `BEST_WEIGHTS`, `RESULT`): the
 trainer writes them and the driver looks for them.
 
-Statuses: `finished`, `pruned`, `diverged` (the loss or the validation score became NaN/inf: a
+Statuses: `finished`, `pruned`, `paused` (`run --until-epoch`: the best model so far, continued
+by the next run), `diverged` (the loss or the validation score became NaN/inf: a
 result about the unit, shown as † in tables) and `errored` (the run could not be carried out —
 an import error, out of memory, a lost node after retries, a store outage: not a result about
 the unit; only the harness gives it). Records and result.json files written before `diverged`
@@ -36,11 +37,16 @@ class RunStatus(StrEnum):
     PRUNED = "pruned"
     DIVERGED = "diverged"
     ERRORED = "errored"
+    # Stopped on purpose after `run --until-epoch` N: its best model so far is tested and recorded,
+    # its checkpoint stays, and the next `run` continues it (the record is then replaced).
+    PAUSED = "paused"
     LEGACY_FAILED = "failed"  # diverged or errored, in records written before the two were told apart
 
 
 #: The statuses a run is given now (not the legacy one).
-STATUSES = (RunStatus.FINISHED, RunStatus.PRUNED, RunStatus.DIVERGED, RunStatus.ERRORED)
+STATUSES = (RunStatus.FINISHED, RunStatus.PRUNED, RunStatus.DIVERGED, RunStatus.ERRORED, RunStatus.PAUSED)
+#: Records that the next record of their run key replaces.
+REPLACEABLE = (RunStatus.ERRORED, RunStatus.PAUSED)
 
 
 def is_failure(status: str | None) -> bool:

@@ -14,10 +14,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from tasks.result import RunStatus
+from tasks.result import REPLACEABLE
 
 from ..jobs import WorkerJob
-from ..record.contract import Phase, RunKey, attempt_of
+from ..record.contract import Phase, RunKey, carried_attempt
 from ..record.storage import TRIAL_ENDED, TrialState
 
 
@@ -72,21 +72,26 @@ class CellStatus(StrEnum):
     FINAL = "final"  # seed runs with the final parameters
     DONE = "done"
     ERRORED = "errored"  # runs that could not be carried out (retried by the next `run`, up to the cap)
+    PAUSED = "paused"  # runs stopped at `run --until-epoch` (continued by the next `run`)
 
 
 def cell_status(trials_done: int, trials_wanted: int, trials_running: int, trials_without_value: int,
-                seeds_done: int, seeds_wanted: int, note: str = "", errored: int = 0, seeds_running: int = 0) -> str:
+                seeds_done: int, seeds_wanted: int, note: str = "", errored: int = 0, seeds_running: int = 0,
+                paused: int = 0) -> str:
     """A cell's state, for the driver's live view, its summary and `study show` alike:
     pending | searching | failed (every trial diverged or was pruned) | final | done, or the
     driver's note (e.g. "failed: no search trial completed"), or `errored` once nothing of the
     cell runs and `errored` of its runs could not be carried out (retried by the next `run`, up
-    to the cap: harness/record/contract.py)."""
+    to the cap: harness/record/contract.py), or `paused` once nothing runs and `paused` of its runs
+    stopped at `run --until-epoch` (continued by the next `run`)."""
     if note:
         return note
     if trials_running or seeds_running:
         return CellStatus.SEARCHING if trials_running or trials_done < trials_wanted else CellStatus.FINAL
     if errored:
         return CellStatus.ERRORED
+    if paused:
+        return CellStatus.PAUSED
     if trials_done < trials_wanted:
         return CellStatus.PENDING if not trials_done else CellStatus.SEARCHING
     if trials_wanted and trials_done == trials_without_value:
@@ -119,17 +124,20 @@ class CellState:
     errored: int = 0  # runs whose record is errored (this driver's, and capped ones found at open)
     errored_reason: str = ""
     retried: int = 0  # errored records this driver dispatches again
+    continued: int = 0  # paused records this driver continues from their checkpoints
+    paused: int = 0  # runs this driver paused (`--until-epoch`), and paused ones it found and left
 
     @property
     def status(self) -> str:
         return cell_status(self.trials_done, self.trials_wanted, self.running_search,
                            self.trials_failed + self.trials_pruned, self.seeds_done, self.seeds_wanted, self.note,
-                           self.errored, self.running - self.running_search)
+                           self.errored, self.running - self.running_search, self.paused)
 
     def attempt(self, run_key: str) -> int:
-        """The attempt a new record of `run_key` will be (an errored record is replaced, its count carried on)."""
+        """The attempt a new record of `run_key` will be (an errored or paused record is replaced, its
+        count carried on: harness/record/contract.py `carried_attempt`)."""
         rec = self.records.get(run_key)
-        return attempt_of(rec.tags) + 1 if rec is not None and rec.status == RunStatus.ERRORED else 1
+        return carried_attempt(rec.status, rec.tags) + 1 if rec is not None and rec.status in REPLACEABLE else 1
 
     def note_errored(self, reason: str) -> None:
         self.errored += 1

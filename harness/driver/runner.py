@@ -87,8 +87,9 @@ class StudyLock:
 class StudyRunner:
     def __init__(self, study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
                  storage_url: str | None = None, force: bool = False, console: Any = None,
-                 project_dir: Path | None = None) -> None:
+                 project_dir: Path | None = None, until_epoch: int | None = None) -> None:
         self.study, self.cells = study, cells
+        self.until_epoch = until_epoch  # pause every run after this epoch (`run --until-epoch`)
         self.root = Path(root).resolve()
         self.tracking_uri = tracking_uri or default_tracking_uri(self.root)
         self.storage_url = storage_url or default_storage_url(self.root)
@@ -309,7 +310,8 @@ class StudyRunner:
             if recorded[s].status == RunStatus.ERRORED:
                 st.note_errored(recorded[s].tags.get(Tag.REASON, ""))
         st.final_todo = [s for s in range(st.seeds_wanted) if s not in done]
-        st.retried += sum(recorded[s] is not None for s in st.final_todo)
+        st.retried += sum(recorded[s] is not None and recorded[s].status == RunStatus.ERRORED for s in st.final_todo)
+        st.continued += sum(recorded[s] is not None and recorded[s].status == RunStatus.PAUSED for s in st.final_todo)
 
     @property
     def storage(self) -> Any:
@@ -358,7 +360,7 @@ class StudyRunner:
         res = self.study.resources
         return WorkerJob.for_cell(cell, seed=seed, hparams=hparams, run_dir=str(run_dir), cache_dir=str(self.cache_dir),
                                   threads=int(res.cpus) if res.cpus >= 1 else 1, trial=trial,
-                                  deterministic=getattr(self.study, "deterministic", True))
+                                  deterministic=getattr(self.study, "deterministic", True), until_epoch=self.until_epoch)
 
     def _trial_job(self, st: CellState, number: int, trial_id: int, t0: float | None = None) -> Job:
         import optuna
@@ -403,10 +405,11 @@ class StudyRunner:
         retry = status == RunStatus.ERRORED and attempt < max_attempts()
         if status == RunStatus.ERRORED:
             st.note_errored(result.reason)
+        st.paused += status == RunStatus.PAUSED
         if job.phase is Phase.SEARCH:
-            self._tell_result(st, job, result, retry)
+            self._tell_result(st, job, result, retry or status == RunStatus.PAUSED)  # paused: told when it ends
         else:
-            st.seeds_done += not retry
+            st.seeds_done += not retry and status != RunStatus.PAUSED
             st.seeds_failed += is_diverged(status)
         self._time(job, result, log=t1 - t0, tell=time.perf_counter() - t1)
         self._say_result(job, result, attempt, retry)
@@ -422,6 +425,8 @@ class StudyRunner:
             self._say(f"[yellow]{what} {RunStatus.ERRORED} ({then}):[/] {result.reason[:200]}")
         elif is_failure(result.status):
             self._say(f"[yellow]{what} {result.status}:[/] {result.reason[:200]}")
+        elif result.status == RunStatus.PAUSED:
+            self._say(f"{what}: {result.reason}")
         for note in result.notes or []:
             self._say(f"{what}: {note}")
 
@@ -557,13 +562,17 @@ class StudyRunner:
             parts.append(f"{len(unfinished) - saved} unfinished trial(s) start over (no checkpoint written yet)")
         if retried:
             parts.append(f"{retried} errored run(s) retried")
+        continued = sum(st.continued for st in states)
+        if continued:
+            parts.append(f"{continued} paused run(s) continue from their checkpoints")
         parts.append(f"{recorded} run(s) already recorded")
         self._say("resuming: " + ", ".join(parts))
 
     def _close_record(self, states: list[CellState], outcome: str) -> None:
         """When the driver exits (done, error or Ctrl-C): each cell run gets its summary metrics and
         ends FINISHED (done) or FAILED (failed, errored, unfinished) — KILLED for unfinished cells
-        when interrupted — and the study run ends with `outcome` (FAILED if any cell is not done)."""
+        when interrupted and for paused ones (`--until-epoch`) — and the study run ends with `outcome`
+        (FAILED if any cell is not done, KILLED if the rest are paused)."""
         self.tracker.window = min(retry_seconds(), 10.0)  # the store may be what stopped the driver: do not wait long
         try:
             summary = self._cell_summaries([st.cell.id for st in states if st.cell.id in self._touched])
@@ -575,11 +584,13 @@ class StudyRunner:
             for st in states:
                 if st.cell.id not in self._touched:  # not worked on by this driver: left as it was
                     continue
-                ends.append((self.cell_runs[st.cell.id], _ended(st.status == CellStatus.DONE, outcome),
+                stopped = outcome == MlflowStatus.KILLED or st.status == CellStatus.PAUSED
+                ends.append((self.cell_runs[st.cell.id], _ended(st.status == CellStatus.DONE, stopped),
                              summary.get(st.cell.id) or {}))
             self.tracker.end_many(ends)  # in bulk: one transaction per 2,000 cells on a SQL store
             study_ok = outcome == MlflowStatus.FINISHED and all(st.status == CellStatus.DONE for st in states)
-            self.tracker.end(self.study_run_id, _ended(study_ok, outcome))
+            paused = outcome == MlflowStatus.FINISHED and all(st.status in (CellStatus.DONE, CellStatus.PAUSED) for st in states)
+            self.tracker.end(self.study_run_id, _ended(study_ok, outcome == MlflowStatus.KILLED or paused))
         except Exception as exc:  # the store is down: the runs stay RUNNING until the next driver ends them
             self._say(f"study and cell runs not ended ({type(exc).__name__}: {str(exc)[:200]})")
 
@@ -793,12 +804,12 @@ def _stop_if_disk_full(job: Job, result: WorkerResult) -> None:
         raise disk_full_error(None, result.disk_full or job.run_dir, f"run {job.run_key}")
 
 
-def _ended(done: bool, outcome: str) -> MlflowStatus:
-    """How a study or cell run ends when the driver exits: FINISHED when done, KILLED when the
-    driver was interrupted, FAILED otherwise."""
+def _ended(done: bool, stopped: bool) -> MlflowStatus:
+    """How a study or cell run ends when the driver exits: FINISHED when done, KILLED when it was
+    stopped (the driver interrupted, or its runs paused by `--until-epoch`), FAILED otherwise."""
     if done:
         return MlflowStatus.FINISHED
-    return MlflowStatus.KILLED if outcome == MlflowStatus.KILLED else MlflowStatus.FAILED
+    return MlflowStatus.KILLED if stopped else MlflowStatus.FAILED
 
 
 def _dump(model: Any) -> Any:

@@ -50,17 +50,20 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
         cell_trials = trials_by_cell.get(cell.id, [])
         errored = [r for r in cell_trials + seeds if r.status == RunStatus.ERRORED]
         retried = [r for r in errored if will_retry(r.status, r.tags)]
-        # An errored trial to be retried is still unfinished in Optuna: waiting, not running.
-        running = max(counts["running"] - sum(r in retried for r in cell_trials), 0)
-        seeds_done = len(seeds) - sum(r in retried for r in seeds)  # records are keyed by run key: one per seed
+        paused = [r for r in cell_trials + seeds if r.status == RunStatus.PAUSED]
+        # An errored trial to be retried, or a paused one, is still unfinished in Optuna: waiting, not running.
+        running = max(counts["running"] - sum(r in retried or r in paused for r in cell_trials), 0)
+        # records are keyed by run key: one per seed
+        seeds_done = len(seeds) - sum(r in retried or r in paused for r in seeds)
         status = cell_status(counts["done"], study.trials, running, counts["failed"] + counts["pruned"],
-                             seeds_done, study.seeds, errored=len(errored))
+                             seeds_done, study.seeds, errored=len(errored), paused=len(paused))
         rows.append({"id": cell.id, "label": cell.label, "task": cell.task, "arch": cell.arch, "unit": cell.unit,
                      "dims": {"dim": cell.dim, "input_dim": cell.input_dim},
                      "trials_done": counts["done"], "trials_wanted": study.trials, "trials_failed": counts["failed"],
                      "trials_pruned": counts["pruned"], "trials_running": running,
                      "seeds_done": seeds_done, "seeds_failed": sum(is_diverged(r.status) for r in seeds),
                      "seeds_wanted": study.seeds, "runs_errored": len(errored), "errored_retried": len(retried),
+                     "runs_paused": len(paused),
                      "errored_reason": errored[0].tags.get(Tag.REASON, "") if errored else "", "status": status})
     return rows
 

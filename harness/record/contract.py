@@ -143,7 +143,9 @@ MLFLOW_ENDED = (MlflowStatus.FINISHED, MlflowStatus.FAILED, MlflowStatus.KILLED)
 
 
 def mlflow_status(status: str) -> MlflowStatus:
-    """The MLflow run status that goes with a tprbench status."""
+    """The MLflow run status that goes with a tprbench status (what the MLflow UI shows)."""
+    if status == RunStatus.PAUSED:
+        return MlflowStatus.KILLED  # stopped on purpose; ended, so readers see it
     return MlflowStatus.FINISHED if status in (RunStatus.FINISHED, RunStatus.PRUNED) else MlflowStatus.FAILED
 
 
@@ -230,7 +232,7 @@ CELL_SCHEMA_COLUMNS = tuple(t.bare for t in (Tag.METRIC, Tag.DIRECTION, Tag.VALI
 
 
 # ---------------------------------------------------------------------------------------------
-# Errored runs: retried up to a cap
+# Errored runs: retried up to a cap; paused runs: continued
 
 ATTEMPTS_ENV = "TPRBENCH_ERRORED_ATTEMPTS"
 DEFAULT_ATTEMPTS = 3
@@ -253,8 +255,16 @@ def attempt_of(tags: dict[str, str]) -> int:
 
 
 def will_retry(status: str | None, tags: dict[str, str]) -> bool:
-    """An errored record that the next `tprbench run` retries (its attempts are under the cap)."""
-    return status == RunStatus.ERRORED and attempt_of(tags) < max_attempts()
+    """A record that the next `tprbench run` dispatches again: errored with its attempts under
+    the cap, or paused (it continues from its checkpoint)."""
+    return status == RunStatus.PAUSED or (status == RunStatus.ERRORED and attempt_of(tags) < max_attempts())
+
+
+def carried_attempt(status: str | None, tags: dict[str, str]) -> int:
+    """The attempts a replaced record hands on to the record that replaces it: an errored one
+    counts, a pause does not (it was not a failed attempt)."""
+    n = attempt_of(tags)
+    return n if status == RunStatus.ERRORED else n - 1
 
 
 # ---------------------------------------------------------------------------------------------

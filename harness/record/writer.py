@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from tasks.result import RunResult, RunStatus
+from tasks.result import REPLACEABLE, RunResult
 
 from .contract import (
     LIVE_STATUS,
@@ -31,7 +31,7 @@ from .contract import (
     RunKey,
     Tag,
     WorkerResult,
-    attempt_of,
+    carried_attempt,
     experiment_name,
     mlflow_status,
 )
@@ -292,7 +292,7 @@ class Tracker:
         def create() -> str | None:
             for run in self.search(f"tags.`{Tag.RUN_KEY}` = '{run_key}'"):
                 if run.info.status in MLFLOW_ENDED:
-                    if run.data.tags.get(Tag.STATUS) != RunStatus.ERRORED:
+                    if run.data.tags.get(Tag.STATUS) not in REPLACEABLE:
                         return None
                 else:
                     self.client.delete_run(run.info.run_id)
@@ -366,14 +366,14 @@ class Tracker:
         if search:
             for run in self.search(f"tags.`{Tag.RUN_KEY}` = '{run_key}'"):
                 if run.info.status in MLFLOW_ENDED:
-                    if run.data.tags.get(Tag.STATUS) != RunStatus.ERRORED:
+                    if run.data.tags.get(Tag.STATUS) not in REPLACEABLE:
                         return run.info.run_id  # already recorded: never twice
-                    errored.append(run)  # replaced below by this attempt
+                    errored.append(run)  # errored or paused: replaced below by this record
                 elif run.info.run_id == live_run_id:
                     live_ok = True
                 else:
                     self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
-        attempt = max((attempt_of(r.data.tags) for r in errored), default=0) + 1
+        attempt = max((carried_attempt(r.data.tags.get(Tag.STATUS), r.data.tags) for r in errored), default=0) + 1
         worker = result.worker
         end_ms = _ms(worker.get("end")) or int(time.time() * 1000)
         all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result, end_ms, attempt,

@@ -174,12 +174,13 @@ def sections(df: Any) -> list[Section]:
             r = c[0]
             unit = r["unit_short"] if has_roles else r["unit"]
             errored = int(r.get("seeds_errored") or 0)
-            marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] or errored else "")
+            paused = int(r.get("seeds_paused") or 0)
+            marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] or errored else "") + ("§" if paused else "")
             vals = {g["split"]: format_cell(g["mean"], g["std"], int(g["n"]), metric) for g in c}
             row = [str(r["arch"]), _count(r["dim"])] + ([_count(r["input_dim"])] if show_input else [])
             row += [f"{unit}{marks}"] + ([_count(r["roles"])] if has_roles else [])
             row += [vals.get(s, DASH) for s in splits]
-            row += [_count(r["params_formula"]), _count(r["params_total"]), f"{r['seeds_finished']}/{r['seeds_wanted']}"]
+            row += [_count(r["params_formula"]), _count(r["params_total"]), f"{r['seeds_finished'] + paused}/{r['seeds_wanted']}"]
             rows.append(row)
             where = f"{r['label']} ({r['cell_id']})"
             if r["seeds_failed"]:
@@ -190,6 +191,9 @@ def sections(df: Any) -> list[Section]:
                 state = "search not finished" if _is_missing(r["final_params_hash"]) else "not yet run"
                 notes.append(f"‡ {where}: {r['seeds_missing']} of {r['seeds_wanted']} seeds missing "
                              f"({_seeds(r['missing_seeds'])}: {state})")
+            if paused:
+                notes.append(f"§ {where}: {paused} of {r['seeds_wanted']} seeds paused, their numbers the best "
+                             f"so far ({r['paused_reasons'][:160]}); the next `tprbench run` continues them")
             if errored:
                 why = f"; {r['errored_reasons'][:160]}" if r["errored_reasons"] else ""
                 notes.append(f"‡ {where}: {errored} of {r['seeds_wanted']} seeds errored, not a result "
@@ -228,7 +232,7 @@ def _md_escape(text: str) -> str:
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&",
                 "#": r"\#", "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-_TEX_SYMBOLS = {"±": r"$\pm$", "†": r"\textsuperscript{\dag}", "‡": r"\textsuperscript{\ddag}", "–": "--",
+_TEX_SYMBOLS = {"±": r"$\pm$", "†": r"\textsuperscript{\dag}", "‡": r"\textsuperscript{\ddag}", "§": r"\S{}", "–": "--",
                 "×": r"$\times$", "'": "'"}
 
 
