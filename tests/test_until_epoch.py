@@ -90,8 +90,9 @@ def ray_up():
 def _same_as_straight(root: Path, straight_root: Path, study: str) -> None:
     """One finished record per run key, the pause not counted as an attempt, the numbers and the
     epoch history of the uninterrupted study."""
-    from harness.record.sources import default_tracking_uri
     from mlflow import MlflowClient
+
+    from harness.record.sources import default_tracking_uri
 
     got, straight = records(root, study), records(straight_root, study)
     assert set(got) == set(straight)
@@ -112,9 +113,8 @@ def _metrics(rec) -> dict[str, float]:
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_paused_seed_runs_are_reported_then_continued(ray_up, tmp_path: Path, capsys) -> None:
-    from harness.record.sources import default_tracking_uri
-
     from harness.cli import main
+    from harness.record.sources import default_tracking_uri
     from harness.report import make_table, write_report
 
     path = write_study(tmp_path, "pause", ["gru"], trials=0, seeds=2, epochs=3)
