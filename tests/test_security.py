@@ -432,5 +432,5 @@ def test_everything_served_binds_localhost() -> None:
                 if "--host" in pieces and "--host 127.0.0.1" not in pieces:
                     bad.append(f"{rel}:{node.lineno}: f-string with --host")
     assert not bad, bad
-    init = (ROOT / "harness" / "runner.py").read_text()
+    init = (ROOT / "harness" / "driver" / "ray_start.py").read_text()
     assert "include_dashboard=False" in init
