@@ -186,9 +186,10 @@ class SqlSource:
     # -- rows ----------------------------------------------------------------------------------
     def _fill(self, b: _Builder, where: str, params: dict[str, Any], tag_names: bool = True) -> None:
         """Tags, params and latest metrics of the runs `where` lists (run ids)."""
+        cut = len(PREFIX) if tag_names else 0  # every key starts with the prefix (the query says so)
         for run_id, key, value in self.query(
                 f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) {_OUR_TAGS}", params):
-            b.set(run_id, bare(key) if tag_names else key, value)
+            b.set(run_id, key[cut:], value)
         for run_id, key, value in self.query(
                 f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
             b.set(run_id, "param." + key, value)
