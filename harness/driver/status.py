@@ -44,7 +44,6 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
     rows = []
     for cell, name in zip(cells, names):
         done, failed, pruned, unfinished = count_trials(trials.get(name, []))
-        counts = {"done": done, "failed": failed, "pruned": pruned, "running": len(unfinished)}
         final_hash = tags_by_cell.get(cell.id, {}).get(Tag.FINAL_PARAMS_HASH)
         seeds = [r for k, r in seeds_by_cell.get(cell.id, []) if final_hash and k.params_hash == final_hash]
         cell_trials = trials_by_cell.get(cell.id, [])
@@ -52,15 +51,15 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
         retried = [r for r in errored if will_retry(r.status, r.tags)]
         paused = [r for r in cell_trials + seeds if r.status == RunStatus.PAUSED]
         # An errored trial to be retried, or a paused one, is still unfinished in Optuna: waiting, not running.
-        running = max(counts["running"] - sum(r in retried or r in paused for r in cell_trials), 0)
+        running = max(len(unfinished) - sum(r in retried or r in paused for r in cell_trials), 0)
         # records are keyed by run key: one per seed
         seeds_done = len(seeds) - sum(r in retried or r in paused for r in seeds)
-        status = cell_status(counts["done"], study.trials, running, counts["failed"] + counts["pruned"],
+        status = cell_status(done, study.trials, running, failed + pruned,
                              seeds_done, study.seeds, errored=len(errored), paused=len(paused))
         rows.append({"id": cell.id, "label": cell.label, "task": cell.task, "arch": cell.arch, "unit": cell.unit,
                      "dims": {"dim": cell.dim, "input_dim": cell.input_dim},
-                     "trials_done": counts["done"], "trials_wanted": study.trials, "trials_failed": counts["failed"],
-                     "trials_pruned": counts["pruned"], "trials_running": running,
+                     "trials_done": done, "trials_wanted": study.trials, "trials_failed": failed,
+                     "trials_pruned": pruned, "trials_running": running,
                      "seeds_done": seeds_done, "seeds_failed": sum(is_diverged(r.status) for r in seeds),
                      "seeds_wanted": study.seeds, "runs_errored": len(errored), "errored_retried": len(retried),
                      "runs_paused": len(paused),
