@@ -155,3 +155,84 @@ def test_build_dir_is_keyed_and_configurable(monkeypatch, tmp_path):
     assert path.parent == tmp_path and path.name.startswith(tpru_ext.NAME + "-")
     monkeypatch.setattr(tpru_ext, "CFLAGS", tpru_ext.CFLAGS + ["-DX"])
     assert tpru_ext.build_dir() != path  # other flags, other build
+
+
+# -- the fused slice step (tpru_slices_forward / tpru_slices_backward: unfolded ReLU² path) -----------
+
+
+def _spy_calls(monkeypatch):
+    """Count calls of each C++ op through the extension handle the Function uses."""
+    calls = {}
+
+    class Spy:
+        def __getattr__(self, attr):
+            target = getattr(CPP, attr)
+
+            def counted(*args):
+                calls[attr] = calls.get(attr, 0) + 1
+                return target(*args)
+
+            return counted
+
+    monkeypatch.setattr(tpru_ext._state, "ops", Spy())
+    return calls
+
+
+@needs_cpp
+@pytest.mark.parametrize("name", ["tpru", "tpru-v1", "tpru-mod3"])
+def test_unfolded_relu2_slices_take_the_fused_step(monkeypatch, name):
+    """ReLU² with kN > d + N runs the fused slice step both ways; softmax and folded slices do not."""
+    calls = _spy_calls(monkeypatch)
+    unit = units.lookup(name)(5, 16, roles=8, slices=4)  # kN = 32 > d + N = 24: unfolded
+    out, state = unit(torch.randn(3, 6, 5), pad._mask([6, 4, 1], 6))
+    (out.sum() + state.sum()).backward()
+    fused = units.lookup(name).norm == "relu2"
+    assert calls.get("tpru_slices_forward", 0) == int(fused) and calls.get("tpru_slices_backward", 0) == int(fused)
+    assert calls.get("tpru_forward", 0) == int(not fused)
+    calls.clear()
+    folded = units.lookup(name)(5, 16, roles=8, slices=2)  # kN = 16 ≤ 24: folded, the general loop
+    folded(torch.randn(2, 3, 5))[0].sum().backward()
+    assert "tpru_slices_forward" not in calls and calls["tpru_forward"] == 1
+
+
+@needs_cpp
+@pytest.mark.parametrize("name", ["tpru", "tpru-v1"])
+def test_fused_slices_reuse_buffers_across_calls_and_shapes(name):
+    """The fused step keeps its scratch buffers between calls: calls that alternate batch size,
+    roles and dtype (float32 ↔ float64) still equal the Python loop, outputs and gradients."""
+    configs = [(4, 8, torch.float64), (2, 8, torch.float64), (5, 12, torch.float32), (3, 6, torch.float64),
+               (5, 12, torch.float32), (4, 8, torch.float64)]
+    for batch, roles, dtype in configs:
+        results = []
+        for use_cpp in (True, False):
+            previous = tpru_ext.set_enabled(use_cpp)
+            try:
+                torch.manual_seed(roles)
+                unit = units.lookup(name)(7, 24, roles=roles, slices=8).to(dtype)  # 8·roles > 24 + roles: unfolded
+                eq.randomise(unit, roles)
+                gen = torch.Generator().manual_seed(batch)
+                x = torch.randn(batch, 9, 7, generator=gen, dtype=dtype).requires_grad_(True)
+                lengths = [9] + [max(1, 9 - 2 * i) for i in range(1, batch)]
+                out, state = unit(x, pad._mask(lengths, 9))
+                upstream = torch.randn(out.shape, generator=gen, dtype=dtype)
+                ((out * upstream).sum() + state.pow(3).sum()).backward()
+                results.append((out.detach(), {"x": x.grad, **{n: p.grad for n, p in unit.named_parameters()}}))
+            finally:
+                tpru_ext.set_enabled(previous)
+        (out_c, grads_c), (out_p, grads_p) = results
+        tol = dict(rtol=1e-10, atol=1e-11) if dtype == torch.float64 else dict(rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(out_c, out_p, **tol)
+        for key in grads_p:
+            gtol = dict(rtol=1e-9, atol=1e-9) if dtype == torch.float64 else dict(rtol=2e-3, atol=1e-4)
+            torch.testing.assert_close(grads_c[key], grads_p[key], **gtol, msg=lambda m: f"{key} {batch} {roles} {dtype}: {m}")
+
+
+@needs_cpp
+@pytest.mark.parametrize("name", ["tpru", "tpru-v1"])
+def test_fused_slices_gradcheck_through_the_carry(name):
+    """The fused slice backward's gradient with respect to b_0 and x against finite differences."""
+    torch.manual_seed(3)
+    unit = units.lookup(name)(3, 4, roles=3, slices=4, biases="code").double()  # kN = 12 > 7: unfolded
+    x = torch.randn(2, 3, 3, generator=torch.Generator().manual_seed(21), dtype=torch.float64, requires_grad=True)
+    b0 = torch.randn(2, 4, generator=torch.Generator().manual_seed(22), dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, b0: unit.forward_carry(x, b0)[0], (x, b0), eps=1e-6, atol=1e-7, rtol=1e-5)

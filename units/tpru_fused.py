@@ -47,6 +47,13 @@ class TPRURecurrence(torch.autograd.Function):
         folded = U_slices is None
         ext = tpru_ext.ops() if gx.device.type == "cpu" else None
         ctx.cpp = ext is not None
+        ctx.fused_slices = ext is not None and relu2 and not folded
+        if ctx.fused_slices:  # the fused unbind → ReLU² → bind step: nothing k·N-sized kept for backward
+            outs, pres, cands, sums = ext.tpru_slices_forward(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0,
+                                                              tanh_candidate)
+            ctx.use_tanh = tanh_candidate
+            ctx.save_for_backward(fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums)
+            return outs
         if ext is not None:
             U_arg = U_slices if U_slices is not None else W_rec.new_empty(0)
             outs, pres, cands, fills, sums, scores = ext.tpru_forward(
@@ -104,6 +111,11 @@ class TPRURecurrence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        if ctx.fused_slices:
+            fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums = ctx.saved_tensors
+            d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0 = tpru_ext.ops().tpru_slices_backward(
+                grad_out, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums, ctx.use_tanh)
+            return d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0, None, None
         if ctx.cpp:
             fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores = ctx.saved_tensors
             d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0 = tpru_ext.ops().tpru_backward(

@@ -330,6 +330,243 @@ std::vector<at::Tensor> tpru_backward(const at::Tensor& grad_in, const at::Tenso
   return {d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, carry};
 }
 
+// ---------------------------------------------------------------------------------------------
+// Slices, fused (unfolded path with ReLU²: `tpru[slices=k]` where kN > d + N). The k·N role scores
+// and fillers of a step live only in two [k, B, N] scratch buffers that are reused from step to
+// step (cache-resident) and from call to call (no fresh pages to fault in): per step, one batched
+// matmul unbinds (z_j U_j), one pass over the rows normalises in place (ReLU², Σ, ÷), one batched
+// matmul binds (R_j f_j). Nothing k·N-sized is saved for backward: it keeps z_t (in `pres`, or
+// b_{t-1} itself when V_b = I) and recomputes the scores and fillers of each step from it (one
+// extra unbinding matmul per step), then accumulates ∂R and ∂U inside the loop (batched matmuls
+// with inner size B) instead of after it from [T, k, B, N] buffers.
+
+// Scratch tensors kept between calls (per thread: autograd may run backward on another thread).
+// A slot keeps the largest buffer asked of it (per dtype); a call gets a contiguous view of its size.
+at::Tensor scratch(int slot, at::IntArrayRef sizes, const at::TensorOptions& opts) {
+  thread_local std::vector<at::Tensor> pool(8);
+  const int64_t need = c10::multiply_integers(sizes);
+  at::Tensor& t = pool[2 * slot + (opts.dtype().toScalarType() == at::kDouble ? 1 : 0)];
+  if (!t.defined() || t.scalar_type() != opts.dtype().toScalarType() || t.numel() < need) {
+    t = at::empty({need}, opts);
+  }
+  return t.narrow(0, 0, need).view(sizes);
+}
+
+template <typename scalar_t>
+inline scalar_t relu2_sum_row(scalar_t* __restrict__ sc, const scalar_t* __restrict__ cb,
+                              const scalar_t* __restrict__ xr, scalar_t cx, int64_t N) {
+  // sc ← f̃ = (ReLU(f_b + c_b) + ReLU(f_x + c_x))², in place; returns Σf̃
+  for (int64_t n = 0; n < N; ++n) {
+    const scalar_t a = relu(sc[n] + cb[n]) + relu(xr[n] + cx);
+    sc[n] = a * a;
+  }
+  scalar_t total = 0;
+#pragma omp simd reduction(+ : total)
+  for (int64_t n = 0; n < N; ++n) total += sc[n];
+  return total;
+}
+
+template <typename scalar_t>
+void slices_forward_loop(const Dims& m, const at::Tensor& gx, const at::Tensor& fx, const at::Tensor& W_rec,
+                         const at::Tensor& R_slices, const at::Tensor& U_slices, const at::Tensor& c_b,
+                         const at::Tensor& c_x, const at::Tensor& b0, at::Tensor& outs, at::Tensor& pres,
+                         at::Tensor& cands, at::Tensor& sums, at::Tensor& S) {
+  const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows, kN = k * N;
+  const scalar_t cx = c_x.item<scalar_t>();
+  const scalar_t eps = static_cast<scalar_t>(kNormEps);
+  const scalar_t* cb = c_b.data_ptr<scalar_t>();
+  const int64_t gT = gx.stride(0), gB = gx.stride(1), xT = fx.stride(0), xB = fx.stride(1), xk = fx.stride(2);
+  const scalar_t* gxp = gx.data_ptr<scalar_t>();
+  const scalar_t* fxp = fx.data_ptr<scalar_t>();
+  scalar_t* cand0 = cands.data_ptr<scalar_t>();
+  scalar_t* Sp = S.data_ptr<scalar_t>();
+  const at::Tensor W_T = W_rec.t(), R_T = R_slices.transpose(1, 2);  // [d, rows], [k, N, s]
+  at::Tensor b = b0;
+  for (int64_t t = 0; t < T; ++t) {
+    at::Tensor P = pres.select(0, t);
+    at::mm_out(P, b, W_T);  // [W_b b | V_b b]  or  W_b b
+    at::Tensor z = rows > d ? P.narrow(1, d, d) : b;
+    at::bmm_out(S, z.unflatten(1, {k, s}).transpose(0, 1), U_slices);  // f_b per slice [k, B, N]
+    scalar_t* Pp = P.data_ptr<scalar_t>();
+    scalar_t* sump = sums.select(0, t).data_ptr<scalar_t>();
+    at::parallel_for(0, B, grain(d + 4 * kN), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        scalar_t* __restrict__ p = Pp + i * rows;
+        const scalar_t* __restrict__ g_in = gxp + t * gT + i * gB;
+        for (int64_t e = 0; e < d; ++e) p[e] += g_in[e];  // gate pre-activation
+        for (int64_t j = 0; j < k; ++j) {
+          scalar_t* sc = Sp + (j * B + i) * N;
+          const scalar_t total = relu2_sum_row(sc, cb + j * N, fxp + t * xT + i * xB + j * xk, cx, N);
+          const scalar_t clamped = total < eps ? eps : total;
+          sump[i * k + j] = clamped;
+          for (int64_t n = 0; n < N; ++n) sc[n] = sc[n] / clamped;  // f, in place
+        }
+      }
+    });
+    P.narrow(1, 0, d).sigmoid_();  // g_t
+    at::Tensor C = cands.select(1, t);  // [k, B, s]
+    at::bmm_out(C, S, R_T);  // b̃ = R f
+    if (m.tanh_candidate) C.tanh_();
+    const scalar_t* bp = b.data_ptr<scalar_t>();
+    scalar_t* op = outs.select(0, t).data_ptr<scalar_t>();
+    at::parallel_for(0, B, grain(d), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        for (int64_t j = 0; j < k; ++j)
+          lerp_row(Pp + i * rows + j * s, bp + i * d + j * s, cand0 + ((j * T + t) * B + i) * s, op + i * d + j * s, s);
+    });
+    b = outs.select(0, t);
+  }
+}
+
+// Backward of one row of one slice, from the recomputed raw scores sc (f_b without c_b) and ∂f (df):
+// on return sc holds f and df holds ∂f_b; dx gets ∂f_x.
+template <typename scalar_t>
+inline void relu2_fused_back_row(scalar_t* __restrict__ sc, scalar_t* __restrict__ df, const scalar_t* __restrict__ cb,
+                                 const scalar_t* __restrict__ xr, scalar_t cx, scalar_t S, scalar_t eps,
+                                 scalar_t* __restrict__ dx, int64_t N) {
+  scalar_t dot = 0;
+#pragma omp simd reduction(+ : dot)
+  for (int64_t n = 0; n < N; ++n) {
+    const scalar_t v = sc[n] + cb[n];
+    const scalar_t a = relu(v) + relu(xr[n] + cx);
+    dot += df[n] * ((a * a) / S);
+  }
+  const scalar_t shift = S > eps ? dot : scalar_t(0);  // below the clamp Σ is the constant eps
+  const scalar_t coef = scalar_t(2) / S;
+  for (int64_t n = 0; n < N; ++n) {
+    const scalar_t v = sc[n] + cb[n];
+    const scalar_t xv = xr[n] + cx;
+    const scalar_t a = relu(v) + relu(xv);
+    const scalar_t da = a * coef * (df[n] - shift);  // 2a/Σ · (∂f − shift)
+    sc[n] = (a * a) / S;
+    df[n] = v > 0 ? da : scalar_t(0);
+    dx[n] = xv > 0 ? da : scalar_t(0);
+  }
+}
+
+template <typename scalar_t>
+void slices_backward_loop(const Dims& m, const at::Tensor& grad, const at::Tensor& fx, const at::Tensor& W_rec,
+                          const at::Tensor& R_slices, const at::Tensor& U_slices, const at::Tensor& c_b,
+                          const at::Tensor& c_x, const at::Tensor& b0, const at::Tensor& outs, const at::Tensor& pres,
+                          const at::Tensor& cands, const at::Tensor& sums, at::Tensor& d_pre, at::Tensor& d_fx,
+                          at::Tensor& d_cands, at::Tensor& carry, at::Tensor& d_R, at::Tensor& d_U,
+                          at::Tensor& d_c_b, at::Tensor& S, at::Tensor& DF) {
+  const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows, kN = k * N;
+  const bool tanh_candidate = m.tanh_candidate;
+  const scalar_t cx = c_x.item<scalar_t>();
+  const scalar_t eps = static_cast<scalar_t>(kNormEps);
+  const scalar_t* cb = c_b.data_ptr<scalar_t>();
+  const int64_t xT = fx.stride(0), xB = fx.stride(1), xk = fx.stride(2);
+  const int64_t dT = d_fx.stride(0), dB = d_fx.stride(1), dk = d_fx.stride(2);
+  const scalar_t* fxp = fx.data_ptr<scalar_t>();
+  scalar_t* dfx0 = d_fx.data_ptr<scalar_t>();
+  const scalar_t* cand0 = cands.data_ptr<scalar_t>();
+  scalar_t* dcand0 = d_cands.data_ptr<scalar_t>();
+  scalar_t* Sp = S.data_ptr<scalar_t>();
+  scalar_t* DFp = DF.data_ptr<scalar_t>();
+  scalar_t* cr = carry.data_ptr<scalar_t>();
+  const at::Tensor U_T = U_slices.transpose(1, 2);  // [k, N, s]
+  for (int64_t t = T - 1; t >= 0; --t) {
+    const scalar_t* go = grad.select(0, t).data_ptr<scalar_t>();
+    const at::Tensor Pt = pres.select(0, t);
+    const scalar_t* G = Pt.data_ptr<scalar_t>();  // g_t in the first d columns
+    const at::Tensor prev = t > 0 ? outs.select(0, t - 1) : b0;
+    const scalar_t* Pv = prev.data_ptr<scalar_t>();
+    scalar_t* dP = d_pre.select(0, t).data_ptr<scalar_t>();
+    at::parallel_for(0, B, grain(d), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t r = i * d + j * s, cs = ((j * T + t) * B + i) * s;
+          if (tanh_candidate)
+            lerp_back_row<scalar_t, true>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
+          else
+            lerp_back_row<scalar_t, false>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
+        }
+      }
+    });
+    const at::Tensor zs = (rows > d ? Pt.narrow(1, d, d) : prev).unflatten(1, {k, s}).transpose(0, 1);  // [k, B, s]
+    const at::Tensor dcand = d_cands.select(1, t);  // [k, B, s]
+    at::bmm_out(S, zs, U_slices);        // the step's raw scores again
+    at::bmm_out(DF, dcand, R_slices);    // ∂f = Rᵀ ∂b̃
+    const scalar_t* sump = sums.select(0, t).data_ptr<scalar_t>();
+    at::parallel_for(0, B, grain(4 * kN), [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        for (int64_t j = 0; j < k; ++j)
+          relu2_fused_back_row(Sp + (j * B + i) * N, DFp + (j * B + i) * N, cb + j * N, fxp + t * xT + i * xB + j * xk,
+                               cx, sump[i * k + j], eps, dfx0 + t * dT + i * dB + j * dk, N);
+    });
+    d_R.baddbmm_(dcand.transpose(1, 2), S);  // ∂R += ∂b̃ᵀ f per slice
+    d_U.baddbmm_(zs.transpose(1, 2), DF);    // ∂U += zᵀ ∂f_b per slice
+    d_c_b.add_(DF.sum(1));
+    at::Tensor dPt = d_pre.select(0, t);
+    if (rows > d) {  // ∂z = U ∂f_b into the V_b rows of ∂pre
+      at::Tensor dz = dPt.narrow(1, d, d).unflatten(1, {k, s}).transpose(0, 1);
+      at::bmm_out(dz, DF, U_T);
+    } else {  // z = b_{t-1}
+      carry.unflatten(1, {k, s}).transpose(0, 1).baddbmm_(DF, U_T);
+    }
+    carry.addmm_(dPt, W_rec);
+  }
+}
+
+std::vector<at::Tensor> tpru_slices_forward(const at::Tensor& gx_in, const at::Tensor& fx_in, const at::Tensor& W_rec,
+                                            const at::Tensor& R_slices, const at::Tensor& U_slices,
+                                            const at::Tensor& c_b_in, const at::Tensor& c_x, const at::Tensor& b0_in,
+                                            bool tanh_candidate) {
+  Dims m;
+  m.T = gx_in.size(0); m.B = gx_in.size(1); m.d = gx_in.size(2);
+  m.k = fx_in.size(2); m.N = fx_in.size(3); m.s = m.d / m.k; m.rows = W_rec.size(0);
+  m.folded = false; m.relu2 = true; m.tanh_candidate = tanh_candidate;
+  const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows;
+  TORCH_CHECK(rows == d || rows == 2 * d, "tpru_slices_forward: W_rec has ", rows, " rows");
+  TORCH_CHECK(U_slices.numel() == k * s * N, "tpru_slices_forward: U_slices is needed");
+  auto gx = unit_inner(gx_in), fx = unit_inner(fx_in), b0 = b0_in.contiguous(), c_b = c_b_in.contiguous();
+  auto opts = gx.options();
+  auto outs = at::empty({T, B, d}, opts);
+  auto pres = at::empty({T, B, rows}, opts);
+  auto cands = at::empty({k, T, B, s}, opts);
+  auto sums = at::empty({T, B, k}, opts);
+  at::Tensor S = scratch(0, {k, B, N}, opts);
+  AT_DISPATCH_FLOATING_TYPES(gx.scalar_type(), "tpru_slices_forward", [&] {
+    slices_forward_loop<scalar_t>(m, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums, S);
+  });
+  return {outs, pres, cands, sums};
+}
+
+// Returns {d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b [k,N], d_c_x [], d_b0}.
+std::vector<at::Tensor> tpru_slices_backward(const at::Tensor& grad_in, const at::Tensor& fx_in,
+                                             const at::Tensor& W_rec, const at::Tensor& R_slices,
+                                             const at::Tensor& U_slices, const at::Tensor& c_b_in,
+                                             const at::Tensor& c_x, const at::Tensor& b0, const at::Tensor& outs,
+                                             const at::Tensor& pres, const at::Tensor& cands, const at::Tensor& sums,
+                                             bool tanh_candidate) {
+  Dims m;
+  m.T = outs.size(0); m.B = outs.size(1); m.d = outs.size(2);
+  m.k = fx_in.size(2); m.N = fx_in.size(3); m.s = m.d / m.k; m.rows = W_rec.size(0);
+  m.folded = false; m.relu2 = true; m.tanh_candidate = tanh_candidate;
+  const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows;
+  auto grad = grad_in.contiguous(), fx = unit_inner(fx_in), c_b = c_b_in.contiguous();
+  auto opts = outs.options();
+  auto d_pre = at::empty({T, B, rows}, opts);
+  auto d_fx = at::empty_like(fx);
+  auto d_cands = at::empty({k, T, B, s}, opts);
+  auto carry = at::zeros({B, d}, opts);
+  auto d_R = at::zeros({k, s, N}, opts);
+  auto d_U = at::zeros({k, s, N}, opts);
+  auto d_c_b = at::zeros({k, N}, opts);
+  at::Tensor S = scratch(1, {k, B, N}, opts);
+  at::Tensor DF = scratch(2, {k, B, N}, opts);
+  AT_DISPATCH_FLOATING_TYPES(outs.scalar_type(), "tpru_slices_backward", [&] {
+    slices_backward_loop<scalar_t>(m, grad, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums,
+                                   d_pre, d_fx, d_cands, carry, d_R, d_U, d_c_b, S, DF);
+  });
+  at::Tensor d_W_rec = at::mm(d_pre.select(0, 0).t(), b0);
+  if (T > 1) d_W_rec.addmm_(d_pre.narrow(0, 1, T - 1).reshape({-1, rows}).t(), outs.narrow(0, 0, T - 1).reshape({-1, d}));
+  at::Tensor d_c_x = d_fx.sum().reshape({});
+  at::Tensor d_gx = d_pre.narrow(2, 0, d);
+  return {d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, carry};
+}
+
 }  // namespace
 
 TORCH_LIBRARY(tprbench, m) {
@@ -338,9 +575,15 @@ TORCH_LIBRARY(tprbench, m) {
   m.def("tpru_backward(Tensor grad, Tensor fx, Tensor W_rec, Tensor R_slices, Tensor U_slices, Tensor c_x, Tensor b0, "
         "Tensor outs, Tensor pres, Tensor cands, Tensor fills, Tensor sums, Tensor scores, bool relu2, "
         "bool tanh_candidate) -> Tensor[]");
+  m.def("tpru_slices_forward(Tensor gx, Tensor fx, Tensor W_rec, Tensor R_slices, Tensor U_slices, Tensor c_b, "
+        "Tensor c_x, Tensor b0, bool tanh_candidate) -> Tensor[]");
+  m.def("tpru_slices_backward(Tensor grad, Tensor fx, Tensor W_rec, Tensor R_slices, Tensor U_slices, Tensor c_b, "
+        "Tensor c_x, Tensor b0, Tensor outs, Tensor pres, Tensor cands, Tensor sums, bool tanh_candidate) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(tprbench, CPU, m) {
   m.impl("tpru_forward", &tpru_forward);
   m.impl("tpru_backward", &tpru_backward);
+  m.impl("tpru_slices_forward", &tpru_slices_forward);
+  m.impl("tpru_slices_backward", &tpru_slices_backward);
 }
