@@ -40,7 +40,7 @@ from . import tpru_triton
 from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
 from .meta import TPRUMeta
 from .registry import register_unit
-from .tpru_fused import NORM_EPS, fold_is_cheaper
+from .tpru_fused import NORM_EPS, TPRUSlicesRecurrence, fold_is_cheaper, fused_slices_available
 
 
 def normalise_fillers(fb: torch.Tensor, fx: torch.Tensor, c_b: torch.Tensor, c_x: torch.Tensor, norm: str) -> torch.Tensor:
@@ -171,6 +171,12 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
         [B,T,k,N], all steps at once (the recurrent gate bias b_Wb is constant, so it goes here too)."""
         B, T, _ = x.shape
         k, s = self.slices, self.hidden_size // self.slices
+        gx, zx = self.input_linear(x)
+        fx = torch.einsum("btks,ksn->btkn", zx.reshape(B, T, k, s), self._slice_T(U))
+        return gx, fx
+
+    def input_linear(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gate pre-activations W_x x + (gate biases) and zx = V_x x [+ b_Vx], each [B,T,d], in one matmul."""
         gate = self.gate_offset()
         bias = None
         if gate is not None or self.b_Vx is not None:
@@ -178,8 +184,7 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
             bias = torch.cat([gate if gate is not None else zeros, self.b_Vx if self.b_Vx is not None else zeros])
         proj = F.linear(x, torch.cat([self.W_x, self.V_x], 0), bias)
         gx, zx = proj.split(self.hidden_size, dim=-1)
-        fx = torch.einsum("btks,ksn->btkn", zx.reshape(B, T, k, s), self._slice_T(U))
-        return gx, fx
+        return gx, zx
 
     # -- forward ----------------------------------------------------------------------------
     def forward(
@@ -201,11 +206,18 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
     def _run(self, x: torch.Tensor, b0: torch.Tensor, return_fillers: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """b_1..b_T from b0 (and the fillers when asked, through the reference loop)."""
         U, R = self.role_matrices()
-        gx, fx = self.input_projections(x, U)
         R_slices = self._slice_T(R)
         c_b = self.filler_offset(U)
+        folded = fold_is_cheaper(self.hidden_size, self.roles, self.slices)
+        if self.impl == "fused" and not return_fillers and fused_slices_available(x, self.norm, folded):
+            # many slices, ReLU², C++: the fused unbind → normalise → bind step; it takes V_x x, not Uᵀ V_x x
+            gx, zx = self.input_linear(x)
+            W_fused = self.W_b if self.V_b is None else torch.cat([self.W_b, self.V_b], 0)
+            args = (gx.transpose(0, 1), zx.transpose(0, 1), W_fused, R_slices, self._slice_T(U), c_b, self.c_x, b0)
+            return TPRUSlicesRecurrence.apply(*args, self.tanh_candidate).transpose(0, 1), None
+        gx, fx = self.input_projections(x, U)
         if self.impl != "loop" and not return_fillers:
-            if fold_is_cheaper(self.hidden_size, self.roles, self.slices):
+            if folded:
                 W_fused, U_slices = self.recurrent_matrix(U), None
             else:  # many slices: keep z = V_b b and dot it with U slice by slice inside the loop
                 W_fused = self.W_b if self.V_b is None else torch.cat([self.W_b, self.V_b], 0)

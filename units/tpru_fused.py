@@ -47,13 +47,6 @@ class TPRURecurrence(torch.autograd.Function):
         folded = U_slices is None
         ext = tpru_ext.ops() if gx.device.type == "cpu" else None
         ctx.cpp = ext is not None
-        ctx.fused_slices = ext is not None and relu2 and not folded
-        if ctx.fused_slices:  # the fused unbind → ReLU² → bind step: nothing k·N-sized kept for backward
-            outs, pres, cands, sums = ext.tpru_slices_forward(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0,
-                                                              tanh_candidate)
-            ctx.use_tanh = tanh_candidate
-            ctx.save_for_backward(fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums)
-            return outs
         if ext is not None:
             U_arg = U_slices if U_slices is not None else W_rec.new_empty(0)
             outs, pres, cands, fills, sums, scores = ext.tpru_forward(
@@ -111,11 +104,6 @@ class TPRURecurrence(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        if ctx.fused_slices:
-            fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums = ctx.saved_tensors
-            d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0 = tpru_ext.ops().tpru_slices_backward(
-                grad_out, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums, ctx.use_tanh)
-            return d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0, None, None
         if ctx.cpp:
             fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores = ctx.saved_tensors
             d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0 = tpru_ext.ops().tpru_backward(
@@ -182,3 +170,33 @@ class TPRURecurrence(torch.autograd.Function):
             d_c_b = d_fx.sum((0, 1))
         d_gx = d_pre[:, :, :d]
         return d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, carry, None, None
+
+
+def fused_slices_available(x: torch.Tensor, norm: str, folded: bool) -> bool:
+    """The C++ fused slice step (TPRUSlicesRecurrence) runs this call: CPU tensors, ReLU², the
+    unfolded slice path, and the extension built (else TPRURecurrence, same results)."""
+    return x.device.type == "cpu" and norm == "relu2" and not folded and tpru_ext.ops() is not None
+
+
+class TPRUSlicesRecurrence(torch.autograd.Function):
+    """The unfolded ReLU² slice path in one C++ op (units/csrc/tpru_recurrence.cpp, "Slices, fused"):
+    takes zx = V_x x (+ b_Vx) [T, B, d] instead of the input scores f_x = Uᵀ zx [T, B, k, N], so no
+    k·N-sized tensor — scores, fillers or their gradients — is written to memory or kept for backward;
+    each step's unbind → ReLU² normalise → bind runs in reused cache-sized buffers, and backward
+    recomputes the step's scores from z_t and zx_t. Same results as TPRURecurrence fed with
+    f_x = Uᵀ zx (tests/test_tpru_backends.py)."""
+
+    @staticmethod
+    def forward(ctx, gx, zx, W_rec, R_slices, U_slices, c_b, c_x, b0, tanh_candidate: bool):
+        outs, pres, cands, sums = tpru_ext.ops().tpru_slices_forward(
+            gx, zx, W_rec, R_slices, U_slices, c_b, c_x, b0, tanh_candidate)
+        ctx.use_tanh = tanh_candidate
+        ctx.save_for_backward(zx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums)
+        return outs
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        zx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums = ctx.saved_tensors
+        d_gx, d_zx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0 = tpru_ext.ops().tpru_slices_backward(
+            grad_out, zx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums, ctx.use_tanh)
+        return d_gx, d_zx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0, None

@@ -331,19 +331,23 @@ std::vector<at::Tensor> tpru_backward(const at::Tensor& grad_in, const at::Tenso
 }
 
 // ---------------------------------------------------------------------------------------------
-// Slices, fused (unfolded path with ReLU²: `tpru[slices=k]` where kN > d + N). The k·N role scores
-// and fillers of a step live only in two [k, B, N] scratch buffers that are reused from step to
-// step (cache-resident) and from call to call (no fresh pages to fault in): per step, one batched
-// matmul unbinds (z_j U_j), one pass over the rows normalises in place (ReLU², Σ, ÷), one batched
-// matmul binds (R_j f_j). Nothing k·N-sized is saved for backward: it keeps z_t (in `pres`, or
-// b_{t-1} itself when V_b = I) and recomputes the scores and fillers of each step from it (one
-// extra unbinding matmul per step), then accumulates ∂R and ∂U inside the loop (batched matmuls
-// with inner size B) instead of after it from [T, k, B, N] buffers.
+// Slices, fused (unfolded path with ReLU²: `tpru[slices=k]` where kN > d + N). No k·N-sized tensor
+// (role scores, fillers, their gradients) is ever written to memory outside two [k, 2B, N] scratch
+// buffers that are reused from step to step (cache-resident) and from call to call (no fresh pages
+// to fault in). The input takes the same road: the op gets zx = V_x x (+ b_Vx) [T, B, d], not the
+// input scores f_x = Uᵀ zx [T, B, k, N] (which the unfused path gets from one large einsum, written
+// to memory and read back, and again for its gradient). Per step:
+//   Z = [z_t; zx_t] per slice [k, 2B, s] (z_t = V_b b_{t-1}, or b_{t-1} when V_b = I)
+//   S = Z U                 one batched matmul: f_b and f_x of the step        [k, 2B, N]
+//   one pass over the rows: f = (ReLU(f_b + c_b) + ReLU(f_x + c_x))² / Σ, in place
+//   b̃ = R f                 one batched matmul
+// Backward keeps only z_t (in `pres`) and zx, recomputes S, and accumulates ∂R, ∂U (batched
+// matmuls with inner size B, 2B) inside the loop; ∂zx comes back as [T, B, d].
 
 // Scratch tensors kept between calls (per thread: autograd may run backward on another thread).
 // A slot keeps the largest buffer asked of it (per dtype); a call gets a contiguous view of its size.
 at::Tensor scratch(int slot, at::IntArrayRef sizes, const at::TensorOptions& opts) {
-  thread_local std::vector<at::Tensor> pool(8);
+  thread_local std::vector<at::Tensor> pool(16);
   const int64_t need = c10::multiply_integers(sizes);
   at::Tensor& t = pool[2 * slot + (opts.dtype().toScalarType() == at::kDouble ? 1 : 0)];
   if (!t.defined() || t.scalar_type() != opts.dtype().toScalarType() || t.numel() < need) {
@@ -352,12 +356,25 @@ at::Tensor scratch(int slot, at::IntArrayRef sizes, const at::TensorOptions& opt
   return t.narrow(0, 0, need).view(sizes);
 }
 
+// Z[:, :B] = z per slice, Z[:, B:] = zx per slice ([B, d] row-major views with unit inner stride).
+template <typename scalar_t>
+void stack_inputs(scalar_t* __restrict__ Zp, const scalar_t* z, int64_t zB, const scalar_t* zx, int64_t xB, int64_t B,
+                  int64_t k, int64_t s) {
+  at::parallel_for(0, B, grain(2 * k * s), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      for (int64_t j = 0; j < k; ++j) {
+        std::copy_n(z + i * zB + j * s, s, Zp + (j * 2 * B + i) * s);
+        std::copy_n(zx + i * xB + j * s, s, Zp + (j * 2 * B + B + i) * s);
+      }
+  });
+}
+
 template <typename scalar_t>
 inline scalar_t relu2_sum_row(scalar_t* __restrict__ sc, const scalar_t* __restrict__ cb,
-                              const scalar_t* __restrict__ xr, scalar_t cx, int64_t N) {
+                              const scalar_t* __restrict__ xs, scalar_t cx, int64_t N) {
   // sc ← f̃ = (ReLU(f_b + c_b) + ReLU(f_x + c_x))², in place; returns Σf̃
   for (int64_t n = 0; n < N; ++n) {
-    const scalar_t a = relu(sc[n] + cb[n]) + relu(xr[n] + cx);
+    const scalar_t a = relu(sc[n] + cb[n]) + relu(xs[n] + cx);
     sc[n] = a * a;
   }
   scalar_t total = 0;
@@ -367,27 +384,30 @@ inline scalar_t relu2_sum_row(scalar_t* __restrict__ sc, const scalar_t* __restr
 }
 
 template <typename scalar_t>
-void slices_forward_loop(const Dims& m, const at::Tensor& gx, const at::Tensor& fx, const at::Tensor& W_rec,
+void slices_forward_loop(const Dims& m, const at::Tensor& gx, const at::Tensor& zx, const at::Tensor& W_rec,
                          const at::Tensor& R_slices, const at::Tensor& U_slices, const at::Tensor& c_b,
                          const at::Tensor& c_x, const at::Tensor& b0, at::Tensor& outs, at::Tensor& pres,
-                         at::Tensor& cands, at::Tensor& sums, at::Tensor& S) {
+                         at::Tensor& cands, at::Tensor& sums, at::Tensor& Z, at::Tensor& S) {
   const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows, kN = k * N;
   const scalar_t cx = c_x.item<scalar_t>();
   const scalar_t eps = static_cast<scalar_t>(kNormEps);
   const scalar_t* cb = c_b.data_ptr<scalar_t>();
-  const int64_t gT = gx.stride(0), gB = gx.stride(1), xT = fx.stride(0), xB = fx.stride(1), xk = fx.stride(2);
+  const int64_t gT = gx.stride(0), gB = gx.stride(1), zT = zx.stride(0), zB = zx.stride(1);
   const scalar_t* gxp = gx.data_ptr<scalar_t>();
-  const scalar_t* fxp = fx.data_ptr<scalar_t>();
+  const scalar_t* zxp = zx.data_ptr<scalar_t>();
   scalar_t* cand0 = cands.data_ptr<scalar_t>();
+  scalar_t* Zp = Z.data_ptr<scalar_t>();
   scalar_t* Sp = S.data_ptr<scalar_t>();
   const at::Tensor W_T = W_rec.t(), R_T = R_slices.transpose(1, 2);  // [d, rows], [k, N, s]
+  const at::Tensor Sf = S.narrow(1, 0, B);                               // the fillers' half [k, B, N]
   at::Tensor b = b0;
   for (int64_t t = 0; t < T; ++t) {
     at::Tensor P = pres.select(0, t);
     at::mm_out(P, b, W_T);  // [W_b b | V_b b]  or  W_b b
-    at::Tensor z = rows > d ? P.narrow(1, d, d) : b;
-    at::bmm_out(S, z.unflatten(1, {k, s}).transpose(0, 1), U_slices);  // f_b per slice [k, B, N]
     scalar_t* Pp = P.data_ptr<scalar_t>();
+    if (rows > d) stack_inputs(Zp, Pp + d, rows, zxp + t * zT, zB, B, k, s);
+    else stack_inputs(Zp, b.data_ptr<scalar_t>(), d, zxp + t * zT, zB, B, k, s);
+    at::bmm_out(S, Z, U_slices);  // f_b and f_x of every slice [k, 2B, N]
     scalar_t* sump = sums.select(0, t).data_ptr<scalar_t>();
     at::parallel_for(0, B, grain(d + 4 * kN), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
@@ -395,17 +415,17 @@ void slices_forward_loop(const Dims& m, const at::Tensor& gx, const at::Tensor& 
         const scalar_t* __restrict__ g_in = gxp + t * gT + i * gB;
         for (int64_t e = 0; e < d; ++e) p[e] += g_in[e];  // gate pre-activation
         for (int64_t j = 0; j < k; ++j) {
-          scalar_t* sc = Sp + (j * B + i) * N;
-          const scalar_t total = relu2_sum_row(sc, cb + j * N, fxp + t * xT + i * xB + j * xk, cx, N);
-          const scalar_t clamped = total < eps ? eps : total;
+          scalar_t* sc = Sp + (j * 2 * B + i) * N;
+          const scalar_t total = relu2_sum_row(sc, cb + j * N, Sp + (j * 2 * B + B + i) * N, cx, N);
+          const scalar_t clamped = total < eps ? eps : total;  // NaN passes through
           sump[i * k + j] = clamped;
-          for (int64_t n = 0; n < N; ++n) sc[n] = sc[n] / clamped;  // f, in place
+          for (int64_t n = 0; n < N; ++n) sc[n] = sc[n] / clamped;  // f = f̃ / max(Σf̃, eps), in place
         }
       }
     });
     P.narrow(1, 0, d).sigmoid_();  // g_t
     at::Tensor C = cands.select(1, t);  // [k, B, s]
-    at::bmm_out(C, S, R_T);  // b̃ = R f
+    at::bmm_out(C, Sf, R_T);  // b̃ = R f
     if (m.tanh_candidate) C.tanh_();
     const scalar_t* bp = b.data_ptr<scalar_t>();
     scalar_t* op = outs.select(0, t).data_ptr<scalar_t>();
@@ -418,54 +438,53 @@ void slices_forward_loop(const Dims& m, const at::Tensor& gx, const at::Tensor& 
   }
 }
 
-// Backward of one row of one slice, from the recomputed raw scores sc (f_b without c_b) and ∂f (df):
-// on return sc holds f and df holds ∂f_b; dx gets ∂f_x.
+// Backward of one row of one slice, from the recomputed raw scores sc (f_b without c_b), xs (f_x
+// without c_x) and ∂f (df): on return sc holds f, df holds ∂f_b and xs holds ∂f_x.
 template <typename scalar_t>
-inline void relu2_fused_back_row(scalar_t* __restrict__ sc, scalar_t* __restrict__ df, const scalar_t* __restrict__ cb,
-                                 const scalar_t* __restrict__ xr, scalar_t cx, scalar_t S, scalar_t eps,
-                                 scalar_t* __restrict__ dx, int64_t N) {
+inline void relu2_fused_back_row(scalar_t* __restrict__ sc, scalar_t* __restrict__ df, scalar_t* __restrict__ xs,
+                                 const scalar_t* __restrict__ cb, scalar_t cx, scalar_t S, scalar_t eps, int64_t N) {
   scalar_t dot = 0;
 #pragma omp simd reduction(+ : dot)
   for (int64_t n = 0; n < N; ++n) {
-    const scalar_t v = sc[n] + cb[n];
-    const scalar_t a = relu(v) + relu(xr[n] + cx);
+    const scalar_t a = relu(sc[n] + cb[n]) + relu(xs[n] + cx);
     dot += df[n] * ((a * a) / S);
   }
   const scalar_t shift = S > eps ? dot : scalar_t(0);  // below the clamp Σ is the constant eps
   const scalar_t coef = scalar_t(2) / S;
   for (int64_t n = 0; n < N; ++n) {
     const scalar_t v = sc[n] + cb[n];
-    const scalar_t xv = xr[n] + cx;
+    const scalar_t xv = xs[n] + cx;
     const scalar_t a = relu(v) + relu(xv);
     const scalar_t da = a * coef * (df[n] - shift);  // 2a/Σ · (∂f − shift)
     sc[n] = (a * a) / S;
     df[n] = v > 0 ? da : scalar_t(0);
-    dx[n] = xv > 0 ? da : scalar_t(0);
+    xs[n] = xv > 0 ? da : scalar_t(0);
   }
 }
 
 template <typename scalar_t>
-void slices_backward_loop(const Dims& m, const at::Tensor& grad, const at::Tensor& fx, const at::Tensor& W_rec,
+void slices_backward_loop(const Dims& m, const at::Tensor& grad, const at::Tensor& zx, const at::Tensor& W_rec,
                           const at::Tensor& R_slices, const at::Tensor& U_slices, const at::Tensor& c_b,
                           const at::Tensor& c_x, const at::Tensor& b0, const at::Tensor& outs, const at::Tensor& pres,
-                          const at::Tensor& cands, const at::Tensor& sums, at::Tensor& d_pre, at::Tensor& d_fx,
+                          const at::Tensor& cands, const at::Tensor& sums, at::Tensor& d_pre, at::Tensor& d_zx,
                           at::Tensor& d_cands, at::Tensor& carry, at::Tensor& d_R, at::Tensor& d_U,
-                          at::Tensor& d_c_b, at::Tensor& S, at::Tensor& DF) {
+                          at::Tensor& d_c_b, at::Tensor& d_c_x, at::Tensor& Z, at::Tensor& S, at::Tensor& DF) {
   const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows, kN = k * N;
   const bool tanh_candidate = m.tanh_candidate;
   const scalar_t cx = c_x.item<scalar_t>();
   const scalar_t eps = static_cast<scalar_t>(kNormEps);
   const scalar_t* cb = c_b.data_ptr<scalar_t>();
-  const int64_t xT = fx.stride(0), xB = fx.stride(1), xk = fx.stride(2);
-  const int64_t dT = d_fx.stride(0), dB = d_fx.stride(1), dk = d_fx.stride(2);
-  const scalar_t* fxp = fx.data_ptr<scalar_t>();
-  scalar_t* dfx0 = d_fx.data_ptr<scalar_t>();
+  const int64_t zT = zx.stride(0), zB = zx.stride(1);
+  const scalar_t* zxp = zx.data_ptr<scalar_t>();
   const scalar_t* cand0 = cands.data_ptr<scalar_t>();
   scalar_t* dcand0 = d_cands.data_ptr<scalar_t>();
+  scalar_t* Zp = Z.data_ptr<scalar_t>();
   scalar_t* Sp = S.data_ptr<scalar_t>();
   scalar_t* DFp = DF.data_ptr<scalar_t>();
   scalar_t* cr = carry.data_ptr<scalar_t>();
   const at::Tensor U_T = U_slices.transpose(1, 2);  // [k, N, s]
+  const at::Tensor Sf = S.narrow(1, 0, B), DFb = DF.narrow(1, 0, B), DFx = DF.narrow(1, B, B);
+  const at::Tensor ZT = Z.transpose(1, 2);  // [k, s, 2B]
   for (int64_t t = T - 1; t >= 0; --t) {
     const scalar_t* go = grad.select(0, t).data_ptr<scalar_t>();
     const at::Tensor Pt = pres.select(0, t);
@@ -484,57 +503,67 @@ void slices_backward_loop(const Dims& m, const at::Tensor& grad, const at::Tenso
         }
       }
     });
-    const at::Tensor zs = (rows > d ? Pt.narrow(1, d, d) : prev).unflatten(1, {k, s}).transpose(0, 1);  // [k, B, s]
+    if (rows > d) stack_inputs(Zp, G + d, rows, zxp + t * zT, zB, B, k, s);
+    else stack_inputs(Zp, Pv, d, zxp + t * zT, zB, B, k, s);
     const at::Tensor dcand = d_cands.select(1, t);  // [k, B, s]
-    at::bmm_out(S, zs, U_slices);        // the step's raw scores again
-    at::bmm_out(DF, dcand, R_slices);    // ∂f = Rᵀ ∂b̃
+    at::bmm_out(S, Z, U_slices);  // the step's raw scores f_b, f_x again
+    at::Tensor dfb_out = DFb;
+    at::bmm_out(dfb_out, dcand, R_slices);  // ∂f = Rᵀ ∂b̃ [k, B, N]
     const scalar_t* sump = sums.select(0, t).data_ptr<scalar_t>();
     at::parallel_for(0, B, grain(4 * kN), [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i)
-        for (int64_t j = 0; j < k; ++j)
-          relu2_fused_back_row(Sp + (j * B + i) * N, DFp + (j * B + i) * N, cb + j * N, fxp + t * xT + i * xB + j * xk,
-                               cx, sump[i * k + j], eps, dfx0 + t * dT + i * dB + j * dk, N);
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t r = (j * 2 * B + i) * N, rx = (j * 2 * B + B + i) * N;
+          scalar_t* dx = DFp + rx;
+          std::copy_n(Sp + rx, N, dx);  // f_x's raw score, overwritten by ∂f_x
+          relu2_fused_back_row(Sp + r, DFp + r, dx, cb + j * N, cx, sump[i * k + j], eps, N);
+        }
     });
-    d_R.baddbmm_(dcand.transpose(1, 2), S);  // ∂R += ∂b̃ᵀ f per slice
-    d_U.baddbmm_(zs.transpose(1, 2), DF);    // ∂U += zᵀ ∂f_b per slice
-    d_c_b.add_(DF.sum(1));
+    d_R.baddbmm_(dcand.transpose(1, 2), Sf);  // ∂R += ∂b̃ᵀ f per slice
+    d_U.baddbmm_(ZT, DF);                     // ∂U += zᵀ ∂f_b + zxᵀ ∂f_x per slice
+    d_c_b.add_(DFb.sum(1));
+    d_c_x.add_(DFx.sum());
+    at::Tensor dzx = d_zx.select(0, t).unflatten(1, {k, s}).transpose(0, 1);
+    at::bmm_out(dzx, DFx, U_T);  // ∂zx = U ∂f_x
     at::Tensor dPt = d_pre.select(0, t);
     if (rows > d) {  // ∂z = U ∂f_b into the V_b rows of ∂pre
       at::Tensor dz = dPt.narrow(1, d, d).unflatten(1, {k, s}).transpose(0, 1);
-      at::bmm_out(dz, DF, U_T);
+      at::bmm_out(dz, DFb, U_T);
     } else {  // z = b_{t-1}
-      carry.unflatten(1, {k, s}).transpose(0, 1).baddbmm_(DF, U_T);
+      carry.unflatten(1, {k, s}).transpose(0, 1).baddbmm_(DFb, U_T);
     }
     carry.addmm_(dPt, W_rec);
   }
 }
 
-std::vector<at::Tensor> tpru_slices_forward(const at::Tensor& gx_in, const at::Tensor& fx_in, const at::Tensor& W_rec,
+std::vector<at::Tensor> tpru_slices_forward(const at::Tensor& gx_in, const at::Tensor& zx_in, const at::Tensor& W_rec,
                                             const at::Tensor& R_slices, const at::Tensor& U_slices,
                                             const at::Tensor& c_b_in, const at::Tensor& c_x, const at::Tensor& b0_in,
                                             bool tanh_candidate) {
   Dims m;
   m.T = gx_in.size(0); m.B = gx_in.size(1); m.d = gx_in.size(2);
-  m.k = fx_in.size(2); m.N = fx_in.size(3); m.s = m.d / m.k; m.rows = W_rec.size(0);
+  m.k = U_slices.size(0); m.N = U_slices.size(2); m.s = U_slices.size(1); m.rows = W_rec.size(0);
   m.folded = false; m.relu2 = true; m.tanh_candidate = tanh_candidate;
   const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows;
   TORCH_CHECK(rows == d || rows == 2 * d, "tpru_slices_forward: W_rec has ", rows, " rows");
-  TORCH_CHECK(U_slices.numel() == k * s * N, "tpru_slices_forward: U_slices is needed");
-  auto gx = unit_inner(gx_in), fx = unit_inner(fx_in), b0 = b0_in.contiguous(), c_b = c_b_in.contiguous();
+  TORCH_CHECK(k * s == d && zx_in.size(2) == d, "tpru_slices_forward: U_slices / zx do not match d");
+  auto gx = unit_inner(gx_in), zx = unit_inner(zx_in), b0 = b0_in.contiguous(), c_b = c_b_in.contiguous();
+  auto U = U_slices.contiguous();
   auto opts = gx.options();
   auto outs = at::empty({T, B, d}, opts);
   auto pres = at::empty({T, B, rows}, opts);
   auto cands = at::empty({k, T, B, s}, opts);
   auto sums = at::empty({T, B, k}, opts);
-  at::Tensor S = scratch(0, {k, B, N}, opts);
+  at::Tensor Z = scratch(0, {k, 2 * B, s}, opts);
+  at::Tensor S = scratch(1, {k, 2 * B, N}, opts);
   AT_DISPATCH_FLOATING_TYPES(gx.scalar_type(), "tpru_slices_forward", [&] {
-    slices_forward_loop<scalar_t>(m, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums, S);
+    slices_forward_loop<scalar_t>(m, gx, zx, W_rec, R_slices, U, c_b, c_x, b0, outs, pres, cands, sums, Z, S);
   });
   return {outs, pres, cands, sums};
 }
 
-// Returns {d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b [k,N], d_c_x [], d_b0}.
-std::vector<at::Tensor> tpru_slices_backward(const at::Tensor& grad_in, const at::Tensor& fx_in,
+// Returns {d_gx, d_zx, d_W_rec, d_R, d_U, d_c_b [k,N], d_c_x [], d_b0}.
+std::vector<at::Tensor> tpru_slices_backward(const at::Tensor& grad_in, const at::Tensor& zx_in,
                                              const at::Tensor& W_rec, const at::Tensor& R_slices,
                                              const at::Tensor& U_slices, const at::Tensor& c_b_in,
                                              const at::Tensor& c_x, const at::Tensor& b0, const at::Tensor& outs,
@@ -542,29 +571,31 @@ std::vector<at::Tensor> tpru_slices_backward(const at::Tensor& grad_in, const at
                                              bool tanh_candidate) {
   Dims m;
   m.T = outs.size(0); m.B = outs.size(1); m.d = outs.size(2);
-  m.k = fx_in.size(2); m.N = fx_in.size(3); m.s = m.d / m.k; m.rows = W_rec.size(0);
+  m.k = U_slices.size(0); m.N = U_slices.size(2); m.s = U_slices.size(1); m.rows = W_rec.size(0);
   m.folded = false; m.relu2 = true; m.tanh_candidate = tanh_candidate;
   const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows;
-  auto grad = grad_in.contiguous(), fx = unit_inner(fx_in), c_b = c_b_in.contiguous();
+  auto grad = grad_in.contiguous(), zx = unit_inner(zx_in), c_b = c_b_in.contiguous();
+  auto U = U_slices.contiguous();
   auto opts = outs.options();
   auto d_pre = at::empty({T, B, rows}, opts);
-  auto d_fx = at::empty_like(fx);
+  auto d_zx = at::empty({T, B, d}, opts);
   auto d_cands = at::empty({k, T, B, s}, opts);
   auto carry = at::zeros({B, d}, opts);
   auto d_R = at::zeros({k, s, N}, opts);
   auto d_U = at::zeros({k, s, N}, opts);
   auto d_c_b = at::zeros({k, N}, opts);
-  at::Tensor S = scratch(1, {k, B, N}, opts);
-  at::Tensor DF = scratch(2, {k, B, N}, opts);
+  auto d_c_x = at::zeros({}, opts);
+  at::Tensor Z = scratch(2, {k, 2 * B, s}, opts);
+  at::Tensor S = scratch(3, {k, 2 * B, N}, opts);
+  at::Tensor DF = scratch(4, {k, 2 * B, N}, opts);
   AT_DISPATCH_FLOATING_TYPES(outs.scalar_type(), "tpru_slices_backward", [&] {
-    slices_backward_loop<scalar_t>(m, grad, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums,
-                                   d_pre, d_fx, d_cands, carry, d_R, d_U, d_c_b, S, DF);
+    slices_backward_loop<scalar_t>(m, grad, zx, W_rec, R_slices, U, c_b, c_x, b0, outs, pres, cands, sums,
+                                   d_pre, d_zx, d_cands, carry, d_R, d_U, d_c_b, d_c_x, Z, S, DF);
   });
   at::Tensor d_W_rec = at::mm(d_pre.select(0, 0).t(), b0);
   if (T > 1) d_W_rec.addmm_(d_pre.narrow(0, 1, T - 1).reshape({-1, rows}).t(), outs.narrow(0, 0, T - 1).reshape({-1, d}));
-  at::Tensor d_c_x = d_fx.sum().reshape({});
   at::Tensor d_gx = d_pre.narrow(2, 0, d);
-  return {d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, carry};
+  return {d_gx, d_zx, d_W_rec, d_R, d_U, d_c_b, d_c_x, carry};
 }
 
 }  // namespace
@@ -575,9 +606,9 @@ TORCH_LIBRARY(tprbench, m) {
   m.def("tpru_backward(Tensor grad, Tensor fx, Tensor W_rec, Tensor R_slices, Tensor U_slices, Tensor c_x, Tensor b0, "
         "Tensor outs, Tensor pres, Tensor cands, Tensor fills, Tensor sums, Tensor scores, bool relu2, "
         "bool tanh_candidate) -> Tensor[]");
-  m.def("tpru_slices_forward(Tensor gx, Tensor fx, Tensor W_rec, Tensor R_slices, Tensor U_slices, Tensor c_b, "
+  m.def("tpru_slices_forward(Tensor gx, Tensor zx, Tensor W_rec, Tensor R_slices, Tensor U_slices, Tensor c_b, "
         "Tensor c_x, Tensor b0, bool tanh_candidate) -> Tensor[]");
-  m.def("tpru_slices_backward(Tensor grad, Tensor fx, Tensor W_rec, Tensor R_slices, Tensor U_slices, Tensor c_b, "
+  m.def("tpru_slices_backward(Tensor grad, Tensor zx, Tensor W_rec, Tensor R_slices, Tensor U_slices, Tensor c_b, "
         "Tensor c_x, Tensor b0, Tensor outs, Tensor pres, Tensor cands, Tensor sums, bool tanh_candidate) -> Tensor[]");
 }
 
