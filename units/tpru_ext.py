@@ -1,4 +1,6 @@
-"""The C++ TPRU recurrence (units/csrc/tpru_recurrence.cpp): built once per machine, loaded lazily.
+"""The C++ TPRU recurrence (units/csrc/tpru_recurrence.cpp), with the C++ loops of `tpr3`
+(tpr3_recurrence.cpp) and the ungated TPRN (tprn_recurrence.cpp) in the same library: built once per
+machine, loaded lazily.
 
 Why a C++ loop: at small d a TPRU step is ~10 small tensor ops, and from Python each costs
 microseconds of interpreter and dispatch time — most of the step (docs/benchmarks.md, profile).
@@ -30,8 +32,8 @@ from types import SimpleNamespace
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "tpru_recurrence.cpp"
 # Every source of the extension (one library, torch.ops.tprbench): the TPRU recurrence (plain and the
-# fused slice step) and the TPR-RNN (`tpr3`) update loop.
-SOURCES = (SOURCE, SOURCE.parent / "tpr3_recurrence.cpp")
+# fused slice step), the TPR-RNN (`tpr3`) update loop and the ungated TPRN loop.
+SOURCES = (SOURCE, SOURCE.parent / "tpr3_recurrence.cpp", SOURCE.parent / "tprn_recurrence.cpp")
 NAME = "tprbench_tpru"
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
