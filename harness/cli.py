@@ -16,6 +16,7 @@ COMMANDS = {
     "run": "run",
     "study": "study",
     "report": "report",
+    "papers": "papers",
     "compare": "compare",
     "record": "record",
     "train": "train",
@@ -43,7 +44,10 @@ class Parser(argparse.ArgumentParser):
             close = difflib.get_close_matches(m.group(1), choices, n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             message = f"unknown command {m.group(1)!r}{hint} (choose from {', '.join(choices)})"
-        super().error(message)
+        # One line, as every other error of tprbench (no usage block above it); exit 2 as argparse does.
+        # Named as the command's other errors are (`tprbench data: error: …`, harness.cli.main).
+        name = " ".join(self.prog.split()[:2])
+        self.exit(2, f"{name}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,20 +8,12 @@ $TPRBENCH_PROGRESS_SECONDS (default 30) and the whole table, at its natural widt
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-PROGRESS_ENV = "TPRBENCH_PROGRESS_SECONDS"
-DEFAULT_INTERVAL = 30.0
-
-
-def interval() -> float:
-    try:
-        return max(float(os.environ.get(PROGRESS_ENV, DEFAULT_INTERVAL)), 0.0)
-    except ValueError:
-        return DEFAULT_INTERVAL
+# One setting for every progress line (the driver's and train's/data's): defined in tasks.progress.
+from tasks.progress import DEFAULT_INTERVAL, PROGRESS_ENV, interval  # noqa: F401
 
 
 def _eta(runner: Any, states: list[Any], in_flight: int) -> str:

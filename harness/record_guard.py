@@ -105,8 +105,10 @@ def _mark_checked(stamp: Path, key: str) -> None:
     try:
         stamp.parent.mkdir(parents=True, exist_ok=True)
         stamp.write_text(key)
-    except OSError:  # read-only or full: checked again next time
-        pass
+    except OSError as exc:  # read-only or full: checked again next time
+        from .cache_note import unsaved
+
+        unsaved(stamp.parent, exc)
 
 
 def snapshots(root: Path) -> list[Path]:

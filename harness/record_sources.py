@@ -221,15 +221,15 @@ class SqlSource:
                 out[run_id]["params"][key] = value
         return list(out.values())
 
-    def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str]] | None:
-        """(run id, tags by bare name) of the study run (the first created), or None."""
-        rows = sorted((start or 0, rid) for rid, _s, start, _e in self.index(experiment_id, "study", ended=False))
+    def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str], str] | None:
+        """(run id, tags by bare name, MLflow status) of the study run (the first created), or None."""
+        rows = sorted((start or 0, rid, status) for rid, status, start, _e in self.index(experiment_id, "study", ended=False))
         if not rows:
             return None
-        rid = rows[0][1]
+        _start, rid, status = rows[0]
         tags = {k[len(TAG):]: v for k, v in self.query("SELECT key, value FROM tags WHERE run_uuid = :r", {"r": rid})
                 if k.startswith(TAG)}
-        return rid, tags
+        return rid, tags, status
 
     def pending(self, experiment_id: str) -> list[str]:
         """Runs a killed driver left half-written: kind `pending`, or a trial/seed run that never ended."""
@@ -333,12 +333,12 @@ class ClientSource:
                         "params": dict(run.data.params)})
         return out
 
-    def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str]] | None:
+    def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str], str] | None:
         found = self.search(experiment_id, f"tags.`{KIND}` = 'study'")
         if not found:
             return None
         run = min(found, key=lambda r: r.info.start_time)
-        return run.info.run_id, {k[len(TAG):]: v for k, v in run.data.tags.items() if k.startswith(TAG)}
+        return run.info.run_id, {k[len(TAG):]: v for k, v in run.data.tags.items() if k.startswith(TAG)}, run.info.status
 
     def pending(self, experiment_id: str) -> list[str]:
         ids = [r.info.run_id for r in self.search(experiment_id, f"tags.`{KIND}` = 'pending'")]

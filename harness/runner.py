@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from .faults import fault_point
 from .jobs import TrialRef, WorkerJob
 from .live import LiveRuns, start_sink
 from .record import (
@@ -212,7 +213,14 @@ def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | N
     if address:
         ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
     else:
-        start_local_ray(lambda: ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs), ray.shutdown)
+        from .ray_watchdog import start as start_watchdog
+        from .ray_watchdog import unmark
+
+        start_watchdog()  # a SIGKILLed driver's Ray processes end with it (harness/ray_watchdog.py)
+        try:
+            start_local_ray(lambda: ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs), ray.shutdown)
+        finally:
+            unmark()
 
 
 LOCAL_RAY_ATTEMPTS = 3
@@ -238,6 +246,20 @@ def start_local_ray(init: Any, shutdown: Any, attempts: int = LOCAL_RAY_ATTEMPTS
                                   "the machine is probably overloaded; rerun later (the study resumes)") from None
             logging.getLogger(__name__).warning("local Ray did not start (attempt %d of %d); retrying", attempt, attempts)
             time.sleep(pause_s * attempt)
+
+
+def check_fits(resources: Any) -> None:
+    """One line, before anything is dispatched, when no trial could ever start: its request
+    (`[resources] cpus`/`gpus`) is more than the whole cluster has. Ray would wait for such a
+    task forever, without a word."""
+    import ray
+
+    total = ray.cluster_resources()
+    for name, want in (("cpus", resources.cpus), ("gpus", resources.gpus or 0)):
+        have = total.get(name[:-1].upper(), 0)
+        if want > have:
+            raise RunnerError(f"[resources] {name} = {want:g} per trial, but the Ray cluster has {have:g} in all: no trial "
+                              f"could start (lower it, or run on a cluster that has them: --address, docs/cluster.md)")
 
 
 def slots(resources: Any) -> int:
@@ -337,9 +359,16 @@ class StudyRunner:
     def _prepare_data(self) -> None:
         """Load/generate each distinct dataset once on the driver so workers find it cached,
         and so a bad data path stops the study before anything is dispatched."""
-        for cell, adapter in self._datasets():
-            self._say(f"preparing data for {cell.task} ({cell.data})")
-            adapter.prepare()
+        from tasks.progress import ConsoleReporter, Reporter, reporting
+
+        # Data generation shows its bar (terminal) or a line every 30 s; `--quiet` and library use: none.
+        shown = self.console is not None and getattr(self, "show_progress", True)
+        with reporting(ConsoleReporter(self.console) if shown else Reporter()):
+            for cell, adapter in self._datasets():
+                t0 = time.monotonic()
+                self._phase(f"preparing data for {cell.task} ({cell.data})")
+                adapter.prepare()
+                self._phase(f"data for {cell.task} ready in {time.monotonic() - t0:.1f} s")
 
     def preflight(self, address: str | None = None) -> None:
         """The checks that need nothing written: the Ray address answers (one line within seconds,
@@ -350,6 +379,9 @@ class StudyRunner:
             return
         if address:
             check_address(address)
+        from .store_check import check_stores
+
+        check_stores(self.tracking_uri, self.storage_url)  # a store that never answers: one line, nothing created
         self._check_data()
         self._preflight_done = True
 
@@ -662,22 +694,16 @@ class StudyRunner:
         self.preflight(address)
         self.root.mkdir(parents=True, exist_ok=True)
         with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
+            self._phase(f"opening the record ({self.tracking_uri})")
             states = self._open_record()
             if any(self._has_work(st) for st in states):
-                outcome = "FAILED"
-                try:
-                    self.tracker.reopen(self.study_run_id)
-                    self._say_resume(states)
-                    self._prepare_data()
-                    init_ray(address, num_cpus, ray_temp_dir)
-                    self._dispatch(states)
-                    outcome = "FINISHED"
-                except KeyboardInterrupt:
-                    outcome = "KILLED"
-                    raise
-                finally:
-                    self._close_record(states, outcome)
+                with self.lease:
+                    self._touched |= self.left_open  # closed with the rest when this driver ends
+                    self._drive(states, address, num_cpus, ray_temp_dir)
             else:  # a no-op rerun writes nothing (its study and cell runs were ended by the driver that did the work)
+                if self.left_open or self.study_left_open:
+                    with self.lease:
+                        self._close_left_open(states)
                 gave_up = sum(st.status == "errored" for st in states)
                 self._say("nothing to do: every cell is done" + (
                     f" or errored past the retry cap ({gave_up} cell(s); `study show` says why)" if gave_up else "")
@@ -686,15 +712,53 @@ class StudyRunner:
             return {"cells": len(states), "seconds": time.time() - self.started,
                     "states": {st.cell.id: st.status for st in states}}
 
+    def _drive(self, states: list[CellState], address: str | None, num_cpus: int | None, ray_temp_dir: str | None) -> None:
+        """Dispatch until nothing is left; the record is closed however it ends."""
+        outcome = "FAILED"
+        try:
+            self.tracker.reopen(self.study_run_id)
+            self._say_resume(states)
+            self._prepare_data()
+            t0 = time.monotonic()
+            self._phase(f"connecting to Ray at {address}" if address else
+                        f"starting a local Ray ({num_cpus or os.cpu_count()} CPU(s))")
+            init_ray(address, num_cpus, ray_temp_dir)
+            self._phase(f"Ray ready in {time.monotonic() - t0:.1f} s; planning {len(states)} cell(s)")
+            self._dispatch(states)
+            outcome = "FINISHED"
+        except KeyboardInterrupt:
+            outcome = "KILLED"
+            raise
+        finally:
+            fault_point("closing")
+            self._close_record(states, outcome)
+
+    def _close_left_open(self, states: list[CellState]) -> None:
+        """Close what a driver killed while closing left RUNNING (its cell runs, the study run)
+        as a finished driver closes them: summary metrics, end status; a snapshot follows."""
+        self._touched = set(self.left_open)
+        self._close_record(states, "FINISHED")
+        self.snapshots.changed()
+        what = [f"{len(self.left_open)} cell run(s)"] if self.left_open else []
+        what += ["the study run"] if self.study_left_open else []
+        self._say(f"closed what a stopped driver left open ({' and '.join(what)}): summary metrics logged and ended "
+                  "as a finished driver ends them")
+
     def _say_resume(self, states: list[CellState]) -> None:
         """What a rerun continues: trials from checkpoints, errored runs retried, runs already recorded."""
         recorded = sum(len(st.records) for st in states)
         if not recorded and not any(st.stale for st in states):
             return
         retried = sum(st.retried for st in states)
-        stale = sum(len(st.stale) for st in states) - sum(
-            self._errored(st, f"{st.cell.id}/trial/{number}") is not None for st in states for number, _ in st.stale)
-        parts = [f"{stale} trial(s) continue from their checkpoints"] if stale else []
+        # A stale trial continues from its checkpoint only if it wrote one (issue 35: the message
+        # said so of trials killed in their first epoch, which start over).
+        unfinished = [(st, number) for st in states for number, _ in st.stale
+                      if self._errored(st, f"{st.cell.id}/trial/{number}") is None]
+        saved = sum((self.work_dir / st.cell.id / f"trial-{number:04d}" / "checkpoint.pt").exists()  # tasks.training.CHECKPOINT
+                    for st, number in unfinished)
+        parts = [f"{saved} trial(s) continue from their checkpoints"] if saved else []
+        if len(unfinished) > saved:
+            parts.append(f"{len(unfinished) - saved} unfinished trial(s) start over (no checkpoint written yet)")
         if retried:
             parts.append(f"{retried} errored run(s) retried")
         parts.append(f"{recorded} run(s) already recorded")
@@ -763,6 +827,10 @@ class StudyRunner:
         self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts", root=self.root)
         self.tracker.on_retry = self._say
         self.study_run_id = self.tracker.study_run(self.commit)
+        from .lease import DriverLease
+
+        self.lease = DriverLease(self.tracker, self.study_run_id, self.root, note=self._say)
+        self.lease.check("changed nothing")  # before anything is deleted: the runs a live driver is writing
         self.tracker.delete_pending()
         reader, ids = self.tracker.reader, [c.id for c in self.cells]
         cell_runs = self.tracker.retry(lambda: reader.cell_runs(ids), "read cell runs")
@@ -771,6 +839,10 @@ class StudyRunner:
             cid = run["tags"].get("cell_id", "")
             self.cell_runs[cid] = run["run_id"]  # the first created wins (as the report reads it)
             tags[cid] = {TAG + k: v for k, v in run["tags"].items()}
+        # Left RUNNING by a driver that died (no live driver holds the lease): closed by this one.
+        self.left_open = {cid for cid, rid in self.cell_runs.items() if any(
+            r["run_id"] == rid and r["status"] == "RUNNING" for r in cell_runs)}
+        self.study_left_open = self.tracker.study_run_status == "RUNNING"
         found = self.tracker.retry(lambda: reader.run_records(ids), "read records")
         by_cell: dict[str, dict[str, Any]] = {c.id: {} for c in self.cells}
         for key, rec in found.items():
@@ -832,6 +904,7 @@ class StudyRunner:
         res = self.study.resources
         self._remote = ray.remote(max_calls=0)(run_job).options(
             num_cpus=res.cpus, num_gpus=res.gpus or 0, max_retries=res.retries, retry_exceptions=False)
+        check_fits(res)
         self._capacity, self._capacity_checked = slots(res), time.monotonic()
         self._say(f"{len(states)} cells, {self._capacity} trial slot(s); tracking {self.tracking_uri}")
         in_flight: dict[Any, tuple[CellState, Job]] = {}
@@ -922,6 +995,11 @@ class StudyRunner:
         self.events.append(text)
         if self.console is not None:
             self.console.print(text)
+
+    def _phase(self, text: str) -> None:
+        """A start-up phase (record, data, Ray, plan), timestamped: a study is never silent for
+        minutes before its first progress line (issue 35)."""
+        self._say(f"[{time.strftime('%H:%M:%S')}] {text}")
 
     def _live_view(self, states: list[CellState]):
         from .progress import live_view

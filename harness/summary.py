@@ -85,26 +85,46 @@ class Summary:
         self.changed = False
 
     def load(self) -> Any:
-        """The stored table (empty when there is none, or it cannot be read: it is rebuilt)."""
+        """The stored table (empty when there is none, or it does not verify: it is rebuilt).
+
+        The file is used only when its bytes hash to the digest saved beside it
+        (`<file>.sha256`, written after the file): a damaged file that still parses — a flipped
+        bit in a value page reads as another number — is rebuilt from the record, never used."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         self.table = None
-        if self.path is not None and self.path.exists():
-            try:
-                table = pq.ParquetFile(self.path).read()  # not pq.read_table: it imports pyarrow.dataset (~0.3 s)
+        data = self._verified_bytes()
+        if data is not None:
+            try:  # not pq.read_table: it imports pyarrow.dataset (~0.3 s)
+                table = pq.ParquetFile(pa.BufferReader(data)).read()
                 meta = table.schema.metadata or {}
                 if int(meta.get(b"tprbench.summary", b"0")) == VERSION and "run_id" in table.column_names:
                     self.table = table
                     self.tombstones = json.loads(meta.get(b"tprbench.tombstones", b"[]"))
-            except Exception:  # unreadable (torn write, other version): rebuilt from the record
+            except Exception:  # unreadable (another version): rebuilt from the record
                 self.table = None
         if self.table is None:
             self.table = to_table(empty_columns())
             self.changed = self.path is not None
         return self.table
 
+    def _verified_bytes(self) -> bytes | None:
+        """The file's bytes if they match the digest saved beside it, else None."""
+        if self.path is None:
+            return None
+        try:
+            data = self.path.read_bytes()
+            digest = digest_path(self.path).read_text().strip()
+        except OSError:  # no file, or no digest (a file of an older tprbench): rebuilt
+            return None
+        return data if hashlib.sha256(data).hexdigest() == digest else None
+
     def save(self) -> None:
-        """Atomically (temp file + rename); a reader that cannot write (read-only root) skips it."""
+        """Atomically (temp file + rename), then its digest beside it (a crash between the two
+        leaves a file that does not verify: rebuilt). A reader that cannot write (read-only
+        root) says so once (harness.cache_note) and goes on."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         if self.path is None or not self.changed:
@@ -112,13 +132,37 @@ class Summary:
         table = self.table.replace_schema_metadata({"tprbench.summary": str(VERSION),
                                                     "tprbench.tombstones": json.dumps(self.tombstones)})
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp_digest = self.path.with_name(f".{self.path.name}.{os.getpid()}.sha256.tmp")
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(table, tmp, compression="zstd")
+            sink = pa.BufferOutputStream()
+            pq.write_table(table, sink, compression="zstd")
+            data = sink.getvalue().to_pybytes()
+            tmp.write_bytes(data)
+            tmp_digest.write_text(hashlib.sha256(data).hexdigest() + "\n")
             os.replace(tmp, self.path)
+            os.replace(tmp_digest, digest_path(self.path))
             self.changed = False
-        except OSError:
-            tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            for left in (tmp, tmp_digest):
+                _remove(left)
+            from .cache_note import unsaved
+
+            unsaved(self.path.parent, exc)
+
+
+def _remove(path: Path) -> None:
+    """Remove a temporary file if it is there. On a read-only filesystem even removing a file
+    that does not exist fails (EROFS, not ENOENT): nothing was written, so nothing to remove."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def digest_path(path: Path) -> Path:
+    """Where the SHA-256 of a summary file's bytes is kept: `<file>.sha256`."""
+    return path.with_name(path.name + ".sha256")
 
 
 def _select(table: Any, cell_ids: list[str] | None, names: list[str] | None = None) -> Columns:

@@ -92,9 +92,14 @@ def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] |
                window: float | None = None) -> T:
     """Call `fn`; on a transient store error, retry with exponential backoff (0.5 s doubling to
     8 s) for up to `window` seconds (default $TPRBENCH_STORE_RETRY_SECONDS, else 120), then raise
-    StoreUnavailable naming the store and the first line of the error. `fn` must be idempotent."""
+    StoreUnavailable naming the store and the first line of the error. `fn` must be idempotent.
+
+    The messages tell the time really waited, the calls included (an MLflow server call that
+    hangs takes up to its own timeout: `http_defaults` keeps that short and lets this loop be
+    the only one that retries)."""
     window = retry_seconds() if window is None else window
-    deadline, delay = time.monotonic() + window, 0.5
+    started = time.monotonic()
+    deadline, delay = started + window, 0.5
     while True:
         try:
             return fn()
@@ -103,23 +108,47 @@ def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] |
                 raise
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             left = deadline - time.monotonic()
+            waited = time.monotonic() - started
             if left <= 0:
                 raise StoreUnavailable(
-                    f"{what}: unavailable for {window:.0f} s ({type(exc).__name__}: {first}); stopped. Everything "
-                    f"recorded so far is kept: rerun the same command to resume (set {RETRY_ENV} to wait longer)") from exc
+                    f"{what}: unavailable for {waited:.0f} s ({type(exc).__name__}: {first}); stopped. Everything "
+                    f"recorded so far is kept: rerun the same command to resume (set {RETRY_ENV} to wait longer "
+                    f"than {window:.0f} s)") from exc
             if on_retry is not None:
-                on_retry(f"{what}: {type(exc).__name__}: {first}; retrying in {min(delay, left):.1f} s")
+                on_retry(f"{what}: {type(exc).__name__}: {first}; retrying in {min(delay, left):.1f} s "
+                         f"(unavailable for {waited:.0f} s; giving up after {window:.0f} s)")
             time.sleep(min(delay, left))
             delay = min(delay * 2, 8.0)
 
 
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "30"}
+
+
+def http_defaults() -> None:
+    """MLflow's client retries each HTTP call itself (7 times, backoff up to minutes, each call
+    waiting up to 120 s): under `with_retry` a server that stopped answering was retried for
+    278 s while the message said 120 s. The driver retries (once per call, 30 s timeout), unless
+    the user set MLflow's own variables."""
+    for key, value in HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+
+
+#: Tracked folders that hold outputs, not code: the reports `tprbench report` writes and the
+#: committed study records. Regenerating them must not mark the next run's commit `-dirty`
+#: (issue 35: a regenerated report made every later run cite uncommitted code).
+OUTPUT_DIRS = ("reports", "records")
+
+
 def git_commit(cwd: str | Path | None = None) -> str:
-    """The commit of the code that ran (with '-dirty' if the tree has uncommitted changes)."""
+    """The commit of the code that ran, with '-dirty' if a tracked file outside `OUTPUT_DIRS`
+    (code, study files, docs) has uncommitted changes."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
         if head.returncode:
             return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True, timeout=10)
+        outputs = [f":(top,exclude){d}" for d in OUTPUT_DIRS]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *outputs],
+                               cwd=cwd, capture_output=True, text=True, timeout=10)
         return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -214,6 +243,7 @@ class Tracker:
 
             from mlflow import MlflowClient
 
+            http_defaults()
             for name in ("mlflow", "alembic"):  # schema-creation chatter on a fresh store
                 logging.getLogger(name).setLevel(logging.WARNING)
             self._client = MlflowClient(tracking_uri=self.uri)
@@ -271,9 +301,10 @@ class Tracker:
         if found is None:
             run_id = self.retry(lambda: self.client.create_run(
                 self.experiment_id, tags={KIND: KIND_STUDY, STUDY: self.study}, run_name=self.study).info.run_id)
-            recorded = None
+            recorded, self.study_run_tags, self.study_run_status = None, {}, "RUNNING"
         else:
-            run_id, tags = found
+            run_id, tags, self.study_run_status = found
+            self.study_run_tags = tags
             recorded = tags.get("git_commit")
         if recorded != commit:
             self.set_tag(run_id, TAG + "git_commit", commit)

@@ -137,6 +137,11 @@ class TaskAdapter(TaskMeta, ABC):
     @abstractmethod
     def eval_batches(self, split: str, batch_size: int) -> Iterator[Any]: ...
 
+    def train_batch_count(self, batch_size: int) -> int | None:
+        """Batches in one training epoch, when known without building them (a progress bar's
+        total and ETA; called after `prepare`). Default None: the bar counts without an ETA."""
+        return None
+
     def cached_eval_batches(self, split: str, batch_size: int, make: Callable[[], Iterator[Any]]) -> Iterator[Any]:
         """`make()`'s batches, built once per (split, batch size) and replayed on every evaluation."""
         key = (split, batch_size)

@@ -54,6 +54,9 @@ class HParams(pydantic.BaseModel):
                             "better validation metric; threshold: ×factor once when threshold_metric crosses threshold_value")
     lr_step: int = Field(30, ge=1, description="step schedule: epochs between decays")
     lr_gamma: float = Field(0.1, gt=0, description="step schedule: decay factor")
+    lr_decay_start: int = Field(0, ge=0, description="step schedule: epochs at the initial lr before the first decay, "
+                                                     "then ×lr_gamma every lr_step epochs (0: StepLR's, first decay "
+                                                     "after lr_step epochs). Zaremba et al.'s PTB LSTMs: 4, 1, 0.5")
     factor: float = Field(0.5, gt=0, description="plateau/threshold schedules: decay factor")
     patience: int = Field(10, ge=0, description="plateau schedule: epochs without improvement before a decay")
     threshold_metric: str = Field("valid_loss", description="threshold schedule: the per-epoch metric watched")
@@ -127,7 +130,7 @@ def resolve_hparams(values: dict[str, Any] | HParams | None, defaults: dict[str,
 
 #: Fields added after runs were first fingerprinted: hashed only when set to something other than
 #: their default, so every run (and checkpoint) written before they existed keeps its fingerprint.
-ADDED_LATER = ("stop_value", "stop_patience", "grad_log_batches")
+ADDED_LATER = ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start")
 
 
 def as_params(hp: HParams) -> dict[str, Any]:

@@ -42,7 +42,8 @@ def make_optimizer(params: list[torch.nn.Parameter], hp: HParams) -> torch.optim
 class Schedule:
     """One epoch-level learning-rate schedule; `step(row)` after each epoch's validation.
 
-    step: torch StepLR (×lr_gamma every lr_step epochs); plateau: torch ReduceLROnPlateau on the
+    step: torch StepLR (×lr_gamma every lr_step epochs), or with lr_decay_start > 0 the same decays
+    starting after that many epochs (a LambdaLR: Zaremba et al.'s PTB schedule); plateau: torch ReduceLROnPlateau on the
     run's metric (×factor after `patience` epochs without a strictly better value); threshold:
     ×factor once, the first epoch `threshold_metric` is below (or above) `threshold_value`; none.
     """
@@ -51,7 +52,12 @@ class Schedule:
         self.hp, self.optimizer, self.metric = hp, optimizer, metric
         self.fired = False
         self.torch: Any = None
-        if hp.schedule == "step":
+        if hp.schedule == "step" and hp.lr_decay_start:
+            start, every, gamma = hp.lr_decay_start, hp.lr_step, hp.lr_gamma
+            # After `start` epochs at lr, ×gamma every `every` epochs (epoch e counts finished epochs).
+            self.torch = torch.optim.lr_scheduler.LambdaLR(
+                optimizer, lambda e: 1.0 if e < start else gamma ** ((e - start) // every + 1))
+        elif hp.schedule == "step":
             self.torch = torch.optim.lr_scheduler.StepLR(optimizer, step_size=hp.lr_step, gamma=hp.lr_gamma)
         elif hp.schedule == "plateau":
             self.torch = torch.optim.lr_scheduler.ReduceLROnPlateau(

@@ -1,8 +1,15 @@
-"""Where real data lives: an explicit path, else $TPRBENCH_DATA, never a network download."""
+"""Where real data lives: an explicit path, else $TPRBENCH_DATA, never a network download.
+
+A data path is checked against the files its task expects before anything is read, generated
+or trained (issue 35: the data root given for `logical_entailment/` was taken as "no data" and
+100k pairs were generated without a word): a folder with none of them is one error naming what
+was looked for and, when a sub-folder holds them, `did you mean <that folder>?`.
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from .errors import DataError
@@ -24,10 +31,61 @@ def require_dir(path: str | os.PathLike, what: str, how: str) -> Path:
     return p
 
 
-def corpus_folder(data: str | None, task: str, kinds: str, example: str) -> Path | None:
+#: How deep below a data path `expect_files` looks for the folder the user meant (the data root
+#: holds each dataset one level down; two levels allow e.g. a checkout's parent given for it).
+SEARCH_DEPTH = 2
+#: At most this many folders are scanned for a did-you-mean, so a huge tree answers in seconds.
+SEARCH_LIMIT = 2000
+
+
+def _holds(folder: Path, patterns: Sequence[str]) -> bool:
+    return any(next(folder.glob(p), None) is not None for p in patterns)
+
+
+def meant_folder(path: Path, patterns: Sequence[str], depth: int = SEARCH_DEPTH) -> Path | None:
+    """The first sub-folder of `path` (breadth first, by name, hidden ones skipped, `depth` levels)
+    that holds a file matching one of `patterns`; None when there is none."""
+    level, scanned = [path], 0
+    for _ in range(depth):
+        below = []
+        for folder in level:
+            try:
+                subs = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+            except OSError:
+                continue
+            for sub in subs:
+                scanned += 1
+                if scanned > SEARCH_LIMIT:
+                    return None
+                if _holds(sub, patterns):
+                    return sub
+                below.append(sub)
+        level = below
+    return None
+
+
+def expect_files(what: str, data: str | os.PathLike, patterns: Sequence[str], how: str) -> Path:
+    """The folder `data`, checked to hold at least one file matching `patterns` (globs relative to
+    it, e.g. `validate.txt`, `en/qa*_train.txt`). Otherwise one DataError naming the folder, the
+    files looked for and the sub-folder that has them (`did you mean …?`), else how to get them."""
+    path = Path(data).expanduser()
+    if not path.is_dir():
+        raise DataError(f"{what}: directory {path} not found; {how}")
+    if _holds(path, patterns):
+        return path
+    looked = ", ".join(patterns)
+    meant = meant_folder(path, patterns)
+    if meant is not None:
+        raise DataError(f"{what}: {path} has none of the files the task reads ({looked}); did you mean {meant}?")
+    raise DataError(f"{what}: {path} has none of the files the task reads ({looked}); {how}")
+
+
+def corpus_folder(data: str | None, task: str, kinds: str, example: str,
+                  expected: Sequence[str] = ()) -> Path | None:
     """A text-corpus task's data folder (None: the task's default lookup under the data root).
-    Corpora are never generated: `data = "generated"` is an error saying what to set instead, and
-    a folder that does not exist is one line naming it (lm, autoencode)."""
+    Corpora are never generated: `data = "generated"` is an error saying what to set instead; a
+    folder that does not exist, or holds none of the `expected` files, is one line naming it and
+    the sub-folder that has them (lm, autoencode)."""
     if data == "generated":
         raise DataError(f"{task}: there is no generated corpus; set data to a {kinds} folder, e.g. {example}")
     if data in (None, ""):
@@ -35,6 +93,8 @@ def corpus_folder(data: str | None, task: str, kinds: str, example: str) -> Path
     path = Path(data).expanduser()
     if not path.is_dir():
         raise DataError(f"{task}: corpus folder {path} not found")
+    if expected:
+        expect_files(f"{task} data", path, expected, f"set data to a {kinds} folder, e.g. {example}")
     return path
 
 
@@ -58,5 +118,9 @@ def dataset_dir(what: str, data_dir: str | os.PathLike | None, folder_names: tup
     tried = [base / name for name in folder_names]
     found = next((d for d in tried if d.is_dir()), None)
     if found is None:
-        raise DataError(f"{what}: none of {', '.join(map(str, tried))} exists; {how}")
+        hint = ""
+        if base.is_dir():
+            meant = meant_folder(base, folder_names, depth=1)
+            hint = f"; did you mean {meant} as the data root?" if meant is not None else ""
+        raise DataError(f"{what}: none of {', '.join(map(str, tried))} exists{hint}; {how}")
     return found

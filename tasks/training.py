@@ -38,6 +38,7 @@ from .errors import DataError
 from .hparams import HParams, as_params, fingerprint_params
 from .meta import run_metric as run_metric  # it lives with the task metadata (no torch)
 from .optim import Schedule, make_optimizer, optimizer_step
+from .progress import current as current_progress
 from .registry import TaskError
 
 __all__ = ["BEST_WEIGHTS", "CHECKPOINT", "CheckpointCorrupt", "CheckpointMismatch", "CheckpointRefused", "RESULT",
@@ -414,20 +415,23 @@ def _train_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> d
     s.model.train()
     generator = torch.Generator().manual_seed(ctx.config.seed * 100_003 + epoch)
     loss_sum, aux_sum, counts, carry, n = 0.0, 0.0, {}, None, 0
-    for step, batch in enumerate(ctx.adapter.train_batches(ctx.hp.batch_size, generator, epoch)):
-        check_masks(batch)
-        loss, aux, stats, carry = _batch_step(ctx, s, to_device(batch, ctx.device), carry)
-        if not torch.isfinite(loss):
-            if s.step < ctx.hp.warmup_steps and s.restarts < ctx.hp.nan_restarts:
-                raise _Restart()
-            result.status = "diverged"
-            result.reason = f"loss became {float(loss.detach())} at epoch {epoch}, step {step}"
-            return None
-        loss_sum += float(loss.detach()) * stats.get("count", 1)
-        aux_sum += aux
-        n += 1
-        for k, v in stats.items():
-            counts[k] = counts.get(k, 0) + v
+    with current_progress().task(f"epoch {epoch}/{ctx.config.epochs}", ctx.adapter.train_batch_count(ctx.hp.batch_size),
+                                 "batches") as bar:
+        for step, batch in enumerate(ctx.adapter.train_batches(ctx.hp.batch_size, generator, epoch)):
+            check_masks(batch)
+            loss, aux, stats, carry = _batch_step(ctx, s, to_device(batch, ctx.device), carry)
+            if not torch.isfinite(loss):
+                if s.step < ctx.hp.warmup_steps and s.restarts < ctx.hp.nan_restarts:
+                    raise _Restart()
+                result.status = "diverged"
+                result.reason = f"loss became {float(loss.detach())} at epoch {epoch}, step {step}"
+                return None
+            loss_sum += float(loss.detach()) * stats.get("count", 1)
+            aux_sum += aux
+            n += 1
+            for k, v in stats.items():
+                counts[k] = counts.get(k, 0) + v
+            bar.advance(1, int(stats.get("count", 0)))
     metrics = {f"train_{k}": v for k, v in ctx.adapter.metrics_from_counts(loss_sum, counts).items()}
     if s.aux_modules:
         metrics["train_aux"] = aux_sum / max(n, 1)

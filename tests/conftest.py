@@ -35,3 +35,18 @@ def data_root() -> Path:
     if not path.is_dir():
         pytest.skip(f"TPRBENCH_DATA={value} is not a directory")
     return path
+
+
+def pytest_addoption(parser):
+    parser.addoption("--repeat", type=int, default=1, metavar="N",
+                     help="run each selected test N times in a row (a flakiness check: "
+                          "`pytest tests/test_faults.py --repeat 10`; module fixtures are shared)")
+
+
+def pytest_generate_tests(metafunc):
+    """`--repeat N`: each test N times, as parameters `repeat0..N-1`, so a flaky test shows up
+    in one session (issue 35) without a plug-in."""
+    n = metafunc.config.getoption("repeat")
+    if n > 1:
+        metafunc.fixturenames.append("_repeat")
+        metafunc.parametrize("_repeat", range(n), ids=[f"repeat{i}" for i in range(n)])

@@ -279,7 +279,7 @@ def test_stop_fields_at_their_defaults_leave_fingerprints_as_they_were(folder, t
     hp = get_task("logic").resolve_hparams({})
     assert "stop_value" in as_params(hp) and "stop_value" not in fingerprint_params(hp)
     assert fingerprint_params(hp) == {k: v for k, v in as_params(hp).items()
-                                      if k not in ("stop_value", "stop_patience", "grad_log_batches")}
+                                      if k not in ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start")}
     assert fingerprint_params(hp.model_copy(update={"stop_patience": 3}))["stop_patience"] == 3
 
 
@@ -371,7 +371,7 @@ def _agg_rows():
 
     rows, order = [], 0
 
-    def cell(label, arch, unit, dim, accs: dict[str, dict[int, float]], options, summary=None):
+    def cell(label, arch, unit, dim, accs: dict[str, dict[int, float]], options, summary=None, epochs=None):
         nonlocal order
         base = {"order": order, "cell_id": f"c{order}", "task": "babi", "task_label": label, "label": f"{label}/{arch}",
                 "arch": arch, "dim": dim, "input_dim": dim, "unit": unit, "unit_short": unit, "unit_name": unit,
@@ -380,19 +380,31 @@ def _agg_rows():
                 "roles": None, "slices": None, "params_formula": 10, "params_total": 12, "failed_seeds": "",
                 "missing_seeds": "", "failure_reasons": "", "final_params": None, "final_params_hash": "h",
                 "trials": 0, "trials_pruned": 0, "trials_failed": 0, "best_search": float("nan"), "best_trial": None,
-                "git_commits": "abc"}
+                "git_commits": "abc", "best_epochs": json.dumps(epochs or {})}
         for k, (split, by_seed) in enumerate([("valid", {0: 1.0, 1: 1.0})] + list(accs.items())):
             rows.append({**base, "split": split, "split_order": k, "mean": 0, "std": 0, "n": len(by_seed),
                          "by_seed": json.dumps(by_seed)})
         order += 1
 
-    cell("qa1", "tpr-rnn", "tpr3", 2250, {"qa1": {0: 1.0, 1: 0.99}}, {"tasks": "1"})
-    cell("qa1", "plain", "lstm", 64, {"qa1": {0: 0.5, 1: 0.6}}, {"tasks": "1"})
+    cell("qa1", "tpr-rnn", "tpr3", 2250, {"qa1": {0: 1.0, 1: 0.99}}, {"tasks": "1"}, epochs={0: 5, 1: 7})
+    cell("qa1", "plain", "lstm", 64, {"qa1": {0: 0.5, 1: 0.6}}, {"tasks": "1"}, epochs={0: 30, 1: 41})
     cell("qa3", "tpr-rnn", "tpr3", 2250, {"qa3": {0: 0.9, 1: 0.97}}, {"tasks": "3", "fallback_1k": True},
          {"fallback_1k_qa3": 1.0})
     cell("qa3", "plain", "lstm", 64, {"qa3": {0: 0.2}}, {"tasks": "3", "fallback_1k": True}, {"fallback_1k_qa3": 1.0})
-    cell("all", "tpr-rnn", "tpr3", 2250, {"qa1": {0: 1.0}, "qa3": {0: 0.98}}, {"tasks": "1,3"})
+    cell("all", "tpr-rnn", "tpr3", 2250, {"qa1": {0: 1.0}, "qa3": {0: 0.98}}, {"tasks": "1,3"}, epochs={0: 60})
     return pd.DataFrame(rows)
+
+
+def test_epochs_pivot_is_each_seeds_kept_epoch_per_task_and_model():
+    """bAbI's "epochs to convergence": the epoch each finished seed kept, mean ± std; an all-task
+    model's epoch stands on every row; a cell without recorded epochs shows a dash."""
+    from harness.report.pivot import epochs_pivot
+
+    columns, rows = epochs_pivot(_agg_rows())
+    assert columns == ["task", "tpr-rnn · tpr3 · d=2250 (single-task)", "plain · lstm · d=64 (single-task)",
+                       "tpr-rnn · tpr3 · d=2250 (all-task)"]
+    assert rows[0] == ["qa1", "6.0 ± 1.4", "35.5 ± 7.8", "60.0 ± –"]
+    assert rows[1] == ["qa3¹", "–", "–", "60.0 ± –"]
 
 
 def test_pivot_rows_are_tasks_and_the_bottom_rows_are_per_run():
@@ -416,6 +428,7 @@ def test_babi_studies_render_the_pivot_first_in_markdown_and_latex():
     df = _agg_rows()
     secs = sections(df)
     assert secs[0].layout == "babi" and secs[0].rows[-1][0] == "failed (> 5%)"
+    assert secs[1].task_label == "babi epochs" and secs[1].rows[0][0] == "qa1"
     assert "PyTorch port" in " ".join(secs[0].columns)  # the task's references
     md = make_table(df, "markdown")
     assert md.index("babi per task") < md.index("## qa1") and "| mean error |" in md

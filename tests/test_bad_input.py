@@ -14,6 +14,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,10 @@ def snapshot(root: Path) -> dict[str, tuple]:
 
 def cli(argv: list[str], capsys) -> tuple[int, str, str]:
     capsys.readouterr()
-    code = main(argv)  # a traceback would surface here as an exception: the test fails
+    try:
+        code = main(argv)  # a traceback would surface here as an exception: the test fails
+    except SystemExit as exc:  # an option argparse refuses (harness/bounds.py)
+        code = exc.code
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -137,6 +141,13 @@ def env(tmp_path_factory) -> Env:
     label.mkdir()
     (label / "validate.txt").write_text("a,a,1,1,1,1\na,b,0,0,0,0\nb,b,yes,1,1,1\n")
     e.files["bad_label"] = label
+    # A data root (as ../shared/data) given where a dataset's own folder is expected (issue 35).
+    shared = tmp / "shared-data"
+    (shared / "logical_entailment").mkdir(parents=True)
+    (shared / "logical_entailment" / "validate.txt").write_text("a,a,1,1,1,1\n")
+    (shared / "babi" / "en").mkdir(parents=True)
+    (shared / "babi" / "en" / "qa1_single-supporting-fact_train.txt").write_text("1 Mary went home.\n")
+    e.files["data_root"] = shared
     (tmp / "a-file").write_text("not a directory\n")
     (tmp / "study-dir").mkdir()
     (tmp / "tprb_boom_unit.py").write_text("raise RuntimeError('boom while importing tprb_boom_unit')\n")
@@ -259,6 +270,24 @@ CASES = [
     Case("train_missing_data_path",
          lambda e: ["train", "--unit", "gru", "--dim", "8", "--data", "/nonexistent/tprb-logic", "--root", str(e.train_root)],
          "logic data: directory /nonexistent/tprb-logic not found", touches_root=False),
+    # The data root where the dataset's folder belongs: nothing generated, the folder named.
+    Case("train_data_root_for_a_dataset",
+         lambda e: ["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--data", str(e.files["data_root"]),
+                    "--root", str(e.train_root)],
+         lambda e: f"logic data: {e.files['data_root']} has none of the files the task reads (train.txt, validate.txt, "
+                   f"test_easy.txt, test_hard.txt, test_big.txt, test_massive.txt, test_exam.txt); did you mean "
+                   f"{e.files['data_root'] / 'logical_entailment'}?", touches_root=False),
+    Case("train_babi_data_root",
+         lambda e: ["train", "--task", "babi", "--unit", "gru", "--dim", "8", "--epochs", "1",
+                    "--data", str(e.files["data_root"]), "--root", str(e.train_root)],
+         lambda e: f"bAbI: {e.files['data_root']} has none of the files the task reads "
+                   f"(en/qa*_*_train.txt, en-10k/qa*_*_train.txt); did you mean {e.files['data_root'] / 'babi'}?",
+         touches_root=False),
+    Case("run_data_root_for_a_dataset",
+         lambda e: ["run", e.write("data_root.toml", study_text(data=str(e.files["data_root"]))), "--root", str(e.root)],
+         lambda e: f"{e.tmp / 'data_root.toml'}: task 'logic': logic data: {e.files['data_root']} has none of the "
+                   f"files the task reads (train.txt, validate.txt, test_easy.txt, test_hard.txt, test_big.txt, "
+                   f"test_massive.txt, test_exam.txt); did you mean {e.files['data_root'] / 'logical_entailment'}?"),
     Case("train_unknown_task_option",
          lambda e: ["train", "--unit", "gru", "--dim", "8", "--set", "train_sise=5", "--root", str(e.train_root)],
          "task 'logic' options: unknown option 'train_sise' (did you mean 'train_size'?)", touches_root=False),
@@ -283,7 +312,7 @@ CASES = [
                                              "--eval-size", "4", "--no-stats"],
          lambda e: f"--out {e.tmp / 'a-file' / 'sub'}: cannot write the dataset (Not a directory", touches_root=False),
     Case("data_negative_train", lambda e: ["data", "logic", "--out", str(e.tmp / "gen"), "--train", "-1"],
-         "--train must be >= 0, got -1", touches_root=False),
+         "argument --train: expected an integer from 0 to 1000000000, got '-1'", touches_root=False),
     Case("bench_unknown_unit_option",
          lambda e: ["bench", "units", "--units", "gru;tpru[rolez=3]", "--dims", "8", "--repeats", "1", "--warmup", "0"],
          "unit spec 'tpru[rolez=3]': unknown option 'rolez' (did you mean 'roles'?)", touches_root=False),
@@ -365,12 +394,20 @@ def test_existing_but_unwritable_root(env: Env, capsys, tmp_path) -> None:
     (lambda e: ["train", "--unit", "lstm", "--dim", "8", "--epochs", "1", "--run-dir", str(e.train_dir),
                 "--root", str(e.train_root), "--set", "train_size=40", "--set", "eval_size=8"],
      lambda e: f"{e.train_dir / 'checkpoint.pt'}: checkpoint belongs to a different run configuration"),
-], ids=["malformed_toml", "checkpoint_of_another_unit"])
+    (lambda e: ["train", "--task", "logic", "--unit", "gru", "--dim", "16", "--epochs", "1",
+                "--data", str(e.files["data_root"]), "--root", str(e.train_root)],
+     lambda e: f"did you mean {e.files['data_root'] / 'logical_entailment'}?"),
+], ids=["malformed_toml", "checkpoint_of_another_unit", "train_data_root"])
 def test_bad_input_in_a_subprocess(argv_of, expect_of, env: Env) -> None:
     """The console script itself: real exit status 2, one stderr line, no traceback, nothing touched."""
     before, train_before = snapshot(env.root), snapshot(env.train_dir)
+    generated = set((env.train_root / "cache" / "logic").glob("train-for-*"))  # earlier tests' data
+    t0 = time.monotonic()
     proc = subprocess.run(tprbench_exe() + argv_of(env), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    print(f"\nexit {proc.returncode} after {time.monotonic() - t0:.1f} s")
     assert proc.returncode == 2, proc.stderr
+    # Found before any data work: no training pairs were generated for the folder it was given.
+    assert set((env.train_root / "cache" / "logic").glob("train-for-*")) == generated
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and expect_of(env) in lines[0], proc.stderr

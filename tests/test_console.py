@@ -194,18 +194,95 @@ def test_library_stderr_goes_to_the_log_and_the_terminal_is_restored(tmp_path: P
 AWAITING_RERUN: set[str] = set()
 
 
+def _committed_tables(repo: Path) -> dict[str, str] | None:
+    """{report folder: its table.md} as committed at HEAD (git), not as the working tree has them:
+    regenerating a report locally (`tprbench report ... --root runs`) must not fail the suite.
+    None outside a git checkout (a source archive): the working tree is then all there is."""
+    import subprocess
+
+    try:
+        ls = subprocess.run(["git", "ls-tree", "-r", "--name-only", "HEAD", "--", "reports"], cwd=repo,
+                            capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if ls.returncode:
+        return None
+    out = {}
+    for name in ls.stdout.splitlines():
+        parts = name.split("/")
+        if len(parts) == 3 and parts[2] == "table.md":
+            out[parts[1]] = subprocess.run(["git", "show", f"HEAD:{name}"], cwd=repo, capture_output=True, text=True,
+                                           timeout=30, check=True).stdout
+    return out
+
+
 def test_committed_reports_cite_clean_commits() -> None:
     import re
 
-    reports = Path(__file__).resolve().parents[1] / "reports"
+    repo = Path(__file__).resolve().parents[1]
+    tables = _committed_tables(repo)
+    if tables is None:
+        tables = {md.parent.name: md.read_text() for md in (repo / "reports").glob("*/table.md")}
+    assert tables, "no reports/*/table.md found"
     dirty = set()
-    for md in reports.glob("*/table.md"):
-        for line in re.findall(r"runs from git commit\(s\): [^\n]*", md.read_text()):
+    for name, text in tables.items():
+        for line in re.findall(r"runs from git commit\(s\): [^\n]*", text):
             if re.search(r"[0-9a-f]{7,40}-dirty|\bunknown\b", line):
-                dirty.add(md.parent.name)
+                dirty.add(name)
     assert dirty <= AWAITING_RERUN, f"reports citing uncommitted code: {sorted(dirty - AWAITING_RERUN)}"
-    clean_now = {name for name in AWAITING_RERUN - dirty if (reports / name / "table.md").exists()}
+    clean_now = {name for name in AWAITING_RERUN - dirty if name in tables}
     assert not clean_now, f"regenerated on a clean commit: remove {sorted(clean_now)} from AWAITING_RERUN"
+
+
+def test_committed_reports_are_read_from_git_not_the_working_tree(tmp_path: Path) -> None:
+    """A report regenerated (here: edited to cite a dirty commit) but not committed is not what
+    the committed-reports check judges; committing it is."""
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    table = tmp_path / "reports" / "x" / "table.md"
+    table.parent.mkdir(parents=True)
+    table.write_text("runs from git commit(s): abcdef1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    table.write_text("runs from git commit(s): abcdef1-dirty\n")
+    assert _committed_tables(tmp_path) == {"x": "runs from git commit(s): abcdef1\n"}
+    git("commit", "-qam", "y")
+    assert "-dirty" in _committed_tables(tmp_path)["x"]
+
+
+def test_outputs_do_not_make_the_commit_dirty(tmp_path: Path) -> None:
+    """`git_commit` marks `-dirty` for changed code or study files, not for reports/ or records/
+    (outputs regenerated from a record), from the top of the checkout or a sub-folder."""
+    import subprocess
+
+    from harness.tracking import git_commit
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+    for name in ("harness/x.py", "studies/s.toml", "reports/q/table.md", "records/q/record.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("1\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "x")
+    head = git("rev-parse", "HEAD")
+    (tmp_path / "reports" / "q" / "table.md").write_text("2\n")
+    (tmp_path / "records" / "q" / "record.txt").write_text("2\n")
+    assert git_commit(tmp_path) == head
+    assert git_commit(tmp_path / "harness") == head
+    (tmp_path / "studies" / "s.toml").write_text("2\n")
+    assert git_commit(tmp_path) == head + "-dirty"
+    assert git_commit(tmp_path / "reports") == head + "-dirty"
+    git("checkout", "--", "studies")
+    (tmp_path / "harness" / "x.py").write_text("2\n")
+    assert git_commit(tmp_path) == head + "-dirty"
 
 
 def test_a_report_from_uncommitted_code_says_so() -> None:

@@ -333,11 +333,15 @@ def test_find_splits(tmp_path):
     assert "train" not in found  # optional
     (tmp_path / "root" / "logical_entailment").mkdir(parents=True)
     (tmp_path / "root" / "logical_entailment" / "train.txt").write_text(GOOD)
-    assert list(D.find_splits(tmp_path / "root")) == ["train"]
+    # A data root is not the dataset folder: one error naming the sub-folder that is (issue 35).
+    with pytest.raises(DataError, match=r"has none of the files the task reads \(train.txt, validate.txt, .*\); "
+                                        r"did you mean .*root/logical_entailment\?$"):
+        D.find_splits(tmp_path / "root")
+    assert list(D.find_splits(tmp_path / "root" / "logical_entailment")) == ["train"]
     with pytest.raises(DataError, match="not found"):
         D.find_splits(tmp_path / "missing")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(DataError, match="no split files"):
+    with pytest.raises(DataError, match=r"has none of the files .*; generate one with `tprbench data logic"):
         D.find_splits(tmp_path / "empty")
 
 
@@ -439,4 +443,8 @@ def test_cli_data_logic_writes_files(tmp_path, capsys, monkeypatch):
     # bad input: one line, exit 2
     assert main(["data", "logic", "--out", str(tmp_path / "z"), "--train", "4", "--exclude", str(tmp_path / "nope")]) == 2
     assert "neither a file nor a directory" in capsys.readouterr().err
-    assert main(["data", "logic", "--out", str(tmp_path / "z"), "--train", "-4"]) == 2
+    with pytest.raises(SystemExit) as stop:  # a bound argparse checks (harness/bounds.py): its one-line exit 2
+        main(["data", "logic", "--out", str(tmp_path / "z"), "--train", "-4"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "expected an integer" in err

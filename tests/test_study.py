@@ -291,7 +291,7 @@ BAD = [
     ("duplicate-default-spelled-out", '"lstm", "gru"', '"lstm", "lstm[layers=1]"', "matrix.units[1]: duplicate cells: unit 'lstm[layers=1]' is the same unit as 'lstm' from matrix.units[0]"),
     ("duplicate-dim", "dim = [16]", "dim = [16, 16]", "matrix.dim[1]: duplicate cells: 16 is listed twice"),
     ("duplicate-task", "[matrix]", '[[tasks]]\nname = "studytest"\n[tasks.options]\ntrain_size = 100\n\n[matrix]',
-     "tasks[1]: duplicate cells: the same task, options and data as tasks[0]"),
+     "tasks[1]: duplicate cells: the same task, options, data and overrides as tasks[0]"),
     ("task-label-clash", "[matrix]", '[[tasks]]\nname = "studytest"\n\n[matrix]', "tasks[1].label: task label 'studytest' is also used by tasks[0]"),
     ("unparseable-unit", '"gru"', '"gru[oops"', "matrix.units[1]: cannot parse unit spec 'gru[oops'"),
 ]
@@ -549,3 +549,40 @@ def test_cli_exits_2_naming_a_misspelled_search_name(tmp_path, capsys) -> None:
     assert main(["study", "show", str(path), "--root", str(tmp_path / "runs")]) == 2
     err = capsys.readouterr().err
     assert "search.lrr: unknown hyperparameter 'lrr' (did you mean 'lr'?)" in err and "Traceback" not in err
+
+
+def test_a_task_entry_overrides_epochs_and_search_for_its_cells_only(tmp_path):
+    """`[[tasks]] epochs` / `search` apply to that entry's cells; the other tasks' cells keep their
+    ids (bAbI's qa3 on its 1k file: 10× the epochs and patience of the 10k tasks)."""
+    from harness.study import StudyError, expand, parse_study
+
+    base = """
+[study]
+name = "o"
+trials = 0
+seeds = 1
+epochs = 3
+
+[[tasks]]
+name = "logic"
+label = "a"
+[tasks.options]
+train_size = 8
+{extra}
+[matrix]
+arch = ["plain"]
+dim = [8]
+units = ["gru"]
+
+[search]
+lr = 1e-2
+"""
+    plain = expand(parse_study(base.format(extra="")))
+    both = expand(parse_study(base.format(extra='[[tasks]]\nname = "logic"\nlabel = "b"\nepochs = 30\n'
+                                                 'search = { lr = 2e-2, stop_patience = 5 }\n[tasks.options]\ntrain_size = 8\n')))
+    a, b = both
+    assert a.id == plain[0].id and (a.epochs, a.search["lr"]["value"]) == (3, 1e-2)
+    assert (b.epochs, b.search["lr"]["value"], b.search["stop_patience"]["value"]) == (30, 2e-2, 5)
+    assert b.id != a.id
+    with pytest.raises(StudyError, match=r"search\.no_such_knob: unknown hyperparameter .*\(tasks\[1\]\)"):
+        parse_study(base.format(extra='[[tasks]]\nname = "logic"\nlabel = "b"\nsearch = { no_such_knob = 1 }\n'))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -243,9 +244,9 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
     _driver_to_the_end(path, root, log, env)
     # The rerun says what it resumes (issue 21), e.g. "resuming: 1 trial(s) continue from their
     # checkpoints, 2 run(s) already recorded" (with --quiet too: only the progress lines go).
-    resume = [ln for ln in log.read_text().splitlines() if ln.startswith("resuming:")]
-    import re
-
+    # The console wraps a long message at 80 columns in a log: read it as one text.
+    text = " ".join(log.read_text().split())
+    resume = re.findall(r"resuming: .*?already recorded", text)
     said = re.search(r"(\d+) run\(s\) already recorded", resume[0]) if len(resume) == 1 else None
     assert said and int(said.group(1)) >= 2, resume
     counts = check_complete(path, root)

@@ -120,6 +120,33 @@ def _schedule(**hp):
     return opt, Schedule(opt, HParams(**hp), "valid_loss", "minimize")
 
 
+def test_step_schedule_with_a_delayed_start_is_zarembas():
+    """Zaremba et al.'s small PTB LSTM: lr 1 for 4 epochs, then halved after every epoch (epoch 5 at
+    0.5, epoch 13 at 2^-9); the lr of each epoch is what the optimiser holds while it trains."""
+    opt, sched = _schedule(lr_decay_start=4, lr_step=1, lr_gamma=0.5)
+    lrs = []
+    for _epoch in range(13):
+        lrs.append(opt.param_groups[0]["lr"])
+        sched.step({})
+    assert lrs == [1.0] * 4 + [0.5 ** k for k in range(1, 10)]
+    opt2, restored = _schedule(lr_decay_start=4, lr_step=1, lr_gamma=0.5)
+    restored.load_state_dict(sched.state_dict())  # a resumed run continues the same sequence
+    assert restored.torch.last_epoch == 13
+    opt3, every2 = _schedule(lr_decay_start=2, lr_step=2, lr_gamma=0.1)
+    seen = []
+    for _epoch in range(6):
+        seen.append(opt3.param_groups[0]["lr"])
+        every2.step({})
+    assert seen == pytest.approx([1.0, 1.0, 0.1, 0.1, 0.01, 0.01])
+
+
+def test_lr_decay_start_left_at_its_default_keeps_fingerprints():
+    from tasks.hparams import fingerprint_params
+
+    assert "lr_decay_start" not in fingerprint_params(HParams())
+    assert fingerprint_params(HParams(lr_decay_start=4))["lr_decay_start"] == 4
+
+
 def test_plateau_schedule_decays_after_patience_epochs_without_improvement():
     opt, sched = _schedule(schedule="plateau", factor=0.5, patience=1)
     lrs = []

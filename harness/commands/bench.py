@@ -4,26 +4,21 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = ("benchmarks: `bench units` times every unit against torch's GRU/LSTM, `bench train` the training "
         "throughput of a logic epoch, `bench harness` the study driver's overhead, `bench record` the commands that "
         "read a study's record at 1k-100k runs")
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers, got {text!r}")
-    return values
+_ints = bounds.integers(1, bounds.DIM_MAX)  # sizes, lengths, thread counts
 
 
 def _positive(text: str) -> int:
-    value = _ints(text)
-    if len(value) != 1:
-        raise argparse.ArgumentTypeError(f"expected one positive integer, got {text!r}")
-    return value[0]
+    return bounds.integer(1, bounds.COUNT_MAX)(text)
+
+
+_positive.bounds = (1, bounds.COUNT_MAX)  # type: ignore[attr-defined]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,7 +31,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="';'-separated unit specs (default: every registered unit and tpru[slices=8]; size rules fill in "
                         "roles=d etc. unless the spec sets them)")
     u.add_argument("--repeats", type=_positive, default=10, help="timed rounds; median, min and IQR are reported (default 10)")
-    u.add_argument("--warmup", type=int, default=3, help="untimed warm-up rounds (default 3)")
+    u.add_argument("--warmup", type=bounds.integer(0, 1_000_000), default=3, help="untimed warm-up rounds (default 3)")
     u.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     u.add_argument("--threads", type=_ints, default=None,
                    help="torch threads, comma-separated: each is a block of the table (default: torch's choice)")
@@ -63,10 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON to PATH ('-' = stdout)")
     t.set_defaults(_bench="train")
     h = sub.add_parser("harness", help="parallel efficiency and per-trial overhead on a simulated cluster")
-    h.add_argument("--nodes", type=int, default=4)
-    h.add_argument("--trial-seconds", type=float, default=5.0)
-    h.add_argument("--trials-per-node", type=int, default=4)
-    h.add_argument("--cpus-per-node", type=int, default=1)
+    h.add_argument("--nodes", type=bounds.integer(1, 1024), default=4)
+    h.add_argument("--trial-seconds", type=bounds.real(0, 86_400, lo_open=True), default=5.0)
+    h.add_argument("--trials-per-node", type=bounds.integer(1, 1_000_000), default=4)
+    h.add_argument("--cpus-per-node", type=bounds.integer(1, 1024), default=1)
     h.add_argument("--root", default=None, help="run directory (default: a temporary one)")
     h.set_defaults(_bench="harness")
     r = sub.add_parser("record", help="run/study show/report/compare on synthetic records of 1k, 10k, 100k runs")
@@ -78,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--code", default=None, metavar="DIR", help="also time another checkout of tprbench on the same records")
     r.add_argument("--code-label", default="before", help="its label in the output (default before)")
     r.add_argument("--only", default=None, help="comma-separated substrings of the commands to time (default all)")
-    r.add_argument("--repeat", type=int, default=1, help="times each command is run (default 1)")
+    r.add_argument("--repeat", type=bounds.integer(1, 1000), default=1, help="times each command is run (default 1)")
     r.add_argument("--csv", default=None, help="also write the timings to this CSV file")
     r.add_argument("--tracking-server", action="store_true",
                    help="also time `study show` and `report` through an `mlflow server` over each record")

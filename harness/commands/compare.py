@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "compare two studies, or two git commits of one study, cell by cell (mean ± std and the difference of means)"
 
 
@@ -17,7 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracking-uri-b", default=None, help="MLflow tracking URI of B (default: sqlite under its root)")
     p.add_argument("--commit-a", default=None, metavar="SHA", help="only runs of A whose git commit starts with SHA")
     p.add_argument("--commit-b", default=None, metavar="SHA", help="only runs of B whose git commit starts with SHA")
-    p.add_argument("--seeds", type=int, default=None, help="seeds wanted per cell (default: from the study files / record)")
+    p.add_argument("--seeds", type=bounds.SEEDS_WANTED, default=None, help="seeds wanted per cell (default: from the study files / record)")
     p.add_argument("--csv", default=None, help="also write the comparison (raw numbers) to this CSV file")
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "generate task data: `data logic` writes train/validate/test_* pairs of the logical entailment task"
 
 # Statistics of a generated split are computed on at most this many lines (train is big).
@@ -18,9 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                     "format A,B,E,H1,H2,H3 plus generator.json. Rerunning with the same parameters reuses the "
                     "files. When $TPRBENCH_DATA is set, the statistics are printed next to the real splits'.")
     lg.add_argument("--out", required=True, help="output directory")
-    lg.add_argument("--train", type=int, default=100000, help="train lines (default 100000; rounded up to a multiple of 4)")
-    lg.add_argument("--seed", type=int, default=0, help="random seed (default 0); same seed, same bytes")
-    lg.add_argument("--eval-size", type=int, default=1000,
+    lg.add_argument("--train", type=bounds.COUNTS, default=100000, help="train lines (default 100000; rounded up to a multiple of 4)")
+    lg.add_argument("--seed", type=bounds.SEED, default=0, help="random seed (default 0); same seed, same bytes")
+    lg.add_argument("--eval-size", type=bounds.integer(0, 100_000_000), default=1000,
                     help="lines per evaluation split (default 1000; test_exam at most 100; 0 leaves them out)")
     lg.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="DIR_OR_FILE",
                     help="split files, or directories holding them, whose pairs (up to renaming) must not be "
@@ -52,23 +54,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_logic(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.table import Table
 
     from tasks.errors import DataError
     from tasks.logic import generator as G
+    from tasks.progress import ConsoleReporter, per_split, reporting
 
     _check_args(args)
     console = Console(width=150)
-    with Progress(TextColumn("{task.description:>12}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=True) as bar:
-        tasks: dict[str, int] = {}
-
-        def progress(split: str, done: int, total: int) -> None:
-            if split not in tasks:
-                tasks[split] = bar.add_task(split, total=total)
-            bar.update(tasks[split], completed=done)
-
+    console.print(f"logical entailment dataset → {args.out} (train {args.train:,} lines, seed {args.seed})",
+                  markup=False, highlight=False, soft_wrap=True)
+    # A bar per split on a terminal; unattended, a line as each split starts and every 30 s.
+    with reporting(ConsoleReporter(console)), per_split("generating", units={G.EXCLUDING: "files"}) as progress:
         try:
             info = G.write_dataset(args.out, train=args.train, seed=args.seed, eval_size=args.eval_size,
                                    exclude=args.exclude, force=args.force, progress=progress)

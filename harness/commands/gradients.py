@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "gradient flow of trained (or freshly initialised) encoders: ‖∂L/∂s_t‖ vs t, Jacobian spectrum, update overlap"
 
 
@@ -18,13 +20,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", default=None, help="with --unit: the task's data (default: its built-in/generated data)")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="with --unit: a task option (JSON value or string)")
     p.add_argument("--arch", default="plain", help="with --unit: architecture (default plain)")
-    p.add_argument("--dim", type=int, default=64, help="with --unit: hidden size (default 64)")
-    p.add_argument("--seed", type=int, default=0, help="with --unit: initialisation seed")
+    p.add_argument("--dim", type=bounds.DIM, default=64, help="with --unit: hidden size (default 64)")
+    p.add_argument("--seed", type=bounds.SEED, default=0, help="with --unit: initialisation seed")
     p.add_argument("--untrained", action="store_true", help="also analyse each run at its initial weights (its seed)")
-    p.add_argument("--layer", type=int, default=1, help="encoder layer analysed (default 1: the one reading the embeddings)")
-    p.add_argument("--batches", type=int, default=4, help="validation batches read per source (default 4)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--max-pairs", type=int, default=2048, help="Jacobians computed per source (steps of real sequences)")
+    p.add_argument("--layer", type=bounds.LAYER, default=1, help="encoder layer analysed (default 1: the one reading the embeddings)")
+    p.add_argument("--batches", type=bounds.integer(1, 1_000_000), default=4, help="validation batches read per source (default 4)")
+    p.add_argument("--batch-size", type=bounds.integer(1, 1_000_000), default=32)
+    p.add_argument("--max-pairs", type=bounds.COUNT, default=2048, help="Jacobians computed per source (steps of real sequences)")
     p.add_argument("--root", default="runs", help="run directory (default ./runs)")
     p.add_argument("--tracking-uri", default=None)
     p.add_argument("--out", default="reports/gradients", help="folder for gradients.md/.csv and the figures")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "per-token roles of a trained encoder vs gold POS on UD English EWT (NMI, purity, probe, PMI table, controls)"
 
 
@@ -24,8 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--treebank", default=None,
                    help="folder with en_ewt-ud-{dev,test}.conllu (default $TPRBENCH_DATA/ud_english_ewt)")
     p.add_argument("--tag", choices=("upos", "xpos"), default="upos", help="gold tag column (default UPOS, 17 tags)")
-    p.add_argument("--layer", type=int, default=1, help="encoder layer read (default 1: the one reading the embeddings)")
-    p.add_argument("--clusters", type=int, default=None,
+    p.add_argument("--layer", type=bounds.LAYER, default=1, help="encoder layer read (default 1: the one reading the embeddings)")
+    p.add_argument("--clusters", type=bounds.integer(2, 100_000), default=None,
                    help="k for k-means of units without roles (default: the roles the run's unit uses on these tokens)")
     p.add_argument("--word", action="append", metavar="WORD", help="polysemy listing: occurrences of WORD and their roles")
     p.add_argument("--word-split", default="mnli:dev_matched", help="NLI split (source:split) the words are looked up in "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "tables (Markdown, LaTeX, CSV) and figures of a study, regenerated from its MLflow record (no training)"
 
 
@@ -13,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite under --root)")
     p.add_argument("--out", default=None, help="output folder (default reports/<study>)")
     p.add_argument("--bench", default=None, metavar="CSV", help="a `tprbench bench units --csv` file to plot beside the epoch times")
-    p.add_argument("--seeds", type=int, default=None,
+    p.add_argument("--seeds", type=bounds.SEEDS_WANTED, default=None,
                    help="seeds wanted per cell (default: the study file's study.seeds; for a name, the highest recorded seed + 1)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
 
@@ -46,13 +48,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
+    console = Console()
+    uri = tracking_uri(args.root, args.tracking_uri)
+    # A first line before pandas and MLflow load (tens of seconds on a busy machine; issue 35).
+    console.print(f"report {args.study}: reading the record in {uri}", markup=False, highlight=False, soft_wrap=True)
     from harness.report import print_sections, resolve_study, write_report
 
-    console = Console()
     name, seeds, cell_ids, note = resolve_study(args.study)
     if note:
         console.print(f"[yellow]note:[/] {escape(note)}")
-    uri = tracking_uri(args.root, args.tracking_uri)
     out = Path(args.out) if args.out else Path("reports") / name
     result = write_report(uri, name, out, seeds_wanted=args.seeds if args.seeds is not None else seeds,
                           cell_ids=cell_ids, command=command_line(args), bench_csv=args.bench,

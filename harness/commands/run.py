@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "run a study: Optuna search per cell, final seed runs, everything recorded in MLflow (rerun = resume)"
 
 
@@ -20,7 +22,7 @@ def add_common(p: argparse.ArgumentParser) -> None:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_common(p)
     p.add_argument("--address", default=None, help="Ray cluster address (default: start Ray locally)")
-    p.add_argument("--num-cpus", type=int, default=None, help="CPUs for a local Ray (default: all)")
+    p.add_argument("--num-cpus", type=bounds.CPUS, default=None, help="CPUs for a local Ray (default: all)")
     p.add_argument("--force", action="store_true", help="rerun the selected cells from scratch (their records are deleted)")
     p.add_argument("--quiet", action="store_true", help="no live view or progress lines")
     p.add_argument("--verbose", action="store_true",

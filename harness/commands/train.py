@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 TRAIN_SPEC = "train.json"  # in the run directory: the command's task, options, data, unit, dims, seed, hyperparameters
 HELP = "train one model (task × arch × unit × dim) and print per-split scores; resumable"
 
@@ -23,22 +25,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="logic", help="task name (see `tprbench tasks`; default logic)")
     p.add_argument("--unit", required=True, help="unit spec, e.g. 'tpru[roles=64]', 'gru'")
     p.add_argument("--arch", default=None, help="architecture (plain, bidaf, ...; default: the task's first)")
-    p.add_argument("--dim", type=int, default=None,
+    p.add_argument("--dim", type=bounds.DIM, default=None,
                    help="hidden size d (default: the size the unit's options fix, e.g. tpr3's E·R·E; else 64)")
-    p.add_argument("--input-dim", type=int, default=None, help="embedding size d' (default = --dim)")
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--input-dim", type=bounds.DIM, default=None, help="embedding size d' (default = --dim)")
+    p.add_argument("--epochs", type=bounds.integer(1, 100_000), default=10)
     p.add_argument("--data", default=None, help="data directory (default: the task's generated data)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--lr", type=float, default=None, help="learning rate (default: the task's)")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--dropout", type=float, default=None)
+    p.add_argument("--seed", type=bounds.SEED, default=0)
+    p.add_argument("--lr", type=bounds.real(0, 100, lo_open=True), default=None, help="learning rate (default: the task's)")
+    p.add_argument("--batch-size", type=bounds.integer(1, 1_000_000), default=None)
+    p.add_argument("--dropout", type=bounds.real(0, 0.99), default=None)
     p.add_argument("--hp", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="other hyperparameters (clip, lr_step, lr_gamma, weight_decay, mlp_hidden, ...)")
     p.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="task options, e.g. --set train_size=50000 (see `tprbench tasks`)")
     p.add_argument("--root", default="runs", help="run directory root (default ./runs); caches live in ROOT/cache")
     p.add_argument("--run-dir", default=None, help="checkpoint directory (default: ROOT/train/<config hash>)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    p.add_argument("--threads", type=bounds.THREADS, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--metric", default=None, help="validation metric that picks the best epoch, e.g. valid_loss "
                                                   "(default: the task's)")
@@ -70,6 +72,7 @@ def _setup(args: argparse.Namespace):
     adapter_cls = get_task(args.task)
     root = Path(args.root)
     adapter = adapter_cls({k: _value(v) for k, v in args.set}, args.data or "generated", root / "cache")
+    adapter.check_data()  # a wrong data folder is one line now, not after minutes of data work
     arch = args.arch or adapter_cls.archs[0]
     adapter.check_arch(arch)
     adapter_cls.check_unit(arch, args.unit)
@@ -121,18 +124,27 @@ def _print_result(console, args: argparse.Namespace, adapter, config, result) ->
 def run(args: argparse.Namespace) -> int:
     import time
 
-    import torch
     from rich.console import Console
     from rich.markup import escape
 
+    console = Console()
+    # The first line before torch loads (seconds on a busy machine): the command has started.
+    console.print(f"train {args.task} · {args.unit} · data {args.data or 'generated'}: setting up", markup=False,
+                  highlight=False, soft_wrap=True)
+    import torch
+
+    from tasks.progress import ConsoleReporter, reporting
     from tasks.training import train
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    console = Console()
     adapter, config, run_dir = _setup(args)
     t0 = time.perf_counter()
-    with console.status(f"preparing {args.task} data ({args.data or 'generated'})"):
+    console.print(f"preparing {args.task} data ({args.data or 'generated'})", markup=False, highlight=False,
+                  soft_wrap=True)
+    # Bars inside data generation and each epoch on a terminal; unattended, a line every 30 s.
+    reporter = ConsoleReporter(console)
+    with reporting(reporter):
         adapter.prepare()
     console.print(f"data ready in {time.perf_counter() - t0:.1f} s: {adapter.describe()}")
     for note in adapter.report_notes(config.arch):
@@ -143,8 +155,9 @@ def run(args: argparse.Namespace) -> int:
         shown = " ".join(f"{k}={v:.4g}" for k, v in row.items() if k not in ("epoch",))
         console.print(f"epoch {epoch}/{args.epochs} {escape(shown)}")
 
-    result = train(adapter, config, run_dir, progress=progress, device=args.device,
-                   notice=lambda line: console.print(f"[yellow]note:[/] {escape(line)}"))
+    with reporting(reporter):
+        result = train(adapter, config, run_dir, progress=progress, device=args.device,
+                       notice=lambda line: console.print(f"[yellow]note:[/] {escape(line)}"))
     _write_spec(args, config, run_dir)
     if result.resumed_from_epoch:
         console.print(f"(resumed after epoch {result.resumed_from_epoch})")

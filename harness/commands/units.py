@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from harness import bounds
+
 HELP = "list registered units with their options and parameter counts"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dim", type=int, default=64, help="hidden size d for the counts (default 64)")
-    p.add_argument("--input-dim", type=int, default=None, help="input size d' (default: same as --dim)")
-    p.add_argument("--hrr-fillers", type=int, default=None, metavar="D'",
+    p.add_argument("--dim", type=bounds.DIM, default=64, help="hidden size d for the counts (default 64)")
+    p.add_argument("--input-dim", type=bounds.DIM, default=None, help="input size d' (default: same as --dim)")
+    p.add_argument("--hrr-fillers", type=bounds.DIM, default=None, metavar="D'",
                    help="also count Luo et al.'s HRR word embedding with d' basis fillers per role (width --input-dim)")
-    p.add_argument("--hrr-roles", type=int, default=2, metavar="N", help="HRR roles (default 2)")
+    p.add_argument("--hrr-roles", type=bounds.integer(1, 1024), default=2, metavar="N", help="HRR roles (default 2)")
     p.add_argument("--hrr-basis", choices=("fixed", "isometric"), default="fixed", help="HRR bases (default fixed)")
-    p.add_argument("--vocab", type=int, default=10_000, help="vocabulary size for the embedding counts (default 10,000: PTB)")
+    p.add_argument("--vocab", type=bounds.integer(1, 10**8), default=10_000, help="vocabulary size for the embedding counts (default 10,000: PTB)")
     p.add_argument("specs", nargs="*", help="unit specs to count instead of every registered name, e.g. 'tpru[roles=32]'")
 
 
@@ -25,9 +27,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    d, din = args.dim, args.input_dim or args.dim
+    # A first line before torch loads and every unit is built (seconds; issue 35).
+    Console(width=160).print(f"counting parameters at d={d}, d'={din}: "
+                             + (f"{len(args.specs)} unit spec(s)" if args.specs else "every registered unit"),
+                             markup=False, highlight=False)
     import units
 
-    d, din = args.dim, args.input_dim or args.dim
     table = Table(title=f"tprbench units (d={d}, d'={din})")
     for col in ("unit", "options (default)", "formula params", "total params", "about"):
         table.add_column(col, justify="right" if "params" in col else "left")
@@ -51,6 +57,12 @@ def run(args: argparse.Namespace) -> int:
     embedding = None
     if getattr(args, "hrr_fillers", None) is not None:  # checked before anything is printed (callers may build args without it)
         embedding = _embedding_table(args.vocab, din, args.hrr_fillers, args.hrr_roles, args.hrr_basis)
+    from tasks.arch_options import ENCODER_LAYERS
+
+    # Which architecture the counts are of: one layer; a study table counts the task's encoder.
+    table.caption = (f"params of one layer of each unit (layers=1). A task's encoder stacks its `layers` option "
+                     f"(logic, nli, transfer: {ENCODER_LAYERS} by default), so a study table's # params is "
+                     f"{ENCODER_LAYERS}× these there; `tprbench tasks` lists each task's options")
     Console(width=160).print(table)
     if embedding is not None:
         Console(width=160).print(embedding)

@@ -332,6 +332,8 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
         "final_params_hash": None if _is_missing(cell.get("final_params_hash")) else cell.get("final_params_hash"),
         **_search_stats(search, metric, direction),
         "git_commits": ",".join(commits),
+        # the epoch each finished seed kept (its best validation epoch): bAbI's "epochs to convergence"
+        "best_epochs": _by_seed([r for r in cur if r.get("status") == "finished"], "metric.best_epoch"),
     }
 
 
@@ -339,7 +341,7 @@ def _run_columns(frame: Any, tables: dict[str, tuple]) -> list[str]:
     """The runs' columns the per-cell statistics read (`_cell_base`, the split means): a 100k-run
     record has ~50, most of them hyperparameters no table shows."""
     wanted = {"cell_id", "status", "phase", "seed", "trial", "git_commit", "reason",
-              "params_formula", "params_total", "metric.params_formula", "metric.params_total"}
+              "params_formula", "params_total", "metric.params_formula", "metric.params_total", "metric.best_epoch"}
     wanted.update(col for _metric, _direction, splits in tables.values() for _split, col in splits)
     wanted.update(f"metric.best_valid_{metric}" for metric, _direction, _splits in tables.values())
     return [c for c in frame.columns if c in wanted or c.startswith("metric.test_summary_")]

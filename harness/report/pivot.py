@@ -59,6 +59,7 @@ class _Column:
         self.rows: dict[str, dict[int, float]] = {}
         self.marks: dict[str, str] = {}
         self.fallbacks: set[str] = set()
+        self.epochs: dict[str, dict[int, float]] = {}  # split → {seed: the best validation epoch}
 
 
 def _columns(df: Any, notes: list[str]) -> list[_Column]:
@@ -83,6 +84,7 @@ def _columns(df: Any, notes: list[str]) -> list[_Column]:
                 notes.append(f"{col.title}: {split} is covered by two cells; the first ({split} of an earlier cell) is shown")
                 continue
             col.rows[split] = _error_values(row.get("by_seed"), metric)
+            col.epochs[split] = {int(k): float(v) for k, v in json.loads(row.get("best_epochs") or "{}").items()}
             col.marks[split] = marks
             if summary.get(f"fallback_1k_{split}"):
                 col.fallbacks.add(split)
@@ -139,3 +141,19 @@ def split_pivot(df: Any, references: dict[str, dict[str, str]] | None = None, fa
     if any("‡" in m for c in cols for m in c.marks.values()):
         notes.append("‡ some seeds of that cell are missing")
     return header, rows, notes
+
+
+def epochs_pivot(df: Any) -> tuple[list[str], list[list[str]]] | None:
+    """(columns, rows) of the same splits × models, each cell the epoch its seeds kept (their best
+    validation epoch: "epochs to convergence"), mean ± std over seeds; an all-task model's epoch
+    repeats on every row. None when no cell has a qa split or no seed recorded its epoch."""
+    cols = _columns(df, [])
+    if not cols or not any(v for c in cols for v in c.epochs.values()):
+        return None
+    splits = sorted({s for c in cols for s in c.rows}, key=lambda s: int(SPLIT_RE.match(s).group(1)))
+    rows = []
+    for split in splits:
+        mark = "¹" if any(split in c.fallbacks for c in cols) else ""
+        rows.append([split + mark] + [_stat(list(c.epochs.get(split, {}).values()), 1) if c.epochs.get(split) else DASH
+                                      for c in cols])
+    return ["task"] + [c.title for c in cols], rows

@@ -110,7 +110,7 @@ def _references(task: str) -> dict[str, dict[str, str]]:
 def pivot_sections(df: Any) -> list[Section]:
     """bAbI-style tables (harness/report/pivot.py): test splits × models, error (%), mean error
     and failed tasks at the bottom, the task's published numbers beside them."""
-    from .pivot import split_pivot
+    from .pivot import epochs_pivot, split_pivot
 
     out = []
     part = df[df["task"].map(lambda t: layout_of(t) == "babi")]
@@ -124,6 +124,12 @@ def pivot_sections(df: Any) -> list[Section]:
                  "are then averaged over runs. arch plain = a sentence-level baseline (a unit over sentence "
                  "vectors), not the papers' word-level LSTM")
         out.append(Section(f"{task} per task", "babi", title, columns, ["l"] + ["r"] * (len(columns) - 1), rows, notes))
+        epochs = epochs_pivot(part[part["task"] == task])
+        if epochs is not None:
+            head, erows = epochs
+            out.append(Section(f"{task} epochs", "babi", f"{task}: epochs to convergence per task: the epoch each seed "
+                               "kept (its best validation accuracy), mean ± std over the finished seeds", head,
+                               ["l"] + ["r"] * (len(head) - 1), erows, []))
     return out
 
 

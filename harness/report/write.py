@@ -32,6 +32,13 @@ def commits_of(agg: Any) -> list[str]:
     return sorted({c for cs in (agg["git_commits"] if len(agg) else []) for c in str(cs).split(",") if c})
 
 
+#: What the tables' parameter columns count (issue 35: `tprbench units` showed 1,024 for the unit a
+#: table counted as 2,048, and nothing said why). provenance.txt carries it beside every table.
+PARAMS_NOTE = ("# params: the unit's weights as trained, in the task's encoder with all its layers (logic, nli and "
+               "transfer stack 2 by default: twice what `tprbench units` shows for one layer; the papers' formula, no "
+               "biases); # params (total) adds biases and extras; the embedding and classifier are not counted")
+
+
 def provenance(command: str, agg: Any) -> list[str]:
     commits = commits_of(agg)
     return [f"Regenerate with: {command}",
@@ -80,7 +87,7 @@ def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wan
     write("search.csv", search_frame(agg).to_csv(index=False, float_format="%.10g", lineterminator="\n"))
     write("provenance.txt", "\n".join([f"tprbench report: study {study_name}", *header,
                                         "Files: table.md, table.tex, table.csv (one row per cell, raw numbers), search.csv "
-                                        "(search phase per cell), figures (PNG and SVG)"]) + "\n")
+                                        "(search phase per cell), figures (PNG and SVG)", PARAMS_NOTE]) + "\n")
     notes: list[str] = [n for n in [dirty_note(agg)] if n]
     if figures:
         counted = counted_runs(runs, cells, seeds_wanted)

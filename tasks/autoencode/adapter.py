@@ -41,6 +41,7 @@ from units.base import last_state
 
 from ..base import TaskAdapter
 from ..hparams import HParams
+from ..lm.data import corpus_files
 from ..paths import corpus_folder
 from ..registry import TaskError, register_task
 from .data import BOS_ID, CORPORA, EOS_ID, PAD_ID, UNK_ID, SentenceSplit, load_sentences
@@ -142,7 +143,8 @@ class AutoencodeTask(AutoencodeMeta, TaskAdapter):
 
     def check_data(self) -> Path | None:
         """The corpus folder (None: the default under the data root), checked: `prepare` reads it here."""
-        return corpus_folder(self.data, "autoencode", "PTB/WikiText-2", "${TPRBENCH_DATA}/ptb")
+        return corpus_folder(self.data, "autoencode", "PTB/WikiText-2", "${TPRBENCH_DATA}/ptb",
+                             corpus_files(self.options.corpus))
 
     def prepare(self) -> None:
         data_dir = self.check_data()

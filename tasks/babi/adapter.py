@@ -34,9 +34,9 @@ from torch.nn import functional as F
 
 from ..base import TaskAdapter
 from ..hparams import HParams
-from ..paths import require_dir
+from ..paths import expect_files
 from ..registry import TaskError, register_task
-from .data import _HOW, BabiData, load_babi, parse_tasks
+from .data import _HOW, LAYOUT, BabiData, load_babi, parse_tasks
 from .meta import BabiHParams, BabiMeta, BabiOptions  # noqa: F401 (re-exported: they lived here)
 from .models import SentenceModel, TPRRNNModel
 
@@ -54,7 +54,7 @@ class BabiTask(BabiMeta, TaskAdapter):
 
     def check_data(self) -> None:
         if not self.generated:
-            require_dir(self.data, "bAbI", _HOW)
+            expect_files("bAbI", self.data, LAYOUT, _HOW)
 
     def prepare(self) -> None:
         opts = self.options

@@ -59,6 +59,10 @@ _HOW = ("put the bAbI v1.2 tasks there (folders en/ and en-10k/ with qa{N}_*_{tr
 # ---------------------------------------------------------------------------------------------
 # Options
 # ---------------------------------------------------------------------------------------------
+#: What a bAbI data folder holds (its en/ and en-10k/ task files): the data path is checked for them.
+LAYOUT = ("en/qa*_*_train.txt", "en-10k/qa*_*_train.txt")
+
+
 def story_window(task: int, max_story: int | None) -> int:
     """How many of the latest statements an example of `task` keeps (reader.py: 70, qa3 130)."""
     return max_story if max_story is not None else LONG_STORY_TASKS.get(task, DEFAULT_MAX_STORY)

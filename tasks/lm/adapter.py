@@ -33,7 +33,7 @@ from ..base import TaskAdapter
 from ..hparams import HParams
 from ..paths import corpus_folder
 from ..registry import TaskError, register_task
-from .data import CORPORA, batchify, bptt_batches, load_lm_corpus, sentence_batches, split_sentences
+from .data import CORPORA, batchify, bptt_batches, corpus_files, load_lm_corpus, sentence_batches, split_sentences
 from .hrr import EmbeddingParamCounts, HRRWordEmbedding
 from .meta import HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES, LMMeta, LMOptions  # noqa: F401 (re-exported: they lived here)
 
@@ -106,7 +106,8 @@ class LMTask(LMMeta, TaskAdapter):
 
     def check_data(self) -> Path | None:
         """The corpus folder (None: the default under the data root), checked: `prepare` reads it here."""
-        return corpus_folder(self.data, "lm", "WikiText/PTB", "${TPRBENCH_DATA}/wikitext2")
+        return corpus_folder(self.data, "lm", "WikiText/PTB", "${TPRBENCH_DATA}/wikitext2",
+                             corpus_files(self.options.corpus))
 
     def prepare(self) -> None:
         data_dir = self.check_data()

@@ -61,6 +61,13 @@ _CANDIDATES = {
     "wikitext103": _WIKI_NAMES,
     "ptb": {s: (f"ptb.{s}.txt", f"{s}.txt") for s in SPLITS},
 }
+
+
+def corpus_files(corpus: str) -> tuple[str, ...]:
+    """The training-file names a folder of `corpus` may hold (what a data path is checked for)."""
+    return _CANDIDATES[corpus]["train"]
+
+
 _HOW = {
     "wikitext2": "get wikitext-2-v1 (https://huggingface.co/datasets/Salesforce/wikitext, files "
                  "wiki.{train,valid,test}.tokens or train/valid/test.txt) into that folder, or pass files={split: path}",

@@ -23,9 +23,11 @@ from ..architectures import PairModel, describe_arch, encoder_spec
 from ..base import TaskAdapter
 from ..errors import DataError
 from ..hparams import HParams
+from ..paths import expect_files
+from ..progress import per_split
 from ..registry import register_task
 from . import data as logic_data
-from .generator import write_dataset
+from .generator import EXCLUDING, write_dataset
 from .meta import LogicMeta, LogicOptions  # noqa: F401 (LogicOptions re-exported: it lived here)
 
 TEST_SPLITS = ("test_easy", "test_hard", "test_big", "test_massive", "test_exam")
@@ -36,10 +38,10 @@ class LogicTask(LogicMeta, TaskAdapter):
     # archs, Options, metrics, defaults, ...: LogicMeta's (tasks/logic/meta.py)
 
     def check_data(self) -> None:
+        """A data folder must hold the DeepMind split files (the data root is an error naming
+        its `logical_entailment/`); data is generated only for `data = "generated"`."""
         if not self.generated:
-            path = Path(self.data).expanduser()
-            if not path.is_dir():
-                raise DataError(f"logic data: directory {path} not found; {logic_data.HOW_TO_GET}")
+            expect_files("logic data", self.data, logic_data.SPLIT_FILES, logic_data.HOW_TO_GET)
 
     def prepare(self) -> None:
         self.check_data()
@@ -48,7 +50,9 @@ class LogicTask(LogicMeta, TaskAdapter):
         if self.generated:
             out = root / f"generated-{opts.preset}-n{opts.train_size}-e{opts.eval_size}-s{opts.data_seed}"
             presets = {s: opts.preset for s in ("train", "validate", "test_easy")}
-            info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=opts.eval_size, presets=presets)
+            with per_split("generating logic data:") as progress:  # silent when cached
+                info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=opts.eval_size,
+                                     presets=presets, progress=progress)
             files = dict(info.files)
         else:
             path = Path(self.data).expanduser()
@@ -59,8 +63,11 @@ class LogicTask(LogicMeta, TaskAdapter):
                 # Generated training pairs, never equal (up to renaming) to a real evaluation pair.
                 tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
                 out = root / f"train-for-{tag}-{opts.preset}-n{opts.train_size}-s{opts.data_seed}"
-                info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=0,
-                                     exclude=[files[s] for s in files], presets={"train": opts.preset})
+                # Said, not silent (issue 35): the folder has no train.txt, so its pairs are generated.
+                with per_split(f"no train.txt in {path}: generating", units={EXCLUDING: "files"}) as progress:
+                    info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=0,
+                                         exclude=[files[s] for s in files], presets={"train": opts.preset},
+                                         progress=progress)
                 files["train"] = info.files["train"]
         self._splits = {name: logic_data.read_split(p) for name, p in files.items()}
         if opts.max_len:
@@ -77,6 +84,9 @@ class LogicTask(LogicMeta, TaskAdapter):
     def train_batches(self, batch_size: int, generator: torch.Generator, epoch: int) -> Iterator[dict[str, torch.Tensor]]:
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator))
         return logic_data.iterate_batches(self._splits["train"], batch_size, shuffle=True, seed=seed, svp=self.options.svp)
+
+    def train_batch_count(self, batch_size: int) -> int | None:
+        return -(-len(self._splits["train"]) // batch_size)  # iterate_batches keeps the last, short batch
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         return self.cached_eval_batches(

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tasks.errors import DataError, where
+from tasks.paths import expect_files
 
 from . import formulas as F
 
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 SPLITS = ("train", "validate", "test_easy", "test_hard", "test_big", "test_massive", "test_exam")
 EVAL_SPLITS = SPLITS[1:]
+SPLIT_FILES = tuple(f"{name}.txt" for name in SPLITS)  # what a data folder of the task holds
 
 PAD = 0
 SYMBOLS = F.ALPHABET + "~&|>()"
@@ -121,18 +123,11 @@ def read_split(path: str | os.PathLike) -> list[LogicExample]:
 def find_splits(directory: str | os.PathLike) -> dict[str, Path]:
     """Split name → path for the DeepMind file names present in `directory` (train is optional).
 
-    Accepts the dataset folder itself or a data root holding `logical_entailment/`.
+    `directory` is the dataset folder itself: a data root holding `logical_entailment/` is an
+    error that names that folder (`did you mean …/logical_entailment?`), not a silent descent.
     """
-    d = Path(directory).expanduser()
-    if not d.is_dir():
-        raise DataError(f"logical entailment data: directory {d} not found; {HOW_TO_GET}")
-    found = {name: d / f"{name}.txt" for name in SPLITS if (d / f"{name}.txt").is_file()}
-    if not found and (d / "logical_entailment").is_dir():
-        return find_splits(d / "logical_entailment")
-    if not found:
-        raise DataError(f"logical entailment data: no split files ({', '.join(s + '.txt' for s in SPLITS)}) "
-                        f"in {d}; {HOW_TO_GET}")
-    return found
+    d = expect_files("logical entailment data", directory, SPLIT_FILES, HOW_TO_GET)
+    return {name: d / f"{name}.txt" for name in SPLITS if (d / f"{name}.txt").is_file()}
 
 
 # ----------------------------------------------------------------------------- vocabulary

@@ -433,6 +433,11 @@ def _cached(meta_path: Path, params: dict[str, Any], files: dict[str, Path], t0:
                        cached=True, split_seconds=dict(old.get("split_seconds", {})))
 
 
+#: The stage of `write_dataset` that reads the `exclude` files, as its `progress` callback names it
+#: (counted in files, not lines).
+EXCLUDING = "(reading the pairs to exclude)"
+
+
 def write_dataset(out_dir: str | os.PathLike, train: int = 100000, seed: int = 0, *, eval_size: int = 1000,
                   eval_sizes: Mapping[str, int] | None = None, exclude: Iterable[str | os.PathLike] = (),
                   presets: Mapping[str, str | Preset] | None = None, force: bool = False,
@@ -476,12 +481,18 @@ def write_dataset(out_dir: str | os.PathLike, train: int = 100000, seed: int = 0
         for name in SPLITS:
             if name not in files and (out / f"{name}.txt").is_file():
                 (out / f"{name}.txt").unlink()
-    seen = alpha_keys(excluded) if excluded else set()
+    seen: set[str] = set()
+    for i, path in enumerate(excluded):  # reading the real splits takes minutes on a busy machine: reported
+        if progress is not None:
+            progress(EXCLUDING, i, len(excluded))
+        seen |= alpha_keys([path])
     counts: dict[str, int] = {}
     split_seconds: dict[str, float] = {}
     for split in order:
         t1 = time.perf_counter()
         cb = (lambda done, total, _s=split: progress(_s, done, total)) if progress else None
+        if progress is not None:  # the split's start is reported before its first group is done
+            progress(split, 0, params["splits"][split]["lines"])
         lines = generate_split(sizes[split], resolved[split], seed, split=split, seen=seen, progress=cb)
         tmp = files[split].with_suffix(".txt.tmp")
         tmp.write_text("".join(line + "\n" for line in lines), encoding="ascii")

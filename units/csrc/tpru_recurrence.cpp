@@ -80,6 +80,26 @@ void lerp_back_row(const scalar_t* __restrict__ go, scalar_t* __restrict__ carry
   }
 }
 
+// One step's lerp backward over every row and slice (both slice loops): ∂b_t (grad + carry) to the
+// gate pre-activation, the candidate of slice j (stored [k, T, B, s]) and b_{t-1} (the carry).
+template <typename scalar_t>
+void lerp_back_step(const scalar_t* go, scalar_t* cr, const scalar_t* G, const scalar_t* cand0, const scalar_t* Pv,
+                    scalar_t* dP, scalar_t* dcand0, int64_t B, int64_t T, int64_t t, int64_t k, int64_t d, int64_t s,
+                    int64_t rows, bool tanh_candidate) {
+  at::parallel_for(0, B, grain(d), [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t r = i * d + j * s, cs = ((j * T + t) * B + i) * s;
+        if (tanh_candidate)
+          lerp_back_row<scalar_t, true>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
+        else
+          lerp_back_row<scalar_t, false>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
+      }
+    }
+  });
+}
+
+
 template <typename scalar_t>
 scalar_t dot_row(const scalar_t* __restrict__ a, const scalar_t* __restrict__ b, int64_t N) {
   scalar_t acc = 0;
@@ -204,17 +224,7 @@ void backward_loop(const Dims& m, const at::Tensor& grad, const at::Tensor& fx, 
     const scalar_t* Pv = (t > 0 ? outs.select(0, t - 1) : b0).data_ptr<scalar_t>();
     scalar_t* dP = d_pre.select(0, t).data_ptr<scalar_t>();
     // ∂b_t = grad + carry; through the lerp to the gate pre-activation, the candidate and b_{t-1}.
-    at::parallel_for(0, B, grain(d), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        for (int64_t j = 0; j < k; ++j) {
-          const int64_t r = i * d + j * s, cs = ((j * T + t) * B + i) * s;
-          if (tanh_candidate)
-            lerp_back_row<scalar_t, true>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
-          else
-            lerp_back_row<scalar_t, false>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
-        }
-      }
-    });
+    lerp_back_step<scalar_t>(go, cr, G, cand0, Pv, dP, dcand0, B, T, t, k, d, s, rows, tanh_candidate);
     // ∂f = Rᵀ ∂b̃, all slices in one batched matmul.
     mm_into(k == 1 ? d_f.select(0, 0) : d_f, k == 1 ? d_cands.select(1, t).select(0, 0) : d_cands.select(1, t),
             k == 1 ? R_slices.select(0, 0) : R_slices);
@@ -492,17 +502,7 @@ void slices_backward_loop(const Dims& m, const at::Tensor& grad, const at::Tenso
     const at::Tensor prev = t > 0 ? outs.select(0, t - 1) : b0;
     const scalar_t* Pv = prev.data_ptr<scalar_t>();
     scalar_t* dP = d_pre.select(0, t).data_ptr<scalar_t>();
-    at::parallel_for(0, B, grain(d), [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        for (int64_t j = 0; j < k; ++j) {
-          const int64_t r = i * d + j * s, cs = ((j * T + t) * B + i) * s;
-          if (tanh_candidate)
-            lerp_back_row<scalar_t, true>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
-          else
-            lerp_back_row<scalar_t, false>(go + r, cr + r, G + i * rows + j * s, cand0 + cs, Pv + r, dP + i * rows + j * s, dcand0 + cs, s);
-        }
-      }
-    });
+    lerp_back_step<scalar_t>(go, cr, G, cand0, Pv, dP, dcand0, B, T, t, k, d, s, rows, tanh_candidate);
     if (rows > d) stack_inputs(Zp, G + d, rows, zxp + t * zT, zB, B, k, s);
     else stack_inputs(Zp, Pv, d, zxp + t * zT, zB, B, k, s);
     const at::Tensor dcand = d_cands.select(1, t);  // [k, B, s]

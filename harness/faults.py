@@ -1,0 +1,23 @@
+"""Named points where a test can have the driver killed at an exact moment.
+
+Killing a process "while it closes a study" from outside is a race (the closing lasts a fraction
+of a second). With `TPRBENCH_FAULT_AT=<point>` in its environment, the driver SIGKILLs itself
+when it reaches that point: the state it leaves is the state a kill at that moment leaves, every
+time. Unset (always, outside tests) a point costs one dictionary lookup.
+
+Points: `closing` — the driver has recorded its last run and is about to close the record
+(end the cell runs with their summary metrics, end the study run, take the snapshot).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+ENV = "TPRBENCH_FAULT_AT"
+
+
+def fault_point(name: str) -> None:
+    """SIGKILL this process if the environment asks for a fault at `name`."""
+    if os.environ.get(ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,98 @@
+"""The local Ray of a driver ends with the driver, even when the driver is SIGKILLed.
+
+A driver that starts Ray itself (`tprbench run` without --address) owns its GCS, raylet, agents
+and workers. Killed with SIGKILL it cannot shut them down; Ray's own fate-sharing ends the GCS
+and raylet, but its two agents (`ray::DashboardAgent`, `ray::RuntimeEnvAgent`) notice the
+raylet's death and then try to report it through the dead GCS: they stay alive under PID 1 for
+~60 s (Ray's GCS reconnect timeout) and ignore SIGTERM meanwhile; a worker in the middle of a
+trial finishes its epoch first (measured: ~30 s). A second driver started in that minute shares
+the machine with them.
+
+So the driver marks its environment with a token before Ray starts (every Ray process inherits
+it: the raylet passes its environment on to the agents and workers) and starts this watchdog,
+a small separate process. When the driver's process is gone (however it ended), the watchdog
+SIGKILLs every process whose environment holds the token — only processes this driver's Ray
+started, found by their environment and never by name — and exits. After a normal end
+(`ray.shutdown()`) there is usually nothing left to kill.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+ENV = "TPRBENCH_RAY_OWNER"  # token in the environment of every process of the driver's local Ray
+POLL = 0.25  # seconds between two looks at the driver
+GRACE = 10.0  # seconds the watchdog goes on killing after the driver's end (late children)
+
+
+def start() -> str:
+    """Mark this process's environment and start the watchdog; returns the token. A new token
+    each time: never one inherited from a parent that started a Ray of its own (its watchdog
+    would end this driver). The caller removes it again once Ray is up (`unmark`), so that only
+    Ray's processes carry it, not what the driver starts later."""
+    token = f"{os.getpid()}-{uuid.uuid4().hex}"
+    os.environ[ENV] = token
+    subprocess.Popen([sys.executable, "-m", "harness.ray_watchdog", str(os.getpid()), token],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True, close_fds=True,
+                     env={**os.environ, ENV: ""})  # not marked itself
+    return token
+
+
+def unmark() -> None:
+    """Ray is up (its processes copied the environment): the driver's own children go unmarked."""
+    os.environ.pop(ENV, None)
+
+
+def holders(token: str) -> list[int]:
+    """Processes whose environment holds `token` (this one excluded)."""
+    needle = f"{ENV}={token}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle in fh.read().split(b"\0"):
+                    found.append(int(entry))
+        except OSError:  # gone, or not ours to read
+            pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def watch(driver: int, token: str) -> int:
+    """Wait for `driver` to end, then kill what its Ray left (for up to GRACE s); returns how many."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the terminal is the driver's to handle
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    while _alive(driver):
+        time.sleep(POLL)
+    killed: set[int] = set()
+    deadline = time.monotonic() + GRACE
+    while True:
+        left = [p for p in holders(token) if _alive(p)]
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        if not left and time.monotonic() > deadline - GRACE + 1.0 or time.monotonic() > deadline:
+            return len(killed)
+        time.sleep(POLL)
+
+
+if __name__ == "__main__":
+    sys.exit(0 if watch(int(sys.argv[1]), sys.argv[2]) >= 0 else 1)

@@ -1,0 +1,455 @@
+"""The papers' claims against the record: one table of every seed paper's claims (`tprbench papers`).
+
+A claims file (studies/papers.toml) lists each claim once: the paper's number, the study and the
+record that measure it, what to read from that record (a *measure*), the budget as a fraction of
+the paper's, and the rule that turns the two numbers into a verdict. This module reads the
+committed records (nothing is trained), computes every measure, and writes reports/papers/
+deterministically — the same records give the same bytes, so the report is regenerated, never
+edited by hand.
+
+Verdicts, in the order a claim moves through them:
+  not yet run      the study runs here but its record has none of the claim's runs yet
+  in progress      some of the runs the measure needs are recorded, not all (counts shown)
+  held / did not hold   every run is recorded; the rule decides
+  not reachable on this machine   the claim names a `cluster` plan (a study file and its cost)
+                   and no record here measures it
+
+Why a measure is a small closed vocabulary (one cell over its seeds, a mean over cells, a count
+of cells over a threshold) and not free code: the claims file is data a researcher edits, and
+every verdict must be reproducible from the file and the record alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import fnmatch
+import io
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pydantic
+
+from ..record import DIVERGED, FINISHED, ReportError
+
+
+class PapersError(ReportError):
+    """A claims file that does not validate (one line: the file, the claim, the field)."""
+
+
+class _Strict(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+class Budget(_Strict):
+    """Our budget as fractions of the paper's: training data, epochs (or updates), model size."""
+
+    data: float = pydantic.Field(gt=0)
+    epochs: float = pydantic.Field(gt=0)
+    size: float = pydantic.Field(gt=0)
+    note: str = ""
+
+    @property
+    def fraction(self) -> float:
+        return self.data * self.epochs * self.size
+
+
+class Measure(_Strict):
+    """What to read from the record: a run metric of the finished final-phase seed runs of the
+    cells `select` matches (task_label, arch, unit, dim: equal, or a `*`/`?` glob), times `scale`.
+
+    over = "seeds":  exactly one cell; its mean ± std over seeds.
+    over = "cells":  the mean over cells of each cell's seed mean; ± the std over cells.
+    over = "count_above": how many cells have a seed mean above `above` (bAbI's failed tasks).
+    """
+
+    select: dict[Literal["task_label", "arch", "unit", "dim"], str]
+    metric: str
+    scale: float = 1.0
+    over: Literal["seeds", "cells", "count_above"] = "seeds"
+    above: float | None = None
+    cells: int | None = pydantic.Field(None, ge=1, description="cells the measure needs (default: what the study file has)")
+    digits: int = pydantic.Field(2, ge=0, le=6)
+
+    @pydantic.model_validator(mode="after")
+    def _threshold(self) -> Measure:
+        if (self.over == "count_above") != (self.above is not None):
+            raise ValueError("`above` is required with over = \"count_above\" and only there")
+        return self
+
+
+class Verdict(_Strict):
+    """How ours and the paper's numbers decide the claim.
+
+    within:  |ours − paper_number| ≤ tolerance;  at_most / at_least: ours ≤ / ≥ value;
+    below_claim / above_claim: ours < / > the value of another claim (by id), e.g. TPR-RNN's
+    error below the LSTM baseline's; within_claim: |ours − that value| ≤ tolerance ("costs nothing").
+    """
+
+    rule: Literal["within", "at_most", "at_least", "below_claim", "above_claim", "within_claim"]
+    tolerance: float | None = pydantic.Field(None, ge=0)
+    value: float | None = None
+    claim: str | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _needs(self) -> Verdict:
+        need = {"within": "tolerance", "at_most": "value", "at_least": "value",
+                "below_claim": "claim", "above_claim": "claim", "within_claim": "claim"}[self.rule]
+        if getattr(self, need) is None or (self.rule == "within_claim" and self.tolerance is None):
+            raise ValueError(f"rule {self.rule!r} needs `{need}`" + (" and `tolerance`" if self.rule == "within_claim" else ""))
+        return self
+
+
+class Cluster(_Strict):
+    """Where a claim's budget does not fit this machine: the study file that runs it on a cluster
+    and its estimated cost, with the measurement the estimate comes from."""
+
+    study: str | None = None
+    estimate: str
+
+
+class Claim(_Strict):
+    id: str = pydantic.Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    seed: str = pydantic.Field(pattern=r"^\d{3}$")
+    paper: str
+    where: str
+    claim: str
+    paper_value: str
+    paper_number: float | None = None
+    study: str | None = None
+    record: str | None = None
+    report: str | None = None
+    measure: Measure | None = None
+    verdict: Verdict | None = None
+    budget: Budget | None = None
+    cluster: Cluster | None = None
+    note: str = ""
+
+    @pydantic.model_validator(mode="after")
+    def _complete(self) -> Claim:
+        measured = [self.study, self.record, self.measure, self.verdict, self.budget]
+        if any(v is not None for v in measured) and not all(v is not None for v in measured):
+            raise ValueError("a measured claim needs all of study, record, measure, verdict and budget")
+        if self.measure is None and self.cluster is None:
+            raise ValueError("a claim needs a measure (study, record, measure, verdict, budget) or a cluster plan")
+        if self.verdict is not None and self.verdict.rule == "within" and self.paper_number is None:
+            raise ValueError("rule 'within' compares with paper_number: give it")
+        return self
+
+
+class ClaimsFile(_Strict):
+    title: str
+    claims: list[Claim]
+
+    @pydantic.model_validator(mode="after")
+    def _ids(self) -> ClaimsFile:
+        ids = [c.id for c in self.claims]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"claim ids must be unique: {', '.join(dup)}")
+        for c in self.claims:
+            ref = c.verdict.claim if c.verdict is not None else None
+            if ref is not None and ref not in ids:
+                raise ValueError(f"claim {c.id!r}: verdict.claim {ref!r} is not a claim id")
+        return self
+
+
+def load_claims(path: str | Path) -> ClaimsFile:
+    """The claims file, validated; errors name the file, the claim and the field."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise PapersError(f"claims file {path} not found") from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise PapersError(f"claims file {path}: cannot read it ({exc})") from None
+    try:
+        return ClaimsFile.model_validate(data)
+    except pydantic.ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = list(err["loc"])
+            where = ""
+            if len(loc) >= 2 and loc[0] == "claims" and isinstance(loc[1], int):
+                claims = data.get("claims") if isinstance(data.get("claims"), list) else []
+                cid = claims[loc[1]].get("id") if loc[1] < len(claims) and isinstance(claims[loc[1]], dict) else None
+                where = f"claim {cid or '#' + str(loc[1] + 1)!s}"
+                loc = loc[2:]
+            field_ = ".".join(str(p) for p in loc)
+            problems.append(f"{where}{': ' if where and field_ else ''}{field_}: {err['msg']}" if (where or field_)
+                            else err["msg"])
+        raise PapersError(f"claims file {path}: " + "; ".join(problems)) from None
+
+
+# -- reading the record ---------------------------------------------------------------------------
+
+@dataclass
+class StudyRuns:
+    """The finished final-phase seed runs of one study's record, as plain dicts, with the cells."""
+
+    name: str
+    seeds: int
+    cells: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    recorded: bool
+
+
+def read_study(study_file: Path, record: Path) -> StudyRuns:
+    """One study's counted runs (harness.report.aggregate.counted_runs: the current parameters,
+    seeds below the study's count) from the record under `record` (its mlflow.db)."""
+    from .aggregate import counted_runs, records
+    from .load import load_record, resolve_study
+
+    name, seeds, cell_ids, note = resolve_study(str(study_file))
+    if cell_ids is None:  # the cells of the study file pick the runs: without them old cells would count
+        why = (note or "it did not validate").split("; reporting every cell")[0]
+        raise PapersError(f"{study_file}: its cells are needed to pick the record's runs, but {why}")
+    seeds = seeds or 1
+    db = record / "mlflow.db"
+    if not db.is_file():
+        return StudyRuns(name, seeds, [], [], recorded=False)
+    try:
+        runs, cells = load_record(f"sqlite:///{db.resolve()}", name, cell_ids, root=record)
+    except ReportError:
+        return StudyRuns(name, seeds, [], [], recorded=False)
+    counted = counted_runs(runs, cells, seeds)
+    cell_rows = records(cells)
+    for c in cell_rows:
+        label = c.get("label") or ""
+        c["task_label"] = label.split("/", 1)[0] if "/" in label else c.get("task")
+    # Finished runs give values; diverged ones (a NaN loss) are results too — the seed ran to its
+    # end — so they count as done and are reported, never averaged. Errored runs (the machine's
+    # fault, not the model's) are neither: they will be rerun.
+    done = [r for r in records(counted) if r.get("status") in (FINISHED, DIVERGED)]
+    return StudyRuns(name, seeds, cell_rows, done, recorded=True)
+
+
+# -- measures -------------------------------------------------------------------------------------
+
+@dataclass
+class Measured:
+    value: float | None          # None: nothing recorded yet
+    text: str
+    complete: bool
+    progress: str = ""
+    commits: list[str] = field(default_factory=list)
+    runs: int = 0                # seed runs that ended (finished or diverged)
+
+
+def _matches(cell: dict[str, Any], select: dict[str, str]) -> bool:
+    """Each selected field equals its value, or matches it as a glob when the value has `*` or `?`
+    (brackets stay literal: unit specs such as `tpru[roles=8]` are written as they are)."""
+    for key, pattern in select.items():
+        names = ("unit", "unit_canonical") if key == "unit" else (key,)  # as written, or canonical
+        values = {"" if cell.get(n) is None else str(cell.get(n)) for n in names}
+        glob = "*" in pattern or "?" in pattern
+        if not any(fnmatch.fnmatchcase(v, pattern.replace("[", "[[]")) if glob else v == pattern for v in values):
+            return False
+    return True
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    from .aggregate import mean_std
+
+    return mean_std(values)
+
+
+def _fmt(mean: float, std: float, digits: int) -> str:
+    text = f"{mean:.{digits}f}"
+    return text if math.isnan(std) else f"{text} ± {std:.{digits}f}"
+
+
+def measure(m: Measure, data: StudyRuns) -> Measured:
+    """Compute one measure from a study's counted runs (see `Measure`)."""
+    cells = [c for c in data.cells if _matches(c, m.select)]
+    col = f"metric.{m.metric}"
+    by_cell: dict[str, list[float]] = {}
+    ended: dict[str, int] = {}  # finished or diverged seeds per cell
+    diverged = 0
+    commits: set[str] = set()
+    wanted = {c["cell_id"] for c in cells}
+    for r in data.runs:
+        if r["cell_id"] not in wanted:
+            continue
+        ended[r["cell_id"]] = ended.get(r["cell_id"], 0) + 1
+        if r.get("git_commit"):
+            commits.add(str(r["git_commit"]))
+        v = r.get(col)
+        if r.get("status") != FINISHED:
+            diverged += 1
+        elif v is not None and not (isinstance(v, float) and math.isnan(v)):
+            by_cell.setdefault(r["cell_id"], []).append(float(v) * m.scale)
+    need_cells = m.cells or len(cells) or 1
+    if m.over == "seeds" and len(cells) > 1:
+        raise PapersError(f"measure {m.select} selects {len(cells)} cells; over = \"seeds\" needs exactly one")
+    full = [cid for cid, n in ended.items() if n >= data.seeds]
+    complete = len(full) >= need_cells
+    progress = f"{len(full)} of {need_cells} cells × {data.seeds} seeds ({sum(ended.values())} runs)"
+    note = f"; {diverged} diverged" if diverged else ""
+    runs = sum(ended.values())
+    if not by_cell:
+        return Measured(None, "–" + (f" ({diverged} diverged)" if diverged else ""), complete, progress, sorted(commits), runs)
+    means = {cid: _mean_std(v)[0] for cid, v in by_cell.items()}
+    if m.over == "seeds":
+        (vals,) = by_cell.values()
+        mean, std = _mean_std(vals)
+        text = _fmt(mean, std, m.digits) + f" ({len(vals)} seeds{note})"
+        return Measured(mean, text, complete, progress, sorted(commits), runs)
+    if m.over == "cells":
+        mean, std = _mean_std([means[c] for c in sorted(means)])
+        text = _fmt(mean, std, m.digits) + f" over {len(means)} tasks ({sum(map(len, by_cell.values()))} seeds{note})"
+        return Measured(mean, text, complete, progress, sorted(commits), runs)
+    count = sum(v > float(m.above) for v in means.values())
+    return Measured(float(count), f"{count} of {len(means)}" + (f" ({diverged} seeds diverged)" if diverged else ""),
+                    complete, progress, sorted(commits), runs)
+
+
+# -- verdicts -------------------------------------------------------------------------------------
+
+HELD, NOT_HELD, NOT_REACHABLE, NOT_RUN, IN_PROGRESS = (
+    "held", "did not hold", "not reachable on this machine", "not yet run", "in progress")
+
+
+def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> str:
+    """The verdict of one claim (module docstring), from its measure and, for a comparison, the
+    other claim's measure (which must be complete too)."""
+    if ours is None:
+        return NOT_REACHABLE
+    if ours.value is None:  # nothing finished: not run yet, or every seed diverged
+        return NOT_HELD if ours.complete else (IN_PROGRESS if ours.runs else NOT_RUN)
+    v = claim.verdict
+    assert v is not None
+    other = others.get(v.claim) if v.claim else None
+    if not ours.complete or (other is not None and not other.complete):
+        return IN_PROGRESS
+    if v.rule == "within":
+        ok = abs(ours.value - float(claim.paper_number)) <= float(v.tolerance)  # type: ignore[arg-type]
+    elif v.rule == "at_most":
+        ok = ours.value <= float(v.value)  # type: ignore[arg-type]
+    elif v.rule == "at_least":
+        ok = ours.value >= float(v.value)  # type: ignore[arg-type]
+    else:
+        if other is None or other.value is None:
+            return IN_PROGRESS
+        if v.rule == "within_claim":
+            ok = abs(ours.value - other.value) <= float(v.tolerance)  # type: ignore[arg-type]
+        else:
+            ok = ours.value < other.value if v.rule == "below_claim" else ours.value > other.value
+    return HELD if ok else NOT_HELD
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    claim: Claim
+    ours: Measured | None
+    verdict: str
+
+
+def evaluate(claims: ClaimsFile, base: Path) -> list[Row]:
+    """Every claim measured and decided; each (study, record) pair is read once."""
+    studies: dict[tuple[str, str], StudyRuns] = {}
+    measured: dict[str, Measured] = {}
+    for c in claims.claims:
+        if c.measure is None:
+            continue
+        key = (str(c.study), str(c.record))
+        if key not in studies:
+            study_file = base / str(c.study)
+            if not study_file.is_file():
+                raise PapersError(f"claim {c.id}: study file {c.study} not found (relative to {base})")
+            studies[key] = read_study(study_file, base / str(c.record))
+        measured[c.id] = measure(c.measure, studies[key])
+    return [Row(c, measured.get(c.id), decide(c, measured.get(c.id), measured)) for c in claims.claims]
+
+
+def _budget(c: Claim) -> str:
+    if c.budget is None:
+        return "–"
+    pct = 100 * c.budget.fraction
+    text = f"{pct:.0f}%" if pct >= 1 else f"{pct:.2g}%"
+    return f"{text} (data {c.budget.data:g} × epochs {c.budget.epochs:g} × size {c.budget.size:g})"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+COLUMNS = ["seed", "claim", "paper", "tprbench", "budget", "verdict", "commit", "record"]
+
+
+def table_rows(rows: list[Row]) -> list[list[str]]:
+    out = []
+    for r in rows:
+        c = r.claim
+        ours = r.ours.text if r.ours is not None else "–"
+        if r.ours is not None and r.verdict == IN_PROGRESS:
+            ours += f" [{r.ours.progress}]"
+        commits = ", ".join(x[:7] + ("-dirty" if x.endswith("-dirty") else "") for x in (r.ours.commits if r.ours else [])) or "–"
+        if c.measure is not None:
+            where = f"[{c.study}](../../{c.study})" + (f", report [{c.report}](../../{c.report})" if c.report else "")
+        else:
+            where = "–"
+        verdict = r.verdict
+        if c.cluster is not None and r.verdict in (NOT_REACHABLE, NOT_RUN):
+            plan = f"[{c.cluster.study}](../../{c.cluster.study}), " if c.cluster.study else ""
+            verdict += f": {plan}{c.cluster.estimate}"
+        out.append([c.seed, f"**{c.paper}**, {c.where}: {c.claim}", c.paper_value, ours, _budget(c), verdict, commits, where])
+    return out
+
+
+def markdown(claims: ClaimsFile, rows: list[Row], command: str, source: str) -> str:
+    """reports/papers/README.md: the table, then each claim's note. No timestamps: regenerating
+    from the same records gives the same bytes."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.verdict] = counts.get(r.verdict, 0) + 1
+    lines = [f"# {claims.title}", "",
+             f"Generated from the committed records by `{command}` (claims: `{source}`); do not edit by hand.",
+             "Each number under *tprbench* is read from the record of the study it links (mean ± std over seeds,",
+             "or over tasks where it says so); the budget is ours as a fraction of the paper's (data × epochs ×",
+             "size). Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "|".join(":---" for _ in COLUMNS) + "|"]
+    for row in table_rows(rows):
+        lines.append("| " + " | ".join(_md(x) for x in row) + " |")
+    notes = [(r.claim.id, r.claim.note, r.claim.budget.note if r.claim.budget else "") for r in rows
+             if r.claim.note or (r.claim.budget and r.claim.budget.note)]
+    if notes:
+        lines += ["", "## Notes", ""]
+        for cid, note, bnote in notes:
+            text = " ".join(t for t in (note, f"Budget: {bnote}" if bnote else "") if t)
+            lines.append(f"- `{cid}`: {text}")
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(rows: list[Row]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["id", "seed", "paper", "where", "claim", "paper_value", "tprbench", "tprbench_value", "complete",
+                "budget_fraction", "verdict", "commits", "study", "record"])
+    for r in rows:
+        c = r.claim
+        value = "" if r.ours is None or r.ours.value is None else repr(r.ours.value)
+        w.writerow([c.id, c.seed, c.paper, c.where, c.claim, c.paper_value, r.ours.text if r.ours else "", value,
+                    "" if r.ours is None else str(r.ours.complete).lower(),
+                    "" if c.budget is None else repr(c.budget.fraction), r.verdict,
+                    " ".join(r.ours.commits) if r.ours else "", c.study or "", c.record or ""])
+    return buf.getvalue()
+
+
+def write_papers(claims_path: Path, out: Path, base: Path, command: str) -> tuple[list[Row], list[Path]]:
+    """Evaluate the claims file and write README.md and claims.csv into `out`."""
+    claims = load_claims(claims_path)
+    rows = evaluate(claims, base)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        source = str(claims_path.resolve().relative_to(base.resolve()))
+    except ValueError:
+        source = str(claims_path)
+    files = [(out / "README.md", markdown(claims, rows, command, source)), (out / "claims.csv", csv_text(rows))]
+    for path, text in files:
+        path.write_text(text)
+    return rows, [p for p, _ in files]

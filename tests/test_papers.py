@@ -1,0 +1,157 @@
+"""`tprbench papers`: claims measured from a record, verdicts, byte-identical output, clear errors,
+and the committed reports/papers/ regenerated from the committed records byte for byte."""
+
+from __future__ import annotations
+
+import sqlite3
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.report.papers import HELD, IN_PROGRESS, NOT_HELD, NOT_REACHABLE, NOT_RUN, PapersError, evaluate, load_claims, write_papers
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory) -> Path:
+    """A synthetic record of the quickstart's cells (harness.bench_record: real MLflow runs with
+    random numbers, no training): 8 cells × 3 seeds, study file under studies/."""
+    from harness.bench_record import CASES, build
+
+    root = tmp_path_factory.mktemp("papers")
+    build(CASES["quickstart"], root, say=lambda *a: None)
+    return root
+
+
+def _seed_values(root: Path, unit: str, key: str = "best_valid_acc") -> list[float]:
+    """The metric of a unit's final-phase runs, read straight from MLflow's tables (independent of
+    the harness's readers)."""
+    con = sqlite3.connect(root / "mlflow.db")
+    rows = con.execute(
+        "SELECT m.value FROM latest_metrics m JOIN tags u ON u.run_uuid = m.run_uuid AND u.key = 'tprbench.unit' "
+        "JOIN tags p ON p.run_uuid = m.run_uuid AND p.key = 'tprbench.phase' "
+        "WHERE m.key = ? AND u.value = ? AND p.value = 'final'", (key, unit)).fetchall()
+    return sorted(r[0] for r in rows)
+
+
+def _claims(tmp: Path, body: str) -> Path:
+    path = tmp / "claims.toml"
+    path.write_text('title = "test claims"\n' + body)
+    return path
+
+
+CLAIM = """
+[[claims]]
+id = "{id}"
+seed = "000"
+paper = "P"
+where = "Table 1"
+claim = "c"
+paper_value = "{pv}"
+paper_number = {pn}
+study = "studies/quickstart.toml"
+record = "{record}"
+measure = {measure}
+verdict = {verdict}
+budget = {{ data = 0.5, epochs = 0.1, size = 1.0 }}
+"""
+
+
+def claim(id: str, measure: str, verdict: str, pn: float = 0.7, record: str = ".") -> str:
+    return CLAIM.format(id=id, pv=pn, pn=pn, record=record, measure=measure, verdict=verdict)
+
+
+def test_measures_and_verdicts(record, tmp_path):
+    gru, lstm = _seed_values(record, "gru"), _seed_values(record, "lstm")
+    assert len(gru) == 3 and len(lstm) == 3
+    body = (
+        claim("gru-near", '{ select = { unit = "gru" }, metric = "best_valid_acc", scale = 100.0 }',
+              '{ rule = "within", tolerance = 0.001 }', pn=round(100 * statistics.mean(gru), 6))
+        + claim("gru-far", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
+                '{ rule = "within", tolerance = 0.001 }', pn=5.0)
+        + claim("lstm", '{ select = { unit = "lstm" }, metric = "best_valid_acc" }', '{ rule = "at_least", value = 0.0 }')
+        + claim("gru-vs-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
+                '{ rule = "above_claim", claim = "lstm" }')
+        + claim("gru-near-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
+                '{ rule = "within_claim", claim = "lstm", tolerance = 1.0 }')
+        + claim("gru-far-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
+                '{ rule = "within_claim", claim = "lstm", tolerance = 0.0 }')
+        + claim("all-tpru", '{ select = { unit = "tpru*" }, metric = "best_valid_acc", over = "cells" }',
+                '{ rule = "at_most", value = 1.0 }')
+        + claim("count", '{ select = { unit = "*" }, metric = "best_valid_acc", over = "count_above", above = 0.7 }',
+                '{ rule = "at_most", value = 8 }')
+        + claim("needs-more", '{ select = { unit = "gru" }, metric = "best_valid_acc", over = "cells", cells = 2 }',
+                '{ rule = "at_most", value = 1.0 }')
+        + claim("no-record", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
+                '{ rule = "at_most", value = 1.0 }', record="missing")
+        + '\n[[claims]]\nid = "cluster"\nseed = "004"\npaper = "P"\nwhere = "T"\nclaim = "c"\npaper_value = "1"\n'
+          'cluster = { study = "studies/quickstart.toml", estimate = "1,000 core-hours" }\n')
+    rows = {r.claim.id: r for r in evaluate(load_claims(_claims(tmp_path, body)), record)}
+
+    assert rows["gru-near"].ours.value == pytest.approx(100 * statistics.mean(gru))
+    assert rows["gru-near"].verdict == HELD and rows["gru-far"].verdict == NOT_HELD
+    sd = 100 * statistics.stdev(gru)
+    assert rows["gru-near"].ours.text == f"{100 * statistics.mean(gru):.2f} ± {sd:.2f} (3 seeds)"
+    assert rows["gru-vs-lstm"].verdict == (HELD if statistics.mean(gru) > statistics.mean(lstm) else NOT_HELD)
+    assert rows["gru-near-lstm"].verdict == HELD  # accuracies differ by less than 1
+    assert rows["gru-far-lstm"].verdict == (HELD if statistics.mean(gru) == statistics.mean(lstm) else NOT_HELD)
+    tpru_units = ["tpru-mod1[roles=8]", "tpru-mod2[roles=8]", "tpru-mod3[roles=8]", "tpru[roles=16]",
+                  "tpru[roles=8,slices=8]", "tpru[roles=8]"]
+    cell_means = [statistics.mean(_seed_values(record, u)) for u in tpru_units]
+    assert rows["all-tpru"].ours.value == pytest.approx(statistics.mean(cell_means))
+    all_units = tpru_units + ["gru", "lstm"]
+    assert rows["count"].ours.value == sum(statistics.mean(_seed_values(record, u)) > 0.7 for u in all_units)
+    assert rows["needs-more"].verdict == IN_PROGRESS and "1 of 2 cells" in rows["needs-more"].ours.progress
+    assert rows["no-record"].verdict == NOT_RUN and rows["no-record"].ours.value is None
+    assert rows["cluster"].verdict == NOT_REACHABLE
+
+
+def test_written_report_is_byte_identical_and_names_its_command(record, tmp_path):
+    body = claim("gru", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "at_most", value = 1.0 }')
+    path = _claims(tmp_path, body)
+    _rows, files = write_papers(path, tmp_path / "a", record, "tprbench papers X")
+    first = {f.name: f.read_bytes() for f in files}
+    write_papers(path, tmp_path / "b", record, "tprbench papers X")
+    assert first == {f.name: (tmp_path / "b" / f.name).read_bytes() for f in files}
+    text = first["README.md"].decode()
+    assert "`tprbench papers X`" in text and "| 000 |" in text and "5%" in text  # budget 0.5 × 0.1 × 1
+
+
+@pytest.mark.parametrize("body, message", [
+    ('[[claims]]\nid = "x"\nseed = "0"\npaper = "P"\nwhere = "W"\nclaim = "c"\npaper_value = "1"\n'
+     'cluster = { estimate = "e" }\n', "claim x: seed"),
+    (claim("a", '{ select = { unit = "gru" }, metric = "m", over = "count_above" }', '{ rule = "at_most", value = 1 }'),
+     "claim a: measure"),
+    (claim("a", '{ select = { unit = "gru" }, metric = "m" }', '{ rule = "below_claim", claim = "nope" }'),
+     "verdict.claim 'nope' is not a claim id"),
+    (claim("a", '{ select = { unit = "gru" }, metric = "m" }', '{ rule = "at_most" }'), "rule 'at_most' needs `value`"),
+    (claim("a", '{ select = { colour = "gru" }, metric = "m" }', '{ rule = "at_most", value = 1 }'),
+     "claim a: measure.select.colour"),
+])
+def test_bad_claims_file_says_what_and_where(tmp_path, body, message):
+    with pytest.raises(PapersError) as err:
+        load_claims(_claims(tmp_path, body))
+    assert message in str(err.value) and "claims.toml" in str(err.value)
+
+
+def test_a_measure_over_seeds_must_select_one_cell(record, tmp_path):
+    body = claim("two", '{ select = { unit = "tpru*" }, metric = "best_valid_acc" }', '{ rule = "at_most", value = 1 }')
+    with pytest.raises(PapersError, match="selects 6 cells"):
+        evaluate(load_claims(_claims(tmp_path, body)), record)
+
+
+def test_committed_papers_report_regenerates_byte_for_byte(tmp_path):
+    """reports/papers/ is what `tprbench papers` writes from the committed records and claims."""
+    committed = REPO / "reports" / "papers"
+    if not (committed / "README.md").is_file():
+        pytest.skip("reports/papers/ is not committed yet")
+    out = tmp_path / "papers"
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "papers", "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("README.md", "claims.csv"):
+        assert (out / name).read_text() == (committed / name).read_text(), name
