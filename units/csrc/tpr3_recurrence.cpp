@@ -292,10 +292,13 @@ std::vector<at::Tensor> tpr3_backward(const at::Tensor& grad_in, const at::Tenso
        r2 = r2_in.contiguous(), r3 = r3_in.contiguous(), F0 = F0_in.contiguous();
   auto lengths = lengths_in.numel() > 0 ? lengths_in.to(at::kLong).contiguous() : lengths_in;
   Tpr3Dims m = tpr3_dims(e1, r1, r2, r3);
-  auto d_e1 = at::empty_like(e1), d_e2 = at::empty_like(e2), d_r1 = at::empty_like(r1);
-  auto d_r2 = m.move ? at::empty_like(r2) : at::empty({0}, r1.options());
-  auto d_r3 = m.back ? at::empty_like(r3) : at::empty({0}, r1.options());
-  auto d_F0 = at::empty_like(F0);
+  // Zeroed, not empty: the loop adds into each of these after its first write, and under torch's
+  // deterministic mode `empty` is NaN-filled, so a path that skipped the first write would show.
+  // Everything else the loop uses is its own per-call, per-thread std::vector (nothing static).
+  auto d_e1 = at::zeros_like(e1), d_e2 = at::zeros_like(e2), d_r1 = at::zeros_like(r1);
+  auto d_r2 = m.move ? at::zeros_like(r2) : at::empty({0}, r1.options());
+  auto d_r3 = m.back ? at::zeros_like(r3) : at::empty({0}, r1.options());
+  auto d_F0 = at::zeros_like(F0);
   AT_DISPATCH_FLOATING_TYPES(e1.scalar_type(), "tpr3_backward", [&] {
     tpr3_backward_loop<scalar_t>(m, grad.data_ptr<scalar_t>(), e1.data_ptr<scalar_t>(), e2.data_ptr<scalar_t>(),
                                  r1.data_ptr<scalar_t>(), ptr_or_null<scalar_t>(r2), ptr_or_null<scalar_t>(r3),

@@ -67,7 +67,7 @@ std::vector<at::Tensor> tprn_backward(const at::Tensor& gV_in, const at::Tensor&
     gv = at::mm(gz, W_v);
   }
   const at::Tensor flat_gz = GZ.view({T * B, n});
-  const at::Tensor V_prev = at::cat({v0.unsqueeze(0), V.narrow(0, 0, T - 1)}, 0).reshape({T * B, -1});
+  const at::Tensor V_prev = (T > 0 ? at::cat({v0.unsqueeze(0), V.narrow(0, 0, T - 1)}, 0) : V).reshape({T * B, d_S * d_R});
   const at::Tensor flat_A = A.view({T * B, n});
   at::Tensor g_Wv = at::mm(flat_gz.t(), V_prev);
   at::Tensor g_S = at::mm(GS.view({T * B, d_S}).t(), flat_A.narrow(1, 0, n_S));
