@@ -179,3 +179,11 @@ def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, t
     assert row.ours.value == pytest.approx(statistics.mean(gru))  # all three seeds' values
     assert "1 paused, best so far" in row.ours.text and row.verdict == IN_PROGRESS
     assert row.ours.runs == 2
+
+
+def test_a_metric_the_finished_runs_do_not_log_is_an_error_not_a_verdict(record, tmp_path):
+    """A misspelt metric used to read as "nothing finished" and decide *did not hold*."""
+    body = claim("typo", '{ select = { unit = "gru" }, metric = "best_valid_accuracy" }', '{ rule = "at_most", value = 1.0 }')
+    with pytest.raises(PapersError, match=r"claim typo \(\.\): metric 'best_valid_accuracy' is not in the record's "
+                                          r"finished run .*it logs: .*best_valid_acc"):
+        evaluate(load_claims(_claims(tmp_path, body)), record)

@@ -109,6 +109,18 @@ def _metrics(rec) -> dict[str, float]:
     return {k: v for k, v in rec.metrics.items() if k not in TIMING_METRICS and not k.endswith("_seconds")}
 
 
+def _paused(tmp_path: Path, name: str, until: int, **kw):
+    """A 3-epoch gru study run straight through in one root and paused at `until` in another:
+    (study file, cell, straight root, paused root, the pausing driver)."""
+    path = write_study(tmp_path, name, ["gru"], epochs=3, **kw)
+    (cell,) = cells_of(path)
+    straight_root, root = seed_root(tmp_path / "straight"), seed_root(tmp_path / "root")
+    run_study(path, straight_root)
+    runner, summary = run_study(path, root, until_epoch=until)
+    assert summary["states"][cell.id] == "paused", summary
+    return path, cell, straight_root, root, runner
+
+
 @pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(600)
@@ -117,13 +129,7 @@ def test_paused_seed_runs_are_reported_then_continued(ray_up, tmp_path: Path, ca
     from harness.record.sources import default_tracking_uri
     from harness.report import make_table, write_report
 
-    path = write_study(tmp_path, "pause", ["gru"], trials=0, seeds=2, epochs=3)
-    (cell,) = cells_of(path)
-    straight_root, root = seed_root(tmp_path / "straight"), seed_root(tmp_path / "root")
-    run_study(path, straight_root)
-
-    runner, summary = run_study(path, root, until_epoch=2)
-    assert summary["states"][cell.id] == "paused", summary
+    path, cell, straight_root, root, runner = _paused(tmp_path, "pause", 2, trials=0, seeds=2)
     recs = records(root, "pause")
     assert len(recs) == 2 and {r.status for r in recs.values()} == {"paused"}
     assert any("paused after epoch 2 of 3 (until epoch 2)" in e for e in runner.events), runner.events
@@ -149,13 +155,7 @@ def test_paused_seed_runs_are_reported_then_continued(ray_up, tmp_path: Path, ca
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_paused_search_trial_is_not_told_until_it_ends(ray_up, tmp_path: Path) -> None:
-    path = write_study(tmp_path, "pausetrial", ["gru"], trials=1, seeds=1, epochs=3)
-    (cell,) = cells_of(path)
-    straight_root, root = seed_root(tmp_path / "straight"), seed_root(tmp_path / "root")
-    run_study(path, straight_root)
-
-    _, summary = run_study(path, root, until_epoch=1)
-    assert summary["states"][cell.id] == "paused", summary
+    path, cell, straight_root, root, _ = _paused(tmp_path, "pausetrial", 1, trials=1, seeds=1)
     (trial,) = optuna_trials(root, "pausetrial", cell.id)
     assert trial.state.name == "RUNNING"  # not told: the search is not over, no final seed starts
     assert [r.status for r in records(root, "pausetrial").values()] == ["paused"]

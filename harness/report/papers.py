@@ -287,6 +287,11 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
             diverged += 1
         elif v is not None and not (isinstance(v, float) and math.isnan(v)):
             by_cell.setdefault(r["cell_id"], []).append(float(v) * m.scale)
+        else:
+            logged = sorted(k[len("metric."):] for k, x in r.items() if k.startswith("metric.") and x is not None
+                            and not (isinstance(x, float) and math.isnan(x)))
+            raise PapersError(f"metric {m.metric!r} is not in the record's finished run {r.get('run_key') or r.get('run_id')}"
+                              f" (it logs: {', '.join(logged)})")
     need_cells = m.cells or len(cells) or 1
     if m.over == "seeds" and len(cells) > 1:
         raise PapersError(f"measure {m.select} selects {len(cells)} cells; over = \"seeds\" needs exactly one")
@@ -368,7 +373,10 @@ def evaluate(claims: ClaimsFile, base: Path) -> list[Row]:
             if not study_file.is_file():
                 raise PapersError(f"claim {c.id}: study file {c.study} not found (relative to {base})")
             studies[key] = read_study(study_file, base / str(c.record))
-        measured[c.id] = measure(c.measure, studies[key])
+        try:
+            measured[c.id] = measure(c.measure, studies[key])
+        except PapersError as exc:
+            raise PapersError(f"claim {c.id} ({c.record}): {exc}") from None
     return [Row(c, measured.get(c.id), decide(c, measured.get(c.id), measured)) for c in claims.claims]
 
 
