@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from .report import metric_scale
+from tasks.metrics import metric_scale
 
 DPI = 100
 SALT = "tprbench"
