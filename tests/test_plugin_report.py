@@ -182,3 +182,13 @@ def _short_tmp() -> str:
     import tempfile
 
     return tempfile.mkdtemp(prefix="tprt", dir="/tmp")
+
+
+def test_the_docs_tell_plugin_authors_how_to_declare_it():
+    task_doc = (ROOT / "docs" / "adding-a-task.md").read_text()
+    unit_doc = (ROOT / "docs" / "adding-a-unit.md").read_text()
+    for name in ("register_metric", "higher_is_better", "scale=", "decimals=", "report_layout", "ReportLayout",
+                 "unit_columns", "metric_in_split_columns"):
+        assert name in task_doc, name
+    for name in ("REPORT_COLUMNS", "TABLE_COLUMNS", "size_against_gru"):
+        assert name in unit_doc, name

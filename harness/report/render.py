@@ -141,7 +141,7 @@ def sections(df: Any) -> list[Section]:
     if df is None or not len(df):
         return []
     df = df.sort_values(["order", "split_order"], kind="stable")
-    unit_cols = unit_columns_of(set(df["unit_name"].dropna()))
+    unit_cols = _unit_columns_in(df)
     by_task: dict[str, list[dict[str, Any]]] = {}
     for rec in records(df):
         by_task.setdefault("" if _is_missing(rec["task_label"]) else rec["task_label"], []).append(rec)
@@ -342,11 +342,16 @@ def _latex(sec: Section, study: str | None = None) -> list[str]:
     return lines
 
 
+def _unit_columns_in(df: Any) -> UnitColumns:
+    """The unit columns of an aggregated frame: every built-in unit's, and its plug-in units'."""
+    return unit_columns_of(() if df is None or not len(df) else set(df["unit_name"].dropna()))
+
+
 def wide_frame(df: Any) -> Any:
     """One row per cell with raw numbers: `<split>_mean`, `<split>_std`, `<split>_n` per split."""
     import pandas as pd
 
-    unit_cols = unit_columns_of(() if df is None or not len(df) else set(df["unit_name"].dropna())).report
+    unit_cols = _unit_columns_in(df).report
     keys = ["cell_id", "label", "task", "arch", "dim", "input_dim", "unit", "unit_canonical", *unit_cols,
             "metric", "seeds_wanted", "seeds_finished", "seeds_failed", "seeds_missing", "seeds_errored", "failed_seeds",
             "missing_seeds", "params_formula", "params_total", "final_params", "git_commits"]
