@@ -31,6 +31,17 @@ BASELINE = "gru"
 
 
 # -- sizes ------------------------------------------------------------------------------------
+def size_rule(resolved) -> Callable[[int], tuple[dict[str, object], int]] | None:
+    """A resolved unit's own way to be sized against GRU (`size_against_gru` on its metadata or,
+    for a plug-in, its class); None for one that keeps units/meta.py's default (no options, hidden d)."""
+    from units.meta import UnitMeta
+
+    rule = getattr(resolved.meta, "size_against_gru", None)
+    if rule is None or getattr(rule, "__func__", None) is UnitMeta.size_against_gru.__func__:
+        return None
+    return rule
+
+
 def sized_spec(raw: str, dim: int) -> tuple[str, int]:
     """The spec to build at nominal size `dim` and its hidden size: options the spec gives win over
     those of the unit's `size_against_gru` (units/meta.py; a plug-in unit may declare one too);
@@ -39,8 +50,8 @@ def sized_spec(raw: str, dim: int) -> tuple[str, int]:
 
     resolved = units.resolve(raw)
     given = resolved.spec.option_dict
-    size_against_gru = getattr(resolved.meta, "size_against_gru", None)
-    options, hidden = size_against_gru(dim) if size_against_gru is not None else ({}, dim)
+    rule = size_rule(resolved)
+    options, hidden = rule(dim) if rule is not None else ({}, dim)
     extra = {k: v for k, v in options.items() if k not in given}
     spec = resolved.spec.with_options(**extra) if extra else resolved.spec
     return str(spec), hidden
