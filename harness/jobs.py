@@ -43,6 +43,7 @@ class WorkerJob:
     label: str = ""  # the cell label, for messages
     run_key: str = ""  # the record's key of this run (<cell>/trial/<n> or <cell>/seed/<s>/<hash>)
     sink: Any = None  # harness.live.EpochSink actor: per-epoch metrics go to the driver while training
+    until_epoch: int | None = None  # pause the run after this epoch (`run --until-epoch`); None: to the end
 
     @classmethod
     def for_cell(cls, cell: Any, **fields: Any) -> WorkerJob:

@@ -60,8 +60,12 @@ KIND_STUDY, KIND_CELL, KIND_RUN, KIND_TRANSFER = "study", "cell", "run", "transf
 
 # run statuses
 FINISHED, PRUNED, DIVERGED, ERRORED = "finished", "pruned", "diverged", "errored"
+# Stopped on purpose after `run --until-epoch` N: its best model so far is tested and recorded,
+# its checkpoint stays, and the next `run` continues it (the record is then replaced).
+PAUSED = "paused"
 LEGACY_FAILED = "failed"  # before issue 11: diverged and errored were one status
-STATUSES = (FINISHED, PRUNED, DIVERGED, ERRORED)
+STATUSES = (FINISHED, PRUNED, DIVERGED, ERRORED, PAUSED)
+REPLACEABLE = (ERRORED, PAUSED)  # records that the next record of their run key replaces
 MLFLOW_ENDED = ("FINISHED", "FAILED", "KILLED")  # an MLflow run in another state is still being written
 
 
@@ -96,12 +100,22 @@ def attempt_of(tags: dict[str, str]) -> int:
 
 
 def will_retry(status: str | None, tags: dict[str, str]) -> bool:
-    """An errored record that the next `tprbench run` retries (its attempts are under the cap)."""
-    return status == ERRORED and attempt_of(tags) < max_attempts()
+    """A record that the next `tprbench run` dispatches again: errored with its attempts under
+    the cap, or paused (it continues from its checkpoint)."""
+    return status == PAUSED or (status == ERRORED and attempt_of(tags) < max_attempts())
+
+
+def carried_attempt(status: str | None, tags: dict[str, str]) -> int:
+    """The attempts a replaced record hands on to the record that replaces it: an errored one
+    counts, a pause does not (it was not a failed attempt)."""
+    n = attempt_of(tags)
+    return n if status == ERRORED else n - 1
 
 
 def mlflow_status(status: str) -> str:
     """The MLflow run status that goes with a tprbench status (what the MLflow UI shows)."""
+    if status == PAUSED:
+        return "KILLED"  # stopped on purpose; ended, so readers see it
     return "FINISHED" if status in (FINISHED, PRUNED) else "FAILED"
 
 

@@ -38,6 +38,7 @@ from .record import (
     PARAMS_FORMULA,
     PARAMS_HASH,
     PARAMS_TOTAL,
+    PAUSED,
     PHASE,
     PRUNED,
     REASON,
@@ -45,7 +46,7 @@ from .record import (
     SEED,
     TAG,
     TRIAL,
-    attempt_of,
+    carried_attempt,
     is_diverged,
     is_failure,
     max_attempts,
@@ -93,18 +94,22 @@ class Job:
 
 
 def cell_status(trials_done: int, trials_wanted: int, trials_running: int, trials_without_value: int,
-                seeds_done: int, seeds_wanted: int, note: str = "", errored: int = 0, seeds_running: int = 0) -> str:
+                seeds_done: int, seeds_wanted: int, note: str = "", errored: int = 0, seeds_running: int = 0,
+                paused: int = 0) -> str:
     """A cell's state, for the driver's live view, its summary and `study show` alike:
     pending | searching | failed (every trial diverged or was pruned) | final | done, or the
     driver's note (e.g. "failed: no search trial completed"), or `errored` once nothing of the
     cell runs and `errored` of its runs could not be carried out (retried by the next `run`, up
-    to the cap: harness/record.py)."""
+    to the cap: harness/record.py), or `paused` once nothing runs and `paused` of its runs
+    stopped at `run --until-epoch` (continued by the next `run`)."""
     if note:
         return note
     if trials_running or seeds_running:
         return "searching" if trials_running or trials_done < trials_wanted else "final"
     if errored:
         return "errored"
+    if paused:
+        return "paused"
     if trials_done < trials_wanted:
         return "pending" if not trials_done else "searching"
     if trials_wanted and trials_done == trials_without_value:
@@ -137,17 +142,19 @@ class CellState:
     errored: int = 0  # runs whose record is errored (this driver's, and capped ones found at open)
     errored_reason: str = ""
     retried: int = 0  # errored records this driver dispatches again
+    continued: int = 0  # paused records this driver continues from their checkpoints
+    paused: int = 0  # runs this driver paused (`--until-epoch`), and paused ones it found and left
 
     @property
-    def status(self) -> str:
-        return cell_status(self.trials_done, self.trials_wanted, self.running_search,
+    def status(self) -> str:        return cell_status(self.trials_done, self.trials_wanted, self.running_search,
                            self.trials_failed + self.trials_pruned, self.seeds_done, self.seeds_wanted, self.note,
-                           self.errored, self.running - self.running_search)
+                           self.errored, self.running - self.running_search, self.paused)
 
     def attempt(self, run_key: str) -> int:
-        """The attempt a new record of `run_key` will be (an errored record is replaced, its count carried on)."""
+        """The attempt a new record of `run_key` will be (an errored or paused record is replaced, its
+        count carried on: harness/record.py `carried_attempt`)."""
         rec = self.records.get(run_key)
-        return attempt_of(rec.tags) + 1 if rec is not None and rec.status == ERRORED else 1
+        return carried_attempt(rec.status, rec.tags) + 1 if rec is not None and rec.status in (ERRORED, PAUSED) else 1
 
     def note_errored(self, reason: str) -> None:
         self.errored += 1
@@ -278,8 +285,9 @@ def slots(resources: Any) -> int:
 class StudyRunner:
     def __init__(self, study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
                  storage_url: str | None = None, force: bool = False, console: Any = None,
-                 project_dir: Path | None = None) -> None:
+                 project_dir: Path | None = None, until_epoch: int | None = None) -> None:
         self.study, self.cells = study, cells
+        self.until_epoch = until_epoch  # pause every run after this epoch (`run --until-epoch`)
         self.root = Path(root).resolve()
         self.tracking_uri = tracking_uri or default_tracking_uri(self.root)
         self.storage_url = storage_url or default_storage_url(self.root)
@@ -512,7 +520,8 @@ class StudyRunner:
             if recorded[s].status == ERRORED:
                 st.note_errored(recorded[s].tags.get(REASON, ""))
         st.final_todo = [s for s in range(st.seeds_wanted) if s not in done]
-        st.retried += sum(recorded[s] is not None for s in st.final_todo)
+        st.retried += sum(recorded[s] is not None and recorded[s].status == ERRORED for s in st.final_todo)
+        st.continued += sum(recorded[s] is not None and recorded[s].status == PAUSED for s in st.final_todo)
 
     @property
     def storage(self) -> Any:
@@ -563,7 +572,7 @@ class StudyRunner:
         res = self.study.resources
         return WorkerJob.for_cell(cell, seed=seed, hparams=hparams, run_dir=str(run_dir), cache_dir=str(self.cache_dir),
                                   threads=int(res.cpus) if res.cpus >= 1 else 1, trial=trial,
-                                  deterministic=getattr(self.study, "deterministic", True))
+                                  deterministic=getattr(self.study, "deterministic", True), until_epoch=self.until_epoch)
 
     def _trial_job(self, st: CellState, number: int, trial_id: int, t0: float | None = None) -> Job:
         import optuna
@@ -613,10 +622,11 @@ class StudyRunner:
         retry = status == ERRORED and attempt < max_attempts()
         if status == ERRORED:
             st.note_errored(result.get("reason", ""))
+        st.paused += status == PAUSED
         if job.phase == "search":
-            self._tell_result(st, job, result, retry)
+            self._tell_result(st, job, result, retry or status == PAUSED)  # paused: told when it ends
         else:
-            st.seeds_done += not retry
+            st.seeds_done += not retry and status != PAUSED
             st.seeds_failed += is_diverged(status)
         self._time(job, result, log=t1 - t0, tell=time.perf_counter() - t1)
         if status == ERRORED:
@@ -625,6 +635,8 @@ class StudyRunner:
             self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} errored ({then}):[/] {result.get('reason', '')[:200]}")
         elif is_failure(status):
             self._say(f"[yellow]{cell.label} {job.run_key.split('/', 1)[1]} {status}:[/] {result.get('reason', '')[:200]}")
+        elif status == PAUSED:
+            self._say(f"{cell.label} {job.run_key.split('/', 1)[1]}: {result.get('reason', '')}")
         for note in result.get("notes") or []:
             self._say(f"{cell.label} {job.run_key.split('/', 1)[1]}: {note}")
         if result.get("seconds"):
@@ -761,13 +773,17 @@ class StudyRunner:
             parts.append(f"{len(unfinished) - saved} unfinished trial(s) start over (no checkpoint written yet)")
         if retried:
             parts.append(f"{retried} errored run(s) retried")
+        continued = sum(st.continued for st in states)
+        if continued:
+            parts.append(f"{continued} paused run(s) continue from their checkpoints")
         parts.append(f"{recorded} run(s) already recorded")
         self._say("resuming: " + ", ".join(parts))
 
     def _close_record(self, states: list[CellState], outcome: str) -> None:
         """When the driver exits (done, error or Ctrl-C): each cell run gets its summary metrics and
         ends FINISHED (done) or FAILED (failed, errored, unfinished) — KILLED for unfinished cells
-        when interrupted — and the study run ends with `outcome` (FAILED if any cell is not done)."""
+        when interrupted and for paused ones (`--until-epoch`) — and the study run ends with `outcome`
+        (FAILED if any cell is not done, KILLED if the rest are paused)."""
         self.tracker.window = min(retry_seconds(), 10.0)  # the store may be what stopped the driver: do not wait long
         try:
             summary = self._cell_summaries([st.cell.id for st in states if st.cell.id in self._touched])
@@ -780,11 +796,13 @@ class StudyRunner:
                 if st.cell.id not in self._touched:  # not worked on by this driver: left as it was
                     continue
                 done = st.status == "done"
-                ends.append((self.cell_runs[st.cell.id], "FINISHED" if done else "KILLED" if outcome == "KILLED" else "FAILED",
+                stopped = outcome == "KILLED" or st.status == "paused"
+                ends.append((self.cell_runs[st.cell.id], "FINISHED" if done else "KILLED" if stopped else "FAILED",
                              summary.get(st.cell.id) or {}))
             self.tracker.end_many(ends)  # in bulk: one transaction per 2,000 cells on a SQL store
             study_ok = outcome == "FINISHED" and all(st.status == "done" for st in states)
-            self.tracker.end(self.study_run_id, "FINISHED" if study_ok else "KILLED" if outcome == "KILLED" else "FAILED")
+            paused = outcome == "FINISHED" and all(st.status in ("done", "paused") for st in states)
+            self.tracker.end(self.study_run_id, "FINISHED" if study_ok else "KILLED" if outcome == "KILLED" or paused else "FAILED")
         except Exception as exc:  # the store is down: the runs stay RUNNING until the next driver ends them
             self._say(f"study and cell runs not ended ({type(exc).__name__}: {str(exc)[:200]})")
 
@@ -1054,17 +1072,20 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
         cell_trials = trials_by_cell.get(cell.id, [])
         errored = [r for r in cell_trials + seeds if r.status == ERRORED]
         retried = [r for r in errored if will_retry(r.status, r.tags)]
-        # An errored trial to be retried is still unfinished in Optuna: waiting, not running.
-        running = max(counts["running"] - sum(r in retried for r in cell_trials), 0)
-        seeds_done = len(seeds) - sum(r in retried for r in seeds)  # records are keyed by run key: one per seed
+        paused = [r for r in cell_trials + seeds if r.status == PAUSED]
+        # An errored trial to be retried, or a paused one, is still unfinished in Optuna: waiting, not running.
+        running = max(counts["running"] - sum(r in retried or r in paused for r in cell_trials), 0)
+        # records are keyed by run key: one per seed
+        seeds_done = len(seeds) - sum(r in retried or r in paused for r in seeds)
         status = cell_status(counts["done"], study.trials, running, counts["failed"] + counts["pruned"],
-                             seeds_done, study.seeds, errored=len(errored))
+                             seeds_done, study.seeds, errored=len(errored), paused=len(paused))
         rows.append({"id": cell.id, "label": cell.label, "task": cell.task, "arch": cell.arch, "unit": cell.unit,
                      "dims": {"dim": cell.dim, "input_dim": cell.input_dim},
                      "trials_done": counts["done"], "trials_wanted": study.trials, "trials_failed": counts["failed"],
                      "trials_pruned": counts["pruned"], "trials_running": running,
                      "seeds_done": seeds_done, "seeds_failed": sum(is_diverged(r.status) for r in seeds),
                      "seeds_wanted": study.seeds, "runs_errored": len(errored), "errored_retried": len(retried),
+                     "runs_paused": len(paused),
                      "errored_reason": errored[0].tags.get(REASON, "") if errored else "", "status": status})
     return rows
 

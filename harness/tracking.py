@@ -23,7 +23,6 @@ from typing import Any, TypeVar
 from .record import (
     ATTEMPT,
     CELL,
-    ERRORED,
     KIND,
     KIND_CELL,
     KIND_RUN,
@@ -32,6 +31,7 @@ from .record import (
     MLFLOW_ENDED,
     PHASE,
     REASON,
+    REPLACEABLE,
     RUN_KEY,
     STATUS,
     STUDY,
@@ -39,7 +39,7 @@ from .record import (
     CellRecord,
     RecordReader,
     RunRecord,
-    attempt_of,
+    carried_attempt,
     mlflow_status,
     split_tags,
 )
@@ -395,7 +395,7 @@ class Tracker:
         def create() -> str | None:
             for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
                 if run.info.status in MLFLOW_ENDED:
-                    if run.data.tags.get(STATUS) != ERRORED:
+                    if run.data.tags.get(STATUS) not in REPLACEABLE:
                         return None
                 else:
                     self.client.delete_run(run.info.run_id)
@@ -469,14 +469,14 @@ class Tracker:
         if search:
             for run in self.search(f"tags.`{RUN_KEY}` = '{run_key}'"):
                 if run.info.status in MLFLOW_ENDED:
-                    if run.data.tags.get(STATUS) != ERRORED:
+                    if run.data.tags.get(STATUS) not in REPLACEABLE:
                         return run.info.run_id  # already recorded: never twice
-                    errored.append(run)  # replaced below by this attempt
+                    errored.append(run)  # errored or paused: replaced below by this record
                 elif run.info.run_id == live_run_id:
                     live_ok = True
                 else:
                     self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
-        attempt = max((attempt_of(r.data.tags) for r in errored), default=0) + 1
+        attempt = max((carried_attempt(r.data.tags.get(STATUS), r.data.tags) for r in errored), default=0) + 1
         worker = result.get("worker") or {}
         end_ms = _ms(worker.get("end")) or int(time.time() * 1000)
         all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result, end_ms, attempt,

@@ -133,7 +133,7 @@ def run_job(job: WorkerJob) -> dict[str, Any]:
         report = _pruning_reporter(job.trial, job.metric, info) if job.trial is not None else None
         device = "cuda" if torch.cuda.is_available() else "cpu"
         result = train(adapter, job.train_config(), job.run_dir, report=report, progress=progress, device=device,
-                       notice=notes.append)
+                       notice=notes.append, until_epoch=job.until_epoch)
         out = asdict(result)
         out["splits"] = {"valid": adapter.valid_split, "test": list(adapter.test_splits)}
         info["setup_seconds"] = ready - started

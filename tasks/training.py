@@ -13,7 +13,10 @@ would run code is refused (tasks/checkpoint.py).
 `train` reads as its four jobs: restore (`_read_checkpoint`, `_apply_checkpoint`), one epoch
 (`_train_epoch`), checkpoint (`_save_checkpoint`) and evaluate (`_end_of_epoch`, `_test`).
 `stop_value` / `stop_patience` end a run before `epochs`, decided from the history alone (a
-resumed run stops where it would have).
+resumed run stops where it would have). `until_epoch` pauses a run after that epoch: it comes back
+`paused` with its best model so far tested, and its checkpoint stays, so the next call continues
+it to where an uninterrupted run would have ended (a study's "every row through the first lr phase
+before any goes further": `tprbench run --until-epoch`).
 """
 
 from __future__ import annotations
@@ -97,7 +100,7 @@ def _digest(blob: dict[str, Any]) -> str:
 
 @dataclass
 class RunResult:
-    status: str  # finished | pruned | diverged (harness/record.py: the run statuses)
+    status: str  # finished | pruned | diverged | paused (harness/record.py: the run statuses)
     reason: str = ""
     best_epoch: int | None = None
     best_valid: float | None = None
@@ -193,6 +196,7 @@ class _Context:
     determinism: Determinism
     notes: list[str] = field(default_factory=list)
     no_gradients: bool = False  # grad_log_batches: the unit cannot be stepped (said once)
+    until_epoch: int | None = None  # pause after this epoch (None: train to the end)
 
     def say(self, text: str) -> None:
         """Tell the caller (one line) and keep the line in the run's result."""
@@ -212,9 +216,12 @@ def train(
     progress: Callable[[int, dict[str, float]], None] | None = None,
     device: torch.device | str | None = None,
     notice: Callable[[str], None] | None = None,
+    until_epoch: int | None = None,
 ) -> RunResult:
     """Train one model; resumable from `run_dir`. `report(epoch, metrics)` returning True prunes;
-    `notice(line)` hears what the run had to do (default: one line on stderr).
+    `notice(line)` hears what the run had to do (default: one line on stderr). `until_epoch`: stop
+    after that epoch (or at once, if a checkpoint is already past it) and return `paused`, its best
+    model so far tested; no result.json is written, so the next call resumes from the checkpoint.
 
     Metrics per epoch: train_loss, train_<metric…>, train_aux (when a module sets aux_loss),
     valid_<metric…>, lr, epoch_seconds.
@@ -231,7 +238,7 @@ def train(
     ctx = _Context(adapter, config, hp, metric, direction,
                    torch.device(device) if device is not None else default_device(),
                    Path(run_dir) if run_dir is not None else None, tuple(f for f in fps if f),
-                   notice or _print_notice, Determinism(config.deterministic))
+                   notice or _print_notice, Determinism(config.deterministic), until_epoch=until_epoch)
     if ctx.run_path is not None:
         ctx.run_path.mkdir(parents=True, exist_ok=True)
         previous = _finished_result(ctx)
@@ -239,13 +246,13 @@ def train(
             return previous
     with ctx.determinism:
         result, model, best_state = _fit(ctx, report, progress)
-    if result.status == "finished" and best_state is not None:
+    if result.status in ("finished", "paused") and best_state is not None:
         model.load_state_dict(best_state)
         result.test = _test(ctx, model)
     result.reproducible = ctx.determinism.reproducible
     result.notes = list(dict.fromkeys(result.notes + ctx.notes))
     result.seconds = time.perf_counter() - started
-    if ctx.run_path is not None:
+    if ctx.run_path is not None and result.status != "paused":  # a paused run continues from its checkpoint
         record = asdict(result) | {"fingerprint": ctx.fingerprints[0]}
         tmp = ctx.run_path / (RESULT + ".tmp")
         tmp.write_text(json.dumps(record, sort_keys=True, indent=1))
@@ -378,7 +385,8 @@ def _clear_run_files(ctx: _Context) -> None:
 
 
 def _epochs(ctx: _Context, s: _Session, result: RunResult, start: int, report: Any, progress: Any) -> None:
-    for epoch in range(start + 1, ctx.config.epochs + 1):
+    last = ctx.config.epochs if ctx.until_epoch is None else min(ctx.until_epoch, ctx.config.epochs)
+    for epoch in range(start + 1, last + 1):
         stop = _stop_reason(ctx, result)  # from the history alone, so a resumed run stops where it would have
         if stop:
             ctx.say(stop)
@@ -394,6 +402,13 @@ def _epochs(ctx: _Context, s: _Session, result: RunResult, start: int, report: A
         if report is not None and report(epoch, result.history[-1]):
             result.status, result.reason = "pruned", f"pruned after epoch {epoch}"
             return
+    done = int(result.history[-1]["epoch"]) if result.history else start
+    if done < ctx.config.epochs and ctx.until_epoch is not None:
+        stop = _stop_reason(ctx, result)  # a run its rule ends here is finished, not paused
+        if stop:
+            ctx.say(stop)
+            return
+        result.status, result.reason = "paused", f"paused after epoch {done} of {ctx.config.epochs} (until epoch {ctx.until_epoch})"
 
 
 def _stop_reason(ctx: _Context, result: RunResult) -> str | None:

@@ -183,14 +183,15 @@ def seed_root(root: Path) -> Path:
 
 
 def run_study(study_path: Path, root: Path, only: list[str] | None = None, force: bool = False,
-              tracking_uri: str | None = None, storage: str | None = None, **run_kw: Any):
+              tracking_uri: str | None = None, storage: str | None = None, until_epoch: int | None = None,
+              **run_kw: Any):
     """Drive a study in this process (Ray must already be up); returns (runner, summary)."""
     from harness.runner import StudyRunner
     from harness.study import expand, filter_cells, load_study
 
     study = load_study(study_path)
     cells = filter_cells(expand(study), only) if only else expand(study)
-    runner = StudyRunner(study, cells, root, tracking_uri, storage, force=force)
+    runner = StudyRunner(study, cells, root, tracking_uri, storage, force=force, until_epoch=until_epoch)
     return runner, runner.run(**run_kw)
 
 

@@ -155,3 +155,35 @@ def test_committed_papers_report_regenerates_byte_for_byte(tmp_path):
     assert proc.returncode == 0, proc.stderr
     for name in ("README.md", "claims.csv"):
         assert (out / name).read_text() == (committed / name).read_text(), name
+
+
+def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, tmp_path, monkeypatch):
+    """A seed paused by `run --until-epoch` has its best-so-far numbers: they are averaged, but the
+    seed has not ended, so the measure is in progress (a verdict waits for the last epoch)."""
+    import shutil
+
+    monkeypatch.setenv("TPRBENCH_RECORD_SUMMARY", "0")  # the tag is edited by hand below
+    copy = tmp_path / "rec"
+    shutil.copytree(record, copy, ignore=shutil.ignore_patterns("cache"))
+    con = sqlite3.connect(copy / "mlflow.db")
+    (run,) = con.execute(
+        "SELECT u.run_uuid FROM tags u JOIN tags p ON p.run_uuid = u.run_uuid AND p.key = 'tprbench.phase' "
+        "AND p.value = 'final' JOIN tags s ON s.run_uuid = u.run_uuid AND s.key = 'tprbench.seed' AND s.value = '0' "
+        "WHERE u.key = 'tprbench.unit' AND u.value = 'gru'").fetchone()
+    con.execute("UPDATE tags SET value = 'paused' WHERE run_uuid = ? AND key = 'tprbench.status'", (run,))
+    con.commit()
+    con.close()
+    body = claim("gru", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "at_most", value = 1.0 }')
+    (row,) = evaluate(load_claims(_claims(tmp_path, body)), copy)
+    gru = _seed_values(copy, "gru")
+    assert row.ours.value == pytest.approx(statistics.mean(gru))  # all three seeds' values
+    assert "1 paused, best so far" in row.ours.text and row.verdict == IN_PROGRESS
+    assert row.ours.runs == 2
+
+
+def test_a_metric_the_finished_runs_do_not_log_is_an_error_not_a_verdict(record, tmp_path):
+    """A misspelt metric used to read as "nothing finished" and decide *did not hold*."""
+    body = claim("typo", '{ select = { unit = "gru" }, metric = "best_valid_accuracy" }', '{ rule = "at_most", value = 1.0 }')
+    with pytest.raises(PapersError, match=r"claim typo \(\.\): metric 'best_valid_accuracy' is not in the record's "
+                                          r"finished run .*it logs: .*best_valid_acc"):
+        evaluate(load_claims(_claims(tmp_path, body)), record)

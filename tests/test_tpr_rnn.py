@@ -392,3 +392,83 @@ def test_options_and_errors():
         units.resolve("tpr3[mlp_hidden=-1]", 2250)
     with pytest.raises(ValueError, match="more than max_words=3"):
         SentenceEncoder(5, 4, 3)(torch.zeros(2, 4, dtype=torch.long))
+
+
+# --------------------------------------------------------------------------------------------
+# The C++ update loop (units/csrc/tpr3_recurrence.cpp, the default on CPU when it builds) against
+# the Python `tpr_update` loop (the fallback): float64, padded batches, every ablation
+# --------------------------------------------------------------------------------------------
+from units import tpru_ext  # noqa: E402
+
+needs_cpp = pytest.mark.skipif(tpru_ext.ops() is None, reason="the C++ extension did not build here")
+
+
+@pytest.fixture(params=["cpp", "python"])
+def backend(request):
+    if request.param == "cpp" and tpru_ext.ops() is None:
+        pytest.skip("the C++ extension did not build here")
+    previous = tpru_ext.set_enabled(request.param == "cpp")
+    yield request.param
+    tpru_ext.set_enabled(previous)
+
+
+def _unit_run(ops: str, use_cpp: bool, E=3, R=2):
+    previous = tpru_ext.set_enabled(use_cpp)
+    try:
+        unit = _unit(E=E, R=R, ops=ops, hidden=5, seed=7)
+        gen = torch.Generator().manual_seed(9)
+        lengths = [6, 0, 4, 6, 1]  # unsorted, an empty sequence, two full
+        x = torch.randn(5, 6, 4, generator=gen, dtype=F64, requires_grad=True)
+        mask = _mask(lengths, 6)
+        outputs, state = unit(x, mask)
+        memory = unit.memory(x, mask)
+        F0 = torch.randn(5, E, R, E, generator=gen, dtype=F64, requires_grad=True)
+        carried, F_end = unit.forward_carry(x, F0)
+        up = [torch.randn(t.shape, generator=gen, dtype=F64) for t in (outputs, state, memory, carried, F_end)]
+        loss = sum((t * u).sum() for t, u in zip((outputs, state, memory, carried, F_end), up))
+        loss.backward()
+        values = {"outputs": outputs, "state": state, "memory": memory, "carried": carried, "F_end": F_end}
+        grads = {"x": x.grad, "F0": F0.grad, **{n: p.grad for n, p in unit.named_parameters()}}
+        return {k: v.detach() for k, v in values.items()}, grads
+    finally:
+        tpru_ext.set_enabled(previous)
+
+
+@needs_cpp
+@pytest.mark.parametrize("ops", ["wmb", "w", "wm", "wb"])
+def test_cpp_and_python_update_loops_agree(ops):
+    values_c, grads_c = _unit_run(ops, True)
+    values_p, grads_p = _unit_run(ops, False)
+    for key in values_p:
+        torch.testing.assert_close(values_c[key], values_p[key], rtol=1e-12, atol=1e-12, msg=lambda m: f"{key}: {m}")
+    assert grads_c.keys() == grads_p.keys()
+    for key in grads_p:
+        torch.testing.assert_close(grads_c[key], grads_p[key], rtol=1e-10, atol=1e-12, msg=lambda m: f"{key}: {m}")
+
+
+@pytest.mark.parametrize("ops", ["wmb", "w"])
+def test_each_backend_matches_transcription_and_gradcheck(backend, ops):
+    test_unit_matches_transcription(ops)
+    unit = _unit(S=3, E=2, R=2, hidden=3, ops=ops)
+    x = torch.randn(3, 3, 3, dtype=F64, generator=torch.Generator().manual_seed(6), requires_grad=True)
+    mask = _mask([2, 3, 0], 3)
+    F0 = torch.randn(3, 2 * 2 * 2, dtype=F64, generator=torch.Generator().manual_seed(7), requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: unit(x, mask), (x,), eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradcheck(lambda x: unit.memory(x, mask), (x,), eps=1e-6, atol=1e-6)
+    assert torch.autograd.gradcheck(lambda x, F0: unit.forward_carry(x, F0.view(3, 2, 2, 2)), (x, F0), eps=1e-6, atol=1e-6)
+
+
+@needs_cpp
+def test_cpp_update_loop_is_the_default_on_cpu(monkeypatch):
+    calls = []
+    real = tpru_ext.ops()
+
+    class Spy:
+        def __getattr__(self, attr):
+            calls.append(attr)
+            return getattr(real, attr)
+
+    monkeypatch.setattr(tpru_ext._state, "ops", Spy())
+    unit = _unit()
+    unit(torch.randn(2, 3, 4, dtype=F64, requires_grad=True))[0].sum().backward()
+    assert "tpr3_forward" in calls and "tpr3_backward" in calls

@@ -415,3 +415,50 @@ def test_tprbench_units_shows_tprn_counts(capsys):
     assert "37,200" in row and "37,320" in row
     assert main(["units", "tprn"]) == 2  # a spec the user names is counted as written, or refused: one line
     assert "role_dim=10 must divide the hidden size 64" in capsys.readouterr().err
+
+
+# The ungated loop's C++ port (units/csrc/tprn_recurrence.cpp, the default on CPU when it builds)
+# against the Python loop of TPRNRecurrence (the fallback), float64, padded batch -----------------
+def _fused_run(use_cpp: bool, with_attention_grad: bool):
+    from units import tpru_ext
+
+    previous = tpru_ext.set_enabled(use_cpp)
+    try:
+        gen = torch.Generator().manual_seed(24)
+        x = torch.randn(3, 9, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+        mask = _mask([9, 5, 2], 9)
+        upstream = torch.randn(3, 9, 12, generator=gen, dtype=torch.float64)
+        carry = torch.randn(3, 12, generator=gen, dtype=torch.float64, requires_grad=True)
+        torch.manual_seed(25)
+        unit = TPRN(6, 12, symbols=7, roles=5, role_dim=3, quantization=0.2 if with_attention_grad else 0.0).double()
+        out, state = unit(x, mask)
+        windowed, last = unit.forward_carry(x[:, :4], carry)
+        loss = (out * upstream).sum() + state.pow(2).sum() + unit.aux_loss + windowed.sin().sum() + last.sum()
+        loss.backward()
+        return out.detach(), {"x": x.grad, "v0": carry.grad, **{n: p.grad for n, p in unit.named_parameters()}}
+    finally:
+        tpru_ext.set_enabled(previous)
+
+
+@pytest.mark.parametrize("with_attention_grad", [True, False])
+def test_cpp_and_python_fused_loops_agree(with_attention_grad):
+    from units import tpru_ext
+
+    if tpru_ext.ops() is None:
+        pytest.skip("the C++ extension did not build here")
+    out_c, grads_c = _fused_run(True, with_attention_grad)
+    out_p, grads_p = _fused_run(False, with_attention_grad)
+    torch.testing.assert_close(out_c, out_p, rtol=1e-12, atol=1e-13)
+    assert grads_c.keys() == grads_p.keys()
+    for key in grads_p:
+        torch.testing.assert_close(grads_c[key], grads_p[key], rtol=1e-10, atol=1e-12, msg=lambda m, key=key: f"{key}: {m}")
+
+
+def test_python_fallback_gradcheck():
+    from units import tpru_ext
+
+    previous = tpru_ext.set_enabled(False)
+    try:
+        test_gradcheck_unit_and_aux_loss(False, "fused")
+    finally:
+        tpru_ext.set_enabled(previous)

@@ -33,6 +33,7 @@ from typing import Literal
 import torch
 from torch import nn
 
+from . import tpru_ext
 from .base import RecurrentUnit, lengths_from_mask, mask_outputs
 from .meta import TPR3_OPS, TPR3Meta
 from .registry import register_unit
@@ -72,6 +73,36 @@ def tpr_update(F: torch.Tensor, e1: torch.Tensor, e2: torch.Tensor, r1: torch.Te
         # e1 ⊗ by_e1 + e2 ⊗ by_e2 as one [B,E,2] × [B,2,R·E] matmul
         delta = torch.bmm(keys.transpose(1, 2), torch.stack([by_e1, by_e2], 1).reshape(B, 2, R * E))
     return (flat + delta).view(B, E, R, E)
+
+
+class TPR3Recurrence(torch.autograd.Function):
+    """The whole update loop as one C++ op each way (units/csrc/tpr3_recurrence.cpp): F_1..F_T from
+    the keys of every step, time-major e1, e2 [T,B,E], r1..r3 [T,B,R] (None: operation off), F0
+    [B, E·R·E], lengths [B] (None: all T; a row's F stays after its length). Returns F_t [T, B, E·R·E].
+    The same computation as the `tpr_update` loop, tested equal to it (tests/test_tpr_rnn.py)."""
+
+    @staticmethod
+    def forward(ctx, e1, e2, r1, r2, r3, F0, lengths):
+        empty = e1.new_empty(0)
+        args = (e1, e2, r1, empty if r2 is None else r2, empty if r3 is None else r3, F0,
+                empty.long() if lengths is None else lengths)
+        outs, hats = tpru_ext.ops().tpr3_forward(*args)
+        ctx.ops = (r2 is not None, r3 is not None)
+        ctx.save_for_backward(*args, outs, hats)
+        return outs
+
+    @staticmethod
+    def backward(ctx, grad_outs):
+        e1, e2, r1, r2, r3, F0, lengths, outs, hats = ctx.saved_tensors
+        d_e1, d_e2, d_r1, d_r2, d_r3, d_F0 = tpru_ext.ops().tpr3_backward(
+            grad_outs, e1, e2, r1, r2, r3, F0, lengths, outs, hats)
+        move, back = ctx.ops
+        return d_e1, d_e2, d_r1, d_r2 if move else None, d_r3 if back else None, d_F0, None
+
+
+def cpp_loop_available(x: torch.Tensor) -> bool:
+    """The C++ update loop runs this call: CPU tensors and the extension built (else `tpr_update` in Python)."""
+    return x.device.type == "cpu" and tpru_ext.ops() is not None
 
 
 class MLPBank(nn.Module):
@@ -171,6 +202,12 @@ class TPR3(RecurrentUnit, TPR3Meta):
         if F is None:
             F = x.new_zeros(B, E, R, E)
         reps = self.representations(x)
+        if cpp_loop_available(x):  # the C++ loop: padded steps are skipped there (F stays, no gradient)
+            time_major = {k: v.transpose(0, 1) for k, v in reps.items()}
+            outs = TPR3Recurrence.apply(time_major["e1"], time_major["e2"], time_major["r1"], time_major.get("r2"),
+                                        time_major.get("r3"), F.reshape(B, E * R * E), lengths)
+            final = outs[-1].view(B, E, R, E) if T else F
+            return (outs.transpose(0, 1) if keep_outputs else None), final
         steps = T
         if lengths is not None:
             # Zero keys at padded steps make ΔF exactly 0, so F stays bit for bit (`tpr_update`); done
@@ -210,6 +247,10 @@ class TPR3(RecurrentUnit, TPR3Meta):
         stories of the long tasks average a third of their batch's longest)."""
         lengths = lengths_from_mask(x, mask)
         B, E, R = x.shape[0], self.entity, self.relation
+        if cpp_loop_available(x):  # the C++ loop skips each row's padded steps itself: no sorting needed
+            return self._run(x, lengths, None, keep_outputs=False)[1]
+        if lengths is None:
+            lengths = torch.full((B,), x.shape[1], dtype=torch.long, device=x.device)
         lengths, order = torch.sort(lengths, descending=True, stable=True)
         x = x[order]
         reps = self.representations(x)

@@ -9,6 +9,10 @@ matmuls over all steps after the loop, and no autograd graph is built per step (
 in units/tprn.py builds ~10 nodes per step, which dominated its time). The attention A is an
 output too, so the quantisation penalty computed from it outside still gets its gradient.
 Checked against the plain loop and with gradcheck in tests/test_tprn.py.
+
+On CPU the two loops run in C++ (units/csrc/tprn_recurrence.cpp, built with the TPRU recurrence by
+units/tpru_ext.py): the same ATen calls per step without the interpreter between them; the Python
+loops below are the fallback (no compiler, TPRBENCH_CPP=0, other devices), tested equal.
 """
 
 from __future__ import annotations
@@ -16,12 +20,21 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
+from . import tpru_ext
+
 
 class TPRNRecurrence(torch.autograd.Function):
     """(pre_x [T,B,n], W_v [n,d], S [d_S,n_S], R [d_R,n_R], v0 [B,d], n_S) → V [T,B,d], A [T,B,n]."""
 
     @staticmethod
     def forward(ctx, pre_x, W_v, S, R, v0, n_S: int):
+        ext = tpru_ext.ops() if pre_x.device.type == "cpu" else None
+        ctx.cpp = ext is not None
+        if ext is not None:  # the same loop in C++ (units/csrc/tprn_recurrence.cpp)
+            V, A, Sv, Rv = ext.tprn_forward(pre_x, W_v, S, R, v0, n_S)
+            ctx.n_S = n_S
+            ctx.save_for_backward(W_v, S, R, v0, A, Sv, Rv, V)
+            return V, A
         steps, batch, n = pre_x.shape
         d_S, d_R = S.shape[0], R.shape[0]
         V = pre_x.new_empty(steps, batch, d_S * d_R)
@@ -45,6 +58,11 @@ class TPRNRecurrence(torch.autograd.Function):
     def backward(ctx, gV, gA):
         W_v, S, R, v0, A, Sv, Rv, V = ctx.saved_tensors
         n_S = ctx.n_S
+        if ctx.cpp:
+            empty = A.new_empty(0)
+            GZ, g_Wv, g_S, g_R, gv = tpru_ext.ops().tprn_backward(
+                empty if gV is None else gV, empty if gA is None else gA, W_v, S, R, v0, A, Sv, Rv, V, n_S)
+            return GZ, g_Wv, g_S, g_R, gv, None
         steps, batch, n = A.shape
         d_S, d_R = S.shape[0], R.shape[0]
         GZ = A.new_empty(steps, batch, n)

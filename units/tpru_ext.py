@@ -1,4 +1,6 @@
-"""The C++ TPRU recurrence (units/csrc/tpru_recurrence.cpp): built once per machine, loaded lazily.
+"""The C++ TPRU recurrence (units/csrc/tpru_recurrence.cpp), with the C++ loops of `tpr3`
+(tpr3_recurrence.cpp) and the ungated TPRN (tprn_recurrence.cpp) in the same library: built once per
+machine, loaded lazily.
 
 Why a C++ loop: at small d a TPRU step is ~10 small tensor ops, and from Python each costs
 microseconds of interpreter and dispatch time — most of the step (docs/benchmarks.md, profile).
@@ -29,6 +31,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 SOURCE = Path(__file__).resolve().parent / "csrc" / "tpru_recurrence.cpp"
+# Every source of the extension (one library, torch.ops.tprbench): the TPRU recurrence (plain and the
+# fused slice step), the TPR-RNN (`tpr3`) update loop and the ungated TPRN loop.
+SOURCES = (SOURCE, SOURCE.parent / "tpr3_recurrence.cpp", SOURCE.parent / "tprn_recurrence.cpp")
 NAME = "tprbench_tpru"
 CFLAGS = ["-O3", "-march=native", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
@@ -50,7 +55,7 @@ def _cpu_flags() -> str:
 def build_key() -> str:
     import torch
 
-    parts = [SOURCE.read_bytes().decode(), torch.__version__, sys.version, " ".join(CFLAGS + LDFLAGS), _cpu_flags()]
+    parts = [*(source.read_bytes().decode() for source in SOURCES), torch.__version__, sys.version, " ".join(CFLAGS + LDFLAGS), _cpu_flags()]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 
@@ -88,7 +93,9 @@ def _load(verbose: bool) -> object:
     _ninja_on_path()
     target.mkdir(parents=True, exist_ok=True)
     print(f"tprbench: building the C++ TPRU recurrence in {target} (once per machine, about a minute)", file=sys.stderr)
-    cpp_extension.load(NAME, [str(SOURCE)], extra_cflags=CFLAGS, extra_ldflags=LDFLAGS, build_directory=str(target),
+    # copies of the flag lists: torch appends to them in place, which would change build_key()
+    cpp_extension.load(NAME, [str(source) for source in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
+                       build_directory=str(target),
                        is_python_module=False, verbose=verbose)
     done.write_text(f"{NAME} for torch {torch.__version__}\n")
     return torch.ops.tprbench

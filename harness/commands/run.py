@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, help="Ray cluster address (default: start Ray locally)")
     p.add_argument("--num-cpus", type=bounds.CPUS, default=None, help="CPUs for a local Ray (default: all)")
     p.add_argument("--force", action="store_true", help="rerun the selected cells from scratch (their records are deleted)")
+    p.add_argument("--until-epoch", type=bounds.COUNT, default=None, metavar="N",
+                   help="pause every run after epoch N (its best model so far tested and recorded as `paused`); "
+                        "the next `run` continues the paused runs from their checkpoints")
     p.add_argument("--quiet", action="store_true", help="no live view or progress lines")
     p.add_argument("--verbose", action="store_true",
                    help="library messages (Ray, MLflow) on the terminal too, not only in <root>/logs/")
@@ -94,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     root = check_root(args.root)
     route_library_logs(root)  # SQLAlchemy tracebacks of a failing store go to <root>/logs, not the terminal
     runner = StudyRunner(study, cells, root, args.tracking_uri, args.storage, force=args.force,
-                         console=console)
+                         console=console, until_epoch=args.until_epoch)
     runner.show_progress = not args.quiet  # --quiet: no live view or progress lines; the driver's messages stay
     console.print(f"[bold]tprbench run[/] {args.study}: {len(cells)} cells · root {root}")
     # soft_wrap keeps the command on one copyable line.

@@ -22,7 +22,7 @@ from tasks.metrics import metric_direction, metric_scale
 from units.registry import UNITS, unit_meta
 from units.spec import UnitSpecError, parse_spec
 
-from ..record import ERRORED, is_failure
+from ..record import ERRORED, PAUSED, is_failure
 
 #: Logical-entailment test splits in the papers' column order (records without a test_splits tag).
 LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
@@ -332,7 +332,10 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
     finished = sum(r.get("status") == "finished" for r in cur)
     # Errored seeds are not results (harness/record.py): counted apart, shown as missing, never as †.
     errored = [r for r in cur if r.get("status") == ERRORED]
-    failed = [r for r in cur if r.get("status") not in ("finished", ERRORED)]
+    # Paused seeds (`run --until-epoch`) give their best model so far: averaged, and marked §.
+    paused = [r for r in cur if r.get("status") == PAUSED]
+    failed = [r for r in cur if r.get("status") not in ("finished", ERRORED, PAUSED)]
+    valued = [r for r in cur if r.get("status") in ("finished", PAUSED)]
     present = {int(r["seed"]) for r in cur}
     missing = [s for s in range(seeds_wanted) if s not in present]
     search = [r for r in mine if r.get("phase") == "search"]
@@ -346,11 +349,13 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
         "unit": cell.get("unit"), "unit_short": cell["unit_short"], "unit_name": cell["unit_name"],
         "unit_canonical": cell.get("unit_canonical"), **{c: cell[c] for c in columns.report},
         "task_options": cell.get("task_options"),
-        "summary": _summaries([r for r in cur if r.get("status") == "finished"]),
+        "summary": _summaries(valued),
         "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": finished,
         "seeds_failed": len(failed), "seeds_missing": len(missing), "seeds_errored": len(errored),
         "failed_seeds": ",".join(str(int(r["seed"])) for r in failed), "missing_seeds": ",".join(map(str, missing)),
         "errored_seeds": ",".join(str(int(r["seed"])) for r in errored),
+        "seeds_paused": len(paused), "paused_reasons": "; ".join(
+            f"seed {int(r['seed'])} {r['reason']}" for r in paused if _present(r.get("reason"))),
         "failure_reasons": "; ".join(reasons), "errored_reasons": "; ".join(errored_reasons),
         "params_formula": _first_count(counts, "params_formula"),
         "params_total": _first_count(counts, "params_total"),
@@ -359,7 +364,7 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
         **_search_stats(search, metric, direction),
         "git_commits": ",".join(commits),
         # the epoch each finished seed kept (its best validation epoch): bAbI's "epochs to convergence"
-        "best_epochs": _by_seed([r for r in cur if r.get("status") == "finished"], "metric.best_epoch"),
+        "best_epochs": _by_seed(valued, "metric.best_epoch"),
     }
 
 
@@ -405,7 +410,7 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
         table = tables[cell["task_label"] or ""]
         cur = counted_recs.get(cid, [])
         base = _cell_base(order, cell, runs_recs.get(cid, []), cur, seeds_wanted, table, unit_cols)
-        finished = [r for r in cur if r.get("status") == "finished"]
+        finished = [r for r in cur if r.get("status") in ("finished", PAUSED)]  # paused: best so far (§)
         for split_order, (split, col) in enumerate(table[2]):
             vals = [float(r[col]) for r in finished if _present(r.get(col))]
             n = len(vals)

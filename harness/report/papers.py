@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from ..record import DIVERGED, FINISHED, ReportError
+from ..record import DIVERGED, FINISHED, PAUSED, ReportError
 
 
 class PapersError(ReportError):
@@ -221,8 +221,9 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
         c["task_label"] = label.split("/", 1)[0] if "/" in label else c.get("task")
     # Finished runs give values; diverged ones (a NaN loss) are results too — the seed ran to its
     # end — so they count as done and are reported, never averaged. Errored runs (the machine's
-    # fault, not the model's) are neither: they will be rerun.
-    done = [r for r in records(counted) if r.get("status") in (FINISHED, DIVERGED)]
+    # fault, not the model's) are neither: they will be rerun. Paused runs (`run --until-epoch`)
+    # give their best-so-far values but have not ended: a measure over them is in progress.
+    done = [r for r in records(counted) if r.get("status") in (FINISHED, DIVERGED, PAUSED)]
     return StudyRuns(name, seeds, cell_rows, done, recorded=True)
 
 
@@ -235,7 +236,7 @@ class Measured:
     complete: bool
     progress: str = ""
     commits: list[str] = field(default_factory=list)
-    runs: int = 0                # seed runs that ended (finished or diverged)
+    runs: int = 0                # seed runs that ended (finished or diverged); paused ones are not counted
 
 
 def _matches(cell: dict[str, Any], select: dict[str, str]) -> bool:
@@ -267,27 +268,35 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
     col = f"metric.{m.metric}"
     by_cell: dict[str, list[float]] = {}
     ended: dict[str, int] = {}  # finished or diverged seeds per cell
-    diverged = 0
+    diverged = paused = 0
     commits: set[str] = set()
     wanted = {c["cell_id"] for c in cells}
     for r in data.runs:
         if r["cell_id"] not in wanted:
             continue
-        ended[r["cell_id"]] = ended.get(r["cell_id"], 0) + 1
+        if r.get("status") == PAUSED:  # its best so far: a value, not an ended seed
+            paused += 1
+        else:
+            ended[r["cell_id"]] = ended.get(r["cell_id"], 0) + 1
         if r.get("git_commit"):
             commits.add(str(r["git_commit"]))
         v = r.get(col)
-        if r.get("status") != FINISHED:
+        if r.get("status") not in (FINISHED, PAUSED):
             diverged += 1
         elif v is not None and not (isinstance(v, float) and math.isnan(v)):
             by_cell.setdefault(r["cell_id"], []).append(float(v) * m.scale)
+        else:
+            logged = sorted(k[len("metric."):] for k, x in r.items() if k.startswith("metric.") and x is not None
+                            and not (isinstance(x, float) and math.isnan(x)))
+            raise PapersError(f"metric {m.metric!r} is not in the record's finished run {r.get('run_key') or r.get('run_id')}"
+                              f" (it logs: {', '.join(logged)})")
     need_cells = m.cells or len(cells) or 1
     if m.over == "seeds" and len(cells) > 1:
         raise PapersError(f"measure {m.select} selects {len(cells)} cells; over = \"seeds\" needs exactly one")
     full = [cid for cid, n in ended.items() if n >= data.seeds]
     complete = len(full) >= need_cells
     progress = f"{len(full)} of {need_cells} cells × {data.seeds} seeds ({sum(ended.values())} runs)"
-    note = f"; {diverged} diverged" if diverged else ""
+    note = (f"; {diverged} diverged" if diverged else "") + (f"; {paused} paused, best so far" if paused else "")
     runs = sum(ended.values())
     if not by_cell:
         return Measured(None, "–" + (f" ({diverged} diverged)" if diverged else ""), complete, progress, sorted(commits), runs)
@@ -362,7 +371,10 @@ def evaluate(claims: ClaimsFile, base: Path) -> list[Row]:
             if not study_file.is_file():
                 raise PapersError(f"claim {c.id}: study file {c.study} not found (relative to {base})")
             studies[key] = read_study(study_file, base / str(c.record))
-        measured[c.id] = measure(c.measure, studies[key])
+        try:
+            measured[c.id] = measure(c.measure, studies[key])
+        except PapersError as exc:
+            raise PapersError(f"claim {c.id} ({c.record}): {exc}") from None
     return [Row(c, measured.get(c.id), decide(c, measured.get(c.id), measured)) for c in claims.claims]
 
 

@@ -187,12 +187,13 @@ class _Table:
         r = cell[0]
         unit = r["unit_short"] if self.unit_columns else r["unit"]
         errored = int(r.get("seeds_errored") or 0)
-        marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] or errored else "")
+        paused = int(r.get("seeds_paused") or 0)
+        marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] or errored else "") + ("§" if paused else "")
         vals = {g["split"]: format_cell(g["mean"], g["std"], int(g["n"]), self.metric) for g in cell}
         row = [str(r["arch"]), _count(r["dim"])] + ([_count(r["input_dim"])] if self.show_input else [])
         row += [f"{unit}{marks}"] + [_count(r.get(c)) for c in self.unit_columns]
         row += [vals.get(s, DASH) for s in self.splits]
-        return row + [_count(r["params_formula"]), _count(r["params_total"]), f"{r['seeds_finished']}/{r['seeds_wanted']}"]
+        return row + [_count(r["params_formula"]), _count(r["params_total"]), f"{r['seeds_finished'] + paused}/{r['seeds_wanted']}"]
 
     def search_row(self, r: dict[str, Any]) -> list[str]:
         params = r["final_params"]
@@ -206,7 +207,7 @@ class _Table:
 
 def _task_section(task_label: str, part: list[dict[str, Any]], unit_cols: UnitColumns) -> Section:
     """One task's table: a row per cell (key columns, a mean ± std per split, parameter counts,
-    seeds), footnotes for failed, missing and errored seeds, and the search table beside it."""
+    seeds), footnotes for failed, missing, paused and errored seeds, and the search table beside it."""
     t = _Table.of(part, unit_cols)
     keys = t.keys
     columns = keys + t.split_titles() + ["# params", "# params (total)", "seeds"]
@@ -223,7 +224,8 @@ def _task_section(task_label: str, part: list[dict[str, Any]], unit_cols: UnitCo
 
 
 def _footnotes(r: dict[str, Any]) -> list[str]:
-    """A cell's footnotes: † seeds that diverged, ‡ seeds missing, ‡ seeds errored (not results)."""
+    """A cell's footnotes: † seeds that diverged, ‡ seeds missing, § seeds paused (their best so
+    far), ‡ seeds errored (not results)."""
     where = f"{r['label']} ({r['cell_id']})"
     notes = []
     if r["seeds_failed"]:
@@ -234,6 +236,10 @@ def _footnotes(r: dict[str, Any]) -> list[str]:
         state = "search not finished" if _is_missing(r["final_params_hash"]) else "not yet run"
         notes.append(f"‡ {where}: {r['seeds_missing']} of {r['seeds_wanted']} seeds missing "
                      f"({_seeds(r['missing_seeds'])}: {state})")
+    paused = int(r.get("seeds_paused") or 0)
+    if paused:
+        notes.append(f"§ {where}: {paused} of {r['seeds_wanted']} seeds paused, their numbers the best "
+                     f"so far ({r['paused_reasons'][:160]}); the next `tprbench run` continues them")
     errored = int(r.get("seeds_errored") or 0)
     if errored:
         why = f"; {r['errored_reasons'][:160]}" if r["errored_reasons"] else ""
@@ -260,7 +266,7 @@ def _md_escape(text: str) -> str:
 
 _TEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&",
                 "#": r"\#", "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-_TEX_SYMBOLS = {"±": r"$\pm$", "†": r"\textsuperscript{\dag}", "‡": r"\textsuperscript{\ddag}", "–": "--",
+_TEX_SYMBOLS = {"±": r"$\pm$", "†": r"\textsuperscript{\dag}", "‡": r"\textsuperscript{\ddag}", "§": r"\S{}", "–": "--",
                 "×": r"$\times$", "'": "'"}
 
 

@@ -91,7 +91,7 @@ def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wan
     notes: list[str] = [n for n in [dirty_note(agg)] if n]
     if figures:
         counted = counted_runs(runs, cells, seeds_wanted)
-        used = counted[counted["status"] == "finished"]
+        used = counted[counted["status"].isin(["finished", "paused"])]  # paused: its epochs so far
         history = load_history(tracking_uri, study_name, run_ids=list(used["run_id"]) + list(runs["run_id"]),
                                keys=sorted({*_history_keys(runs), "epoch_seconds"}))
         made, fig_notes = figs.make_figures(agg, runs, used, history, out_dir, header, bench_csv=bench_csv)
