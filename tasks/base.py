@@ -26,7 +26,7 @@ The contract, in the order the trainer uses it:
 - `metrics_from_counts(loss_sum, counts)` turns summed counts into metrics ({"loss", "acc"} by
   default). `evaluate(model, split, batch_size)` returns them for a split. The trainer logs
   them per epoch as `train_<name>` and `valid_<name>`; the study's metric must be one of the
-  `valid_<name>` keys, where `<name>` is a key of `metrics` (name → direction).
+  `valid_<name>` keys, where `<name>` is one of `metrics` (names registered in tasks/metrics.py).
 - `summarize_tests(results)` may add metrics over the test splits (bAbI: mean error, failed tasks),
   computed from the splits' metrics after the test; they are logged as `test_<name>_<metric>`.
 - Modules of the model may set a tensor `aux_loss` during forward (already weighted and masked;

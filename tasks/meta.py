@@ -1,8 +1,9 @@
 """What a study file needs to know of a task, without torch: `TaskMeta`.
 
 Reading a study checks its task options (`Options`), architectures (`archs`), metric (`metrics`,
-`metric`, `direction`), search names and values (`HParams`, `defaults`) and which units an
-architecture takes (`check_unit`). None of that needs torch, but the adapters (tasks/<name>/
+`metric`; their directions are the metrics' own, tasks/metrics.py), search names and values
+(`HParams`, `defaults`) and which units an architecture takes (`check_unit`); a report reads how
+the task's table is laid out (`report_layout`). None of that needs torch, but the adapters (tasks/<name>/
 adapter.py) build models and import it (~2 s). So each built-in task declares these in
 tasks/<name>/meta.py, registered with `@register_task_meta(name)`, and its adapter subclasses
 that class (`class LogicTask(LogicMeta, TaskAdapter)`), so there is one declaration of each.
@@ -14,16 +15,33 @@ redeclares none of it. Nothing here, or in any tasks/<name>/meta.py, may import 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import pydantic
 
 from .errors import TaskError
 from .hparams import HParams, resolve_hparams
+from .metrics import get_metric
 
 
 class NoOptions(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class ReportLayout:
+    """How a report lays out a task's table (harness/report/render.py reads it; a task declares it
+    as `report_layout`). `name` names the layout in the report's sections; `unit_columns` are unit
+    columns (units/meta.py `TABLE_COLUMNS`) the table always has, even where no cell's unit has
+    the option (the logic papers' roles column beside GRU and LSTM); `metric_in_split_columns`
+    titles each split column with the metric's abbreviation (the LM papers' "test ppl");
+    `pivot` adds per-task tables of test splits × models (the bAbI papers': harness/report/pivot.py)."""
+
+    name: str = "generic"
+    unit_columns: tuple[str, ...] = ()
+    metric_in_split_columns: bool = False
+    pivot: bool = False
 
 
 class TaskMeta:
@@ -33,11 +51,12 @@ class TaskMeta:
     archs: ClassVar[tuple[str, ...]]
     Options: ClassVar[type[pydantic.BaseModel]] = NoOptions
     HParams: ClassVar[type[HParams]] = HParams  # a task with hyperparameters of its own subclasses it
-    layouts: ClassVar[str] = ""
+    layouts: ClassVar[str] = ""  # the data layouts `data` may point at (`tprbench tasks` prints them)
     metric: ClassVar[str] = "acc"  # the default validation metric that selects the best epoch
-    direction: ClassVar[str] = "maximize"  # its direction
-    # Every metric `evaluate` returns, with its direction: what a study's `metric` may name.
-    metrics: ClassVar[dict[str, str]] = {"loss": "minimize", "acc": "maximize"}
+    # Every metric `evaluate` returns: what a study's `metric` may name. Each is registered with
+    # its direction and display in tasks/metrics.py (a plug-in registers its own there).
+    metrics: ClassVar[tuple[str, ...]] = ("loss", "acc")
+    report_layout: ClassVar[ReportLayout] = ReportLayout()
     # Training defaults of the papers for this task (HParams names); a study's search space overrides them.
     defaults: ClassVar[dict[str, Any]] = {}
     # Published numbers that reports print beside the measured ones: {column title: {row: text}},
@@ -51,9 +70,16 @@ class TaskMeta:
 
     @classmethod
     def metric_direction(cls, metric: str) -> str | None:
-        """Direction of a logged metric (`valid_acc` or `acc`); None when the task does not log it."""
+        """Direction of a logged metric (`valid_acc` or `acc`), as registered; None when the task
+        does not log it. A metric the task lists but nobody registered is a TaskError."""
         name = metric.removeprefix("valid_")
-        return cls.metrics.get(name)
+        if name not in cls.metrics:
+            return None
+        registered = get_metric(name)
+        if registered is None:
+            raise TaskError(f"task {cls.name!r} lists metric {name!r}, which is not registered: "
+                            f"register it with tasks.metrics.register_metric(name, higher_is_better=...)")
+        return registered.direction
 
     @classmethod  # noqa: B027 (optional hook: by default every unit fits every architecture)
     def check_unit(cls, arch: str, unit: str) -> None:
@@ -65,7 +91,8 @@ class TaskMeta:
 def run_metric(adapter: TaskMeta | type[TaskMeta], metric: str | None = None,
                direction: str | None = None) -> tuple[str, str]:
     """(validation key, direction) of a run: the study's metric, else valid_<the task's metric>;
-    its direction as the task declares it. A metric the task does not log is a TaskError."""
+    its direction as the study states it, else as the metric is registered. A metric the task does
+    not log is a TaskError."""
     key = metric or f"valid_{adapter.metric}"
     if not key.startswith("valid_"):
         raise TaskError(f"metric {key!r}: the best epoch is chosen on the validation split; use valid_<name> "

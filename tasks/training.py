@@ -182,7 +182,7 @@ def train(
     metric, direction = run_metric(adapter, config.metric, config.direction)
     options = adapter.options.model_dump(mode="json")
     fps = [config.fingerprint(adapter.name, options, hp, metric, direction)]
-    if config.metric in (None, f"valid_{adapter.metric}") and config.direction in (None, adapter.direction):
+    if config.metric in (None, f"valid_{adapter.metric}") and config.direction in (None, adapter.metric_direction(adapter.metric)):
         fps.append(config.legacy_fingerprint(adapter.name, options))
     ctx = _Context(adapter, config, hp, metric, direction,
                    torch.device(device) if device is not None else default_device(),

@@ -10,6 +10,7 @@ import pytest
 import units
 from harness.bench import units as bench_units
 from harness.cli import main
+from units.meta import TPR3Meta, TPRNMeta
 
 
 def test_default_specs_cover_every_registered_unit():
@@ -23,13 +24,13 @@ def test_size_rules():
     assert bench_units.sized_spec("tpru", 32) == ("tpru[roles=32]", 32)
     assert bench_units.sized_spec("tpru[roles=5,slices=4]", 32) == ("tpru[roles=5,slices=4]", 32)  # the spec wins
     assert bench_units.sized_spec("gru", 32) == ("gru", 32)
-    # TPR-RNN: state E·R·E nearest d; TPRN: role_dim | d and GRU's parameter count
-    assert bench_units._tpr3_rule(64) == ({"entity": 4, "relation": 4}, 64)
-    assert bench_units._tpr3_rule(256) == ({"entity": 8, "relation": 4}, 256)
-    assert bench_units._tpr3_rule(512) == ({"entity": 8, "relation": 8}, 512)
+    # TPR-RNN: state E·R·E nearest d; TPRN: role_dim | d and GRU's parameter count (units/meta.py)
+    assert bench_units.sized_spec("tpr3", 64) == ("tpr3[entity=4,relation=4]", 64)
+    assert TPR3Meta.size_against_gru(256) == ({"entity": 8, "relation": 4}, 256)
+    assert TPR3Meta.size_against_gru(512) == ({"entity": 8, "relation": 8}, 512)
     if "tpgn" in units.available():  # hidden p², the square whose count is nearest GRU's
         assert bench_units.sized_spec("tpgn", 64) == ("tpgn", 49)
-    options, hidden = bench_units._tprn_rule(64)
+    options, hidden = TPRNMeta.size_against_gru(64)
     assert hidden == 64 and 64 % options["role_dim"] == 0 and options["symbols"] + options["roles"] == 3 * 64
 
 

@@ -12,7 +12,7 @@ import pytest
 from tasks.meta import TaskMeta
 from tasks.registry import TASKS, get_task, task_meta
 
-DECLARED = ("archs", "Options", "HParams", "layouts", "metric", "direction", "metrics", "defaults", "references",
+DECLARED = ("archs", "Options", "HParams", "layouts", "metric", "metrics", "report_layout", "defaults", "references",
             "check_unit", "resolve_hparams", "metric_direction")
 
 

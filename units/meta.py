@@ -8,6 +8,12 @@ subclasses its metadata class, so the checks are one function each. tests/test_u
 checks that `OPTIONS` equals each constructor's signature and that every built-in has metadata
 (a unit without any still works: `unit_meta` then imports it).
 
+Besides its options a unit states what reports and benchmarks need to know of it, so no harness
+module names a unit: the integer options reports give columns of their own (`REPORT_COLUMNS`,
+`TABLE_COLUMNS`) and how to build it comparably to GRU at a nominal size (`size_against_gru`,
+for `tprbench bench units`). A plug-in unit declares the same names on its class (the harness
+reads them with these defaults when it does not).
+
 Nothing here may import torch (tests/test_lazy_imports.py checks it).
 """
 
@@ -18,15 +24,30 @@ import math
 import sys
 from typing import Any, ClassVar, Literal
 
-from .registry import register_unit_meta
+from .registry import lookup, register_unit_meta
 
 
 class UnitMeta:
-    """What a study file needs to know of a unit: its options. Subclasses add `check_options(
-    hidden_size, **options)` (raise ValueError) and, for units whose options fix their size,
-    `implied_hidden_size(**options)`."""
+    """What a study file, a report and a benchmark need to know of a unit. Subclasses add
+    `check_options(hidden_size, **options)` (raise ValueError) and, for units whose options fix
+    their size, `implied_hidden_size(**options)`."""
 
     OPTIONS: ClassVar[dict[str, tuple[Any, Any]]] = {}
+    # Integer options that reports keep as columns of their own, read from each cell's spec (else
+    # its canonical spec): table.csv has one per option and rows sort by them numerically (roles
+    # 8 before 32), not as text. Every report has the columns of every built-in unit, so its
+    # files keep one shape whichever units a study runs.
+    REPORT_COLUMNS: ClassVar[tuple[str, ...]] = ()
+    # Of those, the ones the papers' tables (Markdown, LaTeX, console) show in a column beside the
+    # unit, taken out of its spec there: the TPRU papers compare numbers of roles.
+    TABLE_COLUMNS: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def size_against_gru(cls, dim: int) -> tuple[dict[str, object], int]:
+        """(options, hidden size) that build this unit comparably to GRU at nominal size `dim`
+        (input size `dim`), for `tprbench bench units`; options a spec gives win over these.
+        By default: no options, hidden size `dim`."""
+        return {}, dim
 
 
 @register_unit_meta("lstm")
@@ -57,6 +78,9 @@ def triton_installed() -> bool:
 class TPRUMeta(UnitMeta):
     """units.tpru.TPRUBase and its five variants (which differ in class attributes, not options)."""
 
+    REPORT_COLUMNS = ("roles", "slices")
+    TABLE_COLUMNS = ("roles",)
+
     OPTIONS = {
         "roles": (int, 64),
         "slices": (int, 1),
@@ -74,10 +98,22 @@ class TPRUMeta(UnitMeta):
         if impl == "triton" and not triton_installed():
             raise ValueError("impl=triton needs Triton, which is not installed (pip install 'tprbench[gpu]')")
 
+    @classmethod
+    def size_against_gru(cls, dim: int) -> tuple[dict[str, object], int]:
+        """roles = d: the papers' parameter formula, 4d² + 2dd', then equals GRU's 6d² at d' = d."""
+        return {"roles": dim}, dim
+
+
+def _divisor_near(d: int, target: float) -> int:
+    """The divisor of d closest to target (ties: the smaller)."""
+    return min((q for q in range(1, d + 1) if d % q == 0), key=lambda q: (abs(q - target), q))
+
 
 @register_unit_meta("tprn")
 class TPRNMeta(UnitMeta):
     """units.tprn.TPRN (Palangi et al.)."""
+
+    REPORT_COLUMNS = TABLE_COLUMNS = ("roles",)
 
     OPTIONS = {
         "symbols": (int, 100),
@@ -101,6 +137,12 @@ class TPRNMeta(UnitMeta):
         if not quantization >= 0:
             raise ValueError(f"quantization must be >= 0, got {quantization}")
 
+    @classmethod
+    def size_against_gru(cls, dim: int) -> tuple[dict[str, object], int]:
+        """Hidden d = d_S · d_R with role_dim ≈ √d; symbols + roles = 3d in the paper's 5 : 1, so
+        (d' + d)(n_S + n_R) = 6d², GRU's 3(d² + d'd) at d' = d."""
+        return {"role_dim": _divisor_near(dim, math.sqrt(dim)), "symbols": (5 * 3 * dim) // 6, "roles": (3 * dim) // 6}, dim
+
 
 def plan_side(hidden_size: int) -> int:
     """TPGN: d for hidden_size = d²; ValueError naming the nearest squares otherwise."""
@@ -123,6 +165,14 @@ class TPGNMeta(UnitMeta):
         plan_side(hidden_size)
         if plan_size < 0:
             raise ValueError(f"plan_size must be >= 0 (0: no plan projection), got {plan_size}")
+
+    @classmethod
+    def size_against_gru(cls, dim: int) -> tuple[dict[str, object], int]:
+        """The hidden size is p² (the plan is p×p): the square whose formula count is nearest GRU's
+        3(d² + d·d') = 6d². The count is the unit class's (`formula_params`, which imports torch)."""
+        unit, target = lookup("tpgn"), 6 * dim * dim
+        squares = [p * p for p in range(1, math.isqrt(4 * dim) + 2)]
+        return {}, min(squares, key=lambda h: abs(unit.formula_params(dim, h) - target))
 
 
 TPR3_OPS = ("wmb", "w", "wm", "wb")  # write, move, backlink: all, or an ablation
@@ -162,3 +212,10 @@ class TPR3Meta(UnitMeta):
             raise ValueError(
                 f"tpr3's hidden size is the size of vec(F) = entity·relation·entity = {entity}·{relation}·{entity} = "
                 f"{cls.width(entity, relation)}, got {hidden_size}: use that size or change entity/relation")
+
+    @classmethod
+    def size_against_gru(cls, dim: int) -> tuple[dict[str, object], int]:
+        """The state is vec(F), E·R·E: the E, R (R ≤ E) with E·R·E nearest d, E and R as close as possible."""
+        e, r = min(((e, r) for e in range(1, dim + 1) for r in range(1, e + 1) if e * r * e <= 2 * dim),
+                   key=lambda er: (abs(er[0] * er[1] * er[0] - dim), er[0] - er[1]))
+        return {"entity": e, "relation": r}, cls.width(e, r)

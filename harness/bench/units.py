@@ -10,17 +10,16 @@ forward and backward timed separately after warm-up. Robust to a shared machine:
 
 Which units: every registered unit (built-ins, other helpers' units as they land, entry-point
 plug-ins), plus `tpru[slices=8]`, unless `--units` names them. Sizes: a unit runs at the nominal
-hidden size d with input size d unless a size rule (SIZE_RULES) says how to build it comparably:
-the TPRU family with roles = d (the papers' parameter formula then equals GRU's 6d²); TPRN with
-symbol/role counts that give it GRU's parameter count; TPR-RNN (tpr3), whose state is
-vec(F) = E·R·E, with E, R chosen so E·R·E ≈ d; TPGN, whose hidden size is a square p², with the
-square whose parameter count is nearest GRU's. The table shows each unit's hidden size and its
-parameter count next to GRU's. A unit that cannot be built at a size is listed as skipped, with why.
+hidden size d with input size d unless its metadata says how to build it comparably
+(`size_against_gru`, units/meta.py): the TPRU family with roles = d (the papers' parameter
+formula then equals GRU's 6d²); TPRN with symbol/role counts that give it GRU's parameter count;
+TPR-RNN (tpr3), whose state is vec(F) = E·R·E, with E, R chosen so E·R·E ≈ d; TPGN, whose hidden
+size is a square p², with the square whose parameter count is nearest GRU's. The table shows each
+unit's hidden size and its parameter count next to GRU's. A unit that cannot be built at a size is listed as skipped, with why.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
@@ -31,52 +30,28 @@ EXTRA_SPECS = ["tpru[slices=8]"]  # benchmarked beside every registered unit by 
 BASELINE = "gru"
 
 
-# -- size rules -------------------------------------------------------------------------------
-def _divisor_near(d: int, target: float) -> int:
-    """The divisor of d closest to target (ties: the smaller)."""
-    return min((q for q in range(1, d + 1) if d % q == 0), key=lambda q: (abs(q - target), q))
+# -- sizes ------------------------------------------------------------------------------------
+def size_rule(resolved) -> Callable[[int], tuple[dict[str, object], int]] | None:
+    """A resolved unit's own way to be sized against GRU (`size_against_gru` on its metadata or,
+    for a plug-in, its class); None for one that keeps units/meta.py's default (no options, hidden d)."""
+    from units.meta import UnitMeta
 
-
-def _tprn_rule(d: int) -> tuple[dict[str, object], int]:
-    """TPRN at hidden d = d_S · d_R: role_dim ≈ √d; symbols + roles = 3d in the paper's 5 : 1, so
-    (d' + d)(n_S + n_R) = 6d² as GRU's 3(d² + d'd) at d' = d."""
-    return {"role_dim": _divisor_near(d, math.sqrt(d)), "symbols": (5 * 3 * d) // 6, "roles": (3 * d) // 6}, d
-
-
-def _tpr3_rule(d: int) -> tuple[dict[str, object], int]:
-    """TPR-RNN's state is vec(F), E·R·E: the E, R (R ≤ E) with E·R·E nearest d, E and R as close as possible."""
-    best = min(((e, r) for e in range(1, d + 1) for r in range(1, e + 1) if e * r * e <= 2 * d),
-               key=lambda er: (abs(er[0] * er[1] * er[0] - d), er[0] - er[1]))
-    e, r = best
-    return {"entity": e, "relation": r}, e * r * e
-
-
-def _tpgn_rule(d: int) -> tuple[dict[str, object], int]:
-    """TPGN's hidden size is p² (the plan is p×p): the square whose formula count is nearest GRU's 3(d² + d·d')."""
-    import units
-
-    cls, target = units.lookup("tpgn"), 6 * d * d
-    squares = [p * p for p in range(1, math.isqrt(4 * d) + 2)]
-    return {}, min(squares, key=lambda h: abs(cls.formula_params(d, h) - target))
-
-
-SIZE_RULES: dict[str, Callable[[int], tuple[dict[str, object], int]]] = {
-    "tprn": _tprn_rule, "tpr3": _tpr3_rule, "tpgn": _tpgn_rule,
-}
+    rule = getattr(resolved.meta, "size_against_gru", None)
+    if rule is None or getattr(rule, "__func__", None) is UnitMeta.size_against_gru.__func__:
+        return None
+    return rule
 
 
 def sized_spec(raw: str, dim: int) -> tuple[str, int]:
-    """The spec to build at nominal size `dim` and its hidden size: options the spec gives win; then
-    the unit's size rule; else a unit with a `roles` option gets roles = dim (the TPRU family)."""
+    """The spec to build at nominal size `dim` and its hidden size: options the spec gives win over
+    those of the unit's `size_against_gru` (units/meta.py; a plug-in unit may declare one too);
+    a unit without one runs at hidden size `dim` with its options as given."""
     import units
 
     resolved = units.resolve(raw)
     given = resolved.spec.option_dict
-    rule = SIZE_RULES.get(resolved.spec.name)
-    if rule is not None:
-        options, hidden = rule(dim)
-    else:
-        options, hidden = ({"roles": dim} if "roles" in units.unit_options(resolved.cls) else {}), dim
+    rule = size_rule(resolved)
+    options, hidden = rule(dim) if rule is not None else ({}, dim)
     extra = {k: v for k, v in options.items() if k not in given}
     spec = resolved.spec.with_options(**extra) if extra else resolved.spec
     return str(spec), hidden

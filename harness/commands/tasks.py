@@ -60,7 +60,7 @@ def describe_task(name: str, cls: type) -> dict[str, Any]:
 
     study_metric, direction = run_metric(cls)
     return {"name": name, "archs": list(getattr(cls, "archs", ()) or ()), "metric": cls.metric,
-            "study_metric": study_metric, "direction": direction, "metrics": dict(cls.metrics),
+            "study_metric": study_metric, "direction": direction, "metrics": {m: cls.metric_direction(m) for m in cls.metrics},
             "layouts": _layouts(cls), "options": _options(cls),
             "defaults": dict(getattr(cls, "defaults", {}) or {}),
             "about": ((cls.__doc__ or "").strip().splitlines() or [""])[0]}

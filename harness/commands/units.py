@@ -92,16 +92,16 @@ def _embedding_table(vocab: int, dim: int, fillers: int, roles: int, basis: str)
 def _resolve_listed(spec: str, d: int, given: bool):
     """A unit resolved at hidden size d, and that size. A registered unit listed by name whose
     defaults cannot be built at d (TPRN: role_dim=10 must divide d; TPR-RNN: d = E·R·E) is sized
-    by `tprbench bench units`' rule for it instead (harness/bench/units.py SIZE_RULES), so every
-    unit's counts show; a spec the user names is counted as written."""
+    as `tprbench bench units` sizes it against GRU (its metadata's `size_against_gru`, units/meta.py),
+    so every unit's counts show; a spec the user names is counted as written."""
     import units
 
     try:
         return units.resolve(spec, d), d
     except units.UnitSpecError:
-        from ..bench.units import SIZE_RULES, sized_spec
+        from ..bench.units import size_rule, sized_spec
 
-        if given or units.resolve(spec).spec.name not in SIZE_RULES:
+        if given or size_rule(units.resolve(spec)) is None:
             raise
         sized, hidden = sized_spec(spec, d)
         return units.resolve(sized, hidden), hidden

@@ -34,26 +34,24 @@ from ..record.reader import ReportError
 from .aggregate import (
                         BASELINES,
                         LOGIC_SPLITS,
-                        LOWER_IS_BETTER,
+                        UnitColumns,
                         aggregate,
                         counted_runs,
                         infer_seeds,
-                        metric_direction,
                         parse_unit,
                         search_frame,
                         unit_columns,
+                        unit_columns_of,
 )
 from .compare import Comparison, Side, compare_studies, comparison_rows, format_diff, print_comparison
 from .load import load_cells, load_history, load_record, load_runs, resolve_study
 from .render import (
                         DASH,
-                        PERCENT_METRICS,
                         Section,
                         format_cell,
-                        layout_of,
                         make_table,
-                        metric_scale,
                         print_sections,
+                        report_layout,
                         rich_tables,
                         sections,
                         tex_escape,
@@ -62,10 +60,10 @@ from .render import (
 from .write import Report, cells_frame, print_summary, provenance, write_report
 
 __all__ = [
-    "BASELINES", "CELL_COLUMNS", "Comparison", "DASH", "LOGIC_SPLITS", "LOWER_IS_BETTER", "PERCENT_METRICS", "RUN_COLUMNS",
-    "Report", "ReportError", "Section", "Side", "aggregate", "cells_frame", "compare_studies", "comparison_rows",
-    "counted_runs", "format_cell", "format_diff", "infer_seeds", "layout_of", "load_cells", "load_history",
-    "load_record", "load_runs", "make_table", "metric_direction", "metric_scale", "parse_unit", "print_comparison",
-    "print_sections", "print_summary", "provenance", "resolve_study", "rich_tables", "search_frame", "sections",
-    "tex_escape", "unit_columns", "wide_frame", "write_report",
+    "BASELINES", "CELL_COLUMNS", "Comparison", "DASH", "LOGIC_SPLITS", "RUN_COLUMNS",
+    "Report", "ReportError", "Section", "Side", "UnitColumns", "aggregate", "cells_frame", "compare_studies", "comparison_rows",
+    "counted_runs", "format_cell", "format_diff", "infer_seeds", "load_cells", "load_history",
+    "load_record", "load_runs", "make_table", "parse_unit", "print_comparison",
+    "print_sections", "print_summary", "provenance", "report_layout", "resolve_study", "rich_tables", "search_frame", "sections",
+    "tex_escape", "unit_columns", "unit_columns_of", "wide_frame", "write_report",
 ]

@@ -14,16 +14,19 @@ import functools
 import json
 import math
 import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from tasks.metrics import metric_direction, metric_scale
 from tasks.result import RunStatus, is_failure
+from units.registry import UNITS, unit_meta
+from units.spec import UnitSpecError, parse_spec
 
 from ..record.contract import Phase
 
 #: Logical-entailment test splits in the papers' column order (records without a test_splits tag).
 LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
-#: Metric names that are minimised, for records without a direction tag (before issue 11).
-LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "bpc", "err", "error", "mse")
 BASELINES = {"lstm": 0, "gru": 1}
 
 # -- unit specs → table columns --------------------------------------------------------------
@@ -31,13 +34,42 @@ BASELINES = {"lstm": 0, "gru": 1}
 def parse_unit(spec: str | None) -> tuple[str, dict[str, str]]:
     """`tpru[roles=32,slices=8]` → ('tpru', {'roles': '32', 'slices': '8'}); units.spec parses it
     (no torch import: the units package is lazy). A spec that does not parse is its own name."""
-    from units.spec import UnitSpecError, parse_spec
-
     try:
         parsed = parse_spec(spec or "")
     except UnitSpecError:
         return spec or "", {}
     return parsed.name, parsed.option_dict
+
+
+@dataclass(frozen=True)
+class UnitColumns:
+    """The unit options a report gives columns of their own, as the units declare them (units/meta.py
+    `REPORT_COLUMNS`: in the frame and table.csv, sorted numerically; `TABLE_COLUMNS`: also shown
+    beside the unit in the papers' tables)."""
+
+    report: tuple[str, ...]
+    table: tuple[str, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def _declared(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(REPORT_COLUMNS, TABLE_COLUMNS) of one unit; none where its code cannot be loaded (a report
+    reads the record even where a plug-in unit is not installed)."""
+    try:
+        meta = unit_meta(name)
+    except Exception:  # a plug-in that is gone, or fails to import: its cells get no columns of their own
+        return (), ()
+    return tuple(getattr(meta, "REPORT_COLUMNS", ())), tuple(getattr(meta, "TABLE_COLUMNS", ()))
+
+
+def unit_columns_of(names: Iterable[str] = ()) -> UnitColumns:
+    """The columns of every built-in unit (so a report's files have the same columns whichever
+    units a study ran), then those the other units `names` (plug-ins) declare, each once, in order."""
+    UNITS.load_metas()
+    builtin = list(UNITS.metas)
+    declared = [_declared(n) for n in builtin + sorted(set(names) - set(builtin))]
+    return UnitColumns(tuple(dict.fromkeys(c for report, _ in declared for c in report)),
+                       tuple(dict.fromkeys(c for _, table in declared for c in table)))
 
 
 def _int_or_none(text: Any) -> int | None:
@@ -47,22 +79,22 @@ def _int_or_none(text: Any) -> int | None:
         return None
 
 
-def unit_columns(unit: str, canonical: str | None) -> dict[str, Any]:
-    """unit_name, roles, slices (spec first, then defaults from the canonical spec), and the spec
-    without the roles option (the logic table shows roles in its own column)."""
-    return dict(_unit_columns(unit, canonical))
+def unit_columns(unit: str, canonical: str | None, columns: UnitColumns | None = None) -> dict[str, Any]:
+    """unit_name, a value per report column (spec first, then defaults from the canonical spec;
+    `columns`: the built-in units' by default), and the spec without the table columns' options
+    (`unit_short`: the tables show those in columns of their own)."""
+    return dict(_unit_columns(unit, canonical, columns or unit_columns_of()))
 
 
 @functools.lru_cache(maxsize=4096)
-def _unit_columns(unit: str, canonical: str | None) -> dict[str, Any]:
+def _unit_columns(unit: str, canonical: str | None, columns: UnitColumns) -> dict[str, Any]:
     """unit_columns, parsed once per spec (a study repeats its units at every dim and task)."""
     name, opts = parse_unit(unit)
     _, canon = parse_unit(canonical)
-    roles = _int_or_none(opts.get("roles", canon.get("roles")))
-    slices = _int_or_none(opts.get("slices", canon.get("slices")))
-    rest = {k: v for k, v in opts.items() if k != "roles"}
+    values = {c: _int_or_none(opts.get(c, canon.get(c))) for c in columns.report}
+    rest = {k: v for k, v in opts.items() if k not in columns.table}
     short = name + (f"[{','.join(f'{k}={v}' for k, v in rest.items())}]" if rest else "")
-    return {"unit_name": name, "roles": roles, "slices": slices, "unit_short": short}
+    return {"unit_name": name, **values, "unit_short": short}
 
 
 def _is_missing(v: Any) -> bool:
@@ -74,20 +106,15 @@ def _is_missing(v: Any) -> bool:
         return True
 
 
-def _sort_key(row: dict[str, Any]) -> tuple:
-    def num(v: Any) -> float:
-        return float("inf") if _is_missing(v) else float(v)
-
-    return (str(row.get("task_label") or ""), str(row.get("arch") or ""), num(row.get("dim")), num(row.get("input_dim")),
-            BASELINES.get(row.get("unit_name"), 2), str(row.get("unit_name") or ""), num(row.get("roles")),
-            num(row.get("slices")), str(row.get("unit") or ""), str(row.get("cell_id")))
+def _num(v: Any) -> float:
+    return float("inf") if _is_missing(v) else float(v)
 
 
-def metric_direction(metric: str, recorded: Any = None) -> str:
-    """The direction the record states, else (records before issue 11) inferred from the name."""
-    if isinstance(recorded, str) and recorded in ("maximize", "minimize"):
-        return recorded
-    return "minimize" if metric.lower() in LOWER_IS_BETTER else "maximize"
+def _sort_key(row: dict[str, Any], columns: UnitColumns) -> tuple:
+    """Task, architecture, sizes, baselines first, then units by name and their report columns' numbers."""
+    return (str(row.get("task_label") or ""), str(row.get("arch") or ""), _num(row.get("dim")), _num(row.get("input_dim")),
+            BASELINES.get(row.get("unit_name"), 2), str(row.get("unit_name") or ""),
+            *(_num(row.get(c)) for c in columns.report), str(row.get("unit") or ""), str(row.get("cell_id")))
 
 
 # -- aggregation -------------------------------------------------------------------------------
@@ -213,8 +240,6 @@ def _scored_split(split: str, metric: str, runs: Any) -> tuple[str, str]:
     if len(runs) and col not in runs.columns:
         for alt in CORRELATION_METRICS:
             if f"metric.test_{split}_{alt}" in runs.columns:
-                from .render import metric_scale  # render imports this module
-
                 scale = metric_scale(metric)[0]
                 return f"{_display(split)} ({alt}{' ×100' if scale == 100 else ''})", f"metric.test_{split}_{alt}"
     return _display(split), col
@@ -300,7 +325,7 @@ def mean_std(vals: list[float]) -> tuple[float, float]:
 
 
 def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur: list[dict[str, Any]],
-               seeds_wanted: int, table: tuple) -> dict:
+               seeds_wanted: int, table: tuple, columns: UnitColumns) -> dict:
     """The per-cell columns of the aggregated frame (shared by its split rows), from the cell's
     runs and counted runs as dicts: plain Python, since a dozen pandas operations on each
     cell's small frames cost ~40 ms a cell — minutes at 5,000 cells (issue 24)."""
@@ -323,7 +348,7 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
         "order": order, "cell_id": cell["cell_id"], "task": cell.get("task"), "task_label": cell["task_label"],
         "label": cell.get("label"), "arch": cell.get("arch"), "dim": cell.get("dim"), "input_dim": cell.get("input_dim"),
         "unit": cell.get("unit"), "unit_short": cell["unit_short"], "unit_name": cell["unit_name"],
-        "unit_canonical": cell.get("unit_canonical"), "roles": cell["roles"], "slices": cell["slices"],
+        "unit_canonical": cell.get("unit_canonical"), **{c: cell[c] for c in columns.report},
         "task_options": cell.get("task_options"),
         "summary": _summaries(valued),
         "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": finished,
@@ -370,11 +395,12 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
         seeds_wanted = infer_seeds(runs)
     counted = counted_runs(runs, cells, seeds_wanted, any_params)
     cell_rows = records(cells)
+    unit_cols = unit_columns_of({parse_unit(r.get("unit") or "")[0] for r in cell_rows})
     for r in cell_rows:
-        r.update(unit_columns(r.get("unit") or "", r.get("unit_canonical")))
+        r.update(unit_columns(r.get("unit") or "", r.get("unit_canonical"), unit_cols))
         label = r.get("label") or ""
         r["task_label"] = label.split("/", 1)[0] if "/" in label else r.get("task")
-    cell_rows.sort(key=_sort_key)
+    cell_rows.sort(key=lambda r: _sort_key(r, unit_cols))
     tables = _task_tables(cell_rows, runs)
 
     columns = _run_columns(runs, tables)
@@ -384,7 +410,7 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
         cid = cell["cell_id"]
         table = tables[cell["task_label"] or ""]
         cur = counted_recs.get(cid, [])
-        base = _cell_base(order, cell, runs_recs.get(cid, []), cur, seeds_wanted, table)
+        base = _cell_base(order, cell, runs_recs.get(cid, []), cur, seeds_wanted, table, unit_cols)
         finished = [r for r in cur if r.get("status") in (RunStatus.FINISHED, RunStatus.PAUSED)]  # paused: best so far (§)
         for split_order, (split, col) in enumerate(table[2]):
             vals = [float(r[col]) for r in finished if _present(r.get(col))]
@@ -394,7 +420,7 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
                         "mean": mean, "std": std, "n": n, "by_seed": _by_seed(finished, col)})
     df = pd.DataFrame(out)
     if len(df):
-        for col in ("dim", "input_dim", "roles", "slices", "params_formula", "params_total", "best_trial"):
+        for col in ("dim", "input_dim", *unit_cols.report, "params_formula", "params_total", "best_trial"):
             df[col] = pd.array([None if _is_missing(v) else int(v) for v in df[col]], dtype="Int64")
     return df
 

@@ -6,10 +6,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from tasks.metrics import metric_scale
+
 from ..record.reader import ReportError
 from .aggregate import _is_missing, aggregate, infer_seeds, records
 from .load import load_record, resolve_study
-from .render import DASH, PERCENT_METRICS, Section, format_cell, metric_scale, print_sections
+from .render import DASH, Section, format_cell, print_sections
 
 
 @dataclass
@@ -189,7 +191,7 @@ def print_comparison(result: Comparison, console: Any) -> None:
     print_sections([Section("", "", title, columns, ["l", "l"] + ["r"] * (len(columns) - 2), rows)], console)
     from rich.markup import escape
 
-    percent = any(str(m).lower() in PERCENT_METRICS for m in result.frame["metric"])
+    percent = any(metric_scale(str(m))[0] == 100 for m in result.frame["metric"])
     console.print("† some seeds diverged · ‡ some seeds missing" + (" · accuracy in %, B − A in points" if percent else ""))
     for side, labels in (("A", result.only_a), ("B", result.only_b)):
         if labels:

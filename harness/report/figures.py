@@ -24,9 +24,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from tasks.metrics import metric_scale
+
 from ..record.reader import ReportError
 from .aggregate import BASELINES, _is_missing
-from .render import metric_scale
 
 DPI = 100
 SALT = "tprbench"

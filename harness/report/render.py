@@ -6,6 +6,7 @@ Determinism: the same frame gives the same text — rows sorted by a fixed key, 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -13,36 +14,31 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .aggregate import _is_missing, metric_direction, records
+from tasks.meta import ReportLayout
+from tasks.metrics import get_metric, metric_direction, metric_scale
+from tasks.registry import get_task, task_meta
 
-PERCENT_METRICS = ("acc", "accuracy", "f1", "pearson", "spearman", "corr", "mcc")
+from .aggregate import UnitColumns, _is_missing, records, unit_columns_of
+from .pivot import epochs_pivot, split_pivot
+
 DASH = "–"
 
 # -- layout: one section per task, the papers' columns ----------------------------------------
 
-def layout_of(task: str | None) -> str:
-    t = (task or "").lower()
-    if t.startswith("logic"):
-        return "logic"
-    if t.startswith(("nli", "mnli", "snli", "qnli")):
-        return "nli"
-    if t.startswith(("lm", "wikitext", "ptb", "language")):
-        return "lm"
-    if t.startswith(("transfer", "senteval")):
-        return "senteval"
-    if t.startswith("babi"):
-        return "babi"
-    return "generic"
+GENERIC = ReportLayout()
 
 
-def metric_scale(metric: str, direction: str | None = None) -> tuple[float, int, str]:
-    """(multiplier, decimals, description) for displaying a metric (direction: as recorded, if known)."""
-    m = metric.lower()
-    if m in PERCENT_METRICS:
-        return 100.0, 1, {"acc": "accuracy (%)", "accuracy": "accuracy (%)"}.get(m, f"{m} (×100)")
-    if m in ("ppl", "perplexity"):
-        return 1.0, 1, "perplexity (lower is better)"
-    return 1.0, 3, m + (" (lower is better)" if metric_direction(m, direction) == "minimize" else "")
+@functools.lru_cache(maxsize=256)
+def report_layout(task: Any) -> ReportLayout:
+    """The layout a task's metadata names (`TaskMeta.report_layout`); the generic one where the
+    task's code cannot be loaded (a report reads the record even where a plug-in task is not
+    installed). Looking a plug-in task up also imports its module, which registers its metrics."""
+    if not isinstance(task, str) or not task:
+        return GENERIC
+    try:
+        return getattr(task_meta(task), "report_layout", GENERIC)
+    except Exception:  # gone, or fails to import: laid out generically
+        return GENERIC
 
 
 def _num(v: Any, scale: float, digits: int) -> str:
@@ -100,8 +96,6 @@ def _best_cells(cells: list[Any], splits: list[str], offset: int, metric: str, d
 def _references(task: str) -> dict[str, dict[str, str]]:
     """Published numbers a task declares (`TaskAdapter.references`); none when it cannot be loaded."""
     try:
-        from tasks.registry import get_task
-
         return dict(getattr(get_task(task), "references", {}) or {})
     except Exception:  # a report reads the record even where the task's code is not installed
         return {}
@@ -110,11 +104,10 @@ def _references(task: str) -> dict[str, dict[str, str]]:
 def pivot_sections(df: Any) -> list[Section]:
     """bAbI-style tables (harness/report/pivot.py): test splits × models, error (%), mean error
     and failed tasks at the bottom, the task's published numbers beside them."""
-    from .pivot import epochs_pivot, split_pivot
-
     out = []
-    part = df[df["task"].map(lambda t: layout_of(t) == "babi")]
+    part = df[df["task"].map(lambda t: report_layout(t).pivot)]
     for task in sorted(part["task"].dropna().unique()):
+        layout = report_layout(task).name
         made = split_pivot(part[part["task"] == task], _references(task))
         if made is None:
             continue
@@ -123,11 +116,11 @@ def pivot_sections(df: Any) -> list[Section]:
                  "of every cell of a column is run s of that model, whose mean error and failed tasks (error > 5%) "
                  "are then averaged over runs. arch plain = a sentence-level baseline (a unit over sentence "
                  "vectors), not the papers' word-level LSTM")
-        out.append(Section(f"{task} per task", "babi", title, columns, ["l"] + ["r"] * (len(columns) - 1), rows, notes))
+        out.append(Section(f"{task} per task", layout, title, columns, ["l"] + ["r"] * (len(columns) - 1), rows, notes))
         epochs = epochs_pivot(part[part["task"] == task])
         if epochs is not None:
             head, erows = epochs
-            out.append(Section(f"{task} epochs", "babi", f"{task}: epochs to convergence per task: the epoch each seed "
+            out.append(Section(f"{task} epochs", layout, f"{task}: epochs to convergence per task: the epoch each seed "
                                "kept (its best validation accuracy), mean ± std over the finished seeds", head,
                                ["l"] + ["r"] * (len(head) - 1), erows, []))
     return out
@@ -145,73 +138,114 @@ def _by_order(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
 def sections(df: Any) -> list[Section]:
     """The aggregated frame laid out like the papers: pivots of splits × models where a task's
     layout has one (bAbI), then one section per task (by task label)."""
-    out: list[Section] = []
     if df is None or not len(df):
-        return out
+        return []
     df = df.sort_values(["order", "split_order"], kind="stable")
-    out += pivot_sections(df)
+    unit_cols = _unit_columns_in(df)
     by_task: dict[str, list[dict[str, Any]]] = {}
     for rec in records(df):
         by_task.setdefault("" if _is_missing(rec["task_label"]) else rec["task_label"], []).append(rec)
-    for task_label in sorted(by_task):
-        part = by_task[task_label]
-        first = part[0]
-        layout = layout_of(first["task"])
-        metric = str(first["metric"])
-        splits = list(dict.fromkeys(r["split"] for r in part))
-        cells = _by_order(part)
+    return pivot_sections(df) + [_task_section(label, by_task[label], unit_cols) for label in sorted(by_task)]
+
+
+@dataclass
+class _Table:
+    """What one task's section is laid out by: its layout, metric and splits, its cells (rows of
+    the frame grouped per cell) and the optional key columns it shows."""
+
+    layout: ReportLayout
+    metric: str
+    direction: str | None  # as recorded
+    splits: list[str]
+    cells: list[list[dict[str, Any]]]
+    show_input: bool  # a d' column: some cell's input size differs from its size
+    unit_columns: list[str]  # unit options shown in columns of their own (taken out of the unit's spec)
+
+    @classmethod
+    def of(cls, part: list[dict[str, Any]], unit_cols: UnitColumns) -> _Table:
+        first, cells = part[0], _by_order(part)
+        layout = report_layout(first["task"])  # first: a plug-in task's module registers its metrics
         show_input = any(int(c[0]["input_dim"]) != int(c[0]["dim"]) for c in cells
                          if not _is_missing(c[0]["input_dim"]) and not _is_missing(c[0]["dim"]))
-        has_roles = layout == "logic" or any(not _is_missing(c[0]["roles"]) for c in cells)
-        keys = ["arch", "d"] + (["d'"] if show_input else []) + ["unit"] + (["roles"] if has_roles else [])
-        split_names = {"valid": "valid"}
-        if layout == "lm":
-            split_names = {s: f"{s} ppl" if metric in ("ppl", "perplexity") else s for s in splits}
-        columns = keys + [split_names.get(s, s) for s in splits] + ["# params", "# params (total)", "seeds"]
-        align = ["l" if k in ("arch", "unit") else "r" for k in keys] + ["r"] * (len(columns) - len(keys))
-        rows, notes, srows = [], [], []
-        for c in cells:
-            r = c[0]
-            unit = r["unit_short"] if has_roles else r["unit"]
-            errored = int(r.get("seeds_errored") or 0)
-            paused = int(r.get("seeds_paused") or 0)
-            marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] or errored else "") + ("§" if paused else "")
-            vals = {g["split"]: format_cell(g["mean"], g["std"], int(g["n"]), metric) for g in c}
-            row = [str(r["arch"]), _count(r["dim"])] + ([_count(r["input_dim"])] if show_input else [])
-            row += [f"{unit}{marks}"] + ([_count(r["roles"])] if has_roles else [])
-            row += [vals.get(s, DASH) for s in splits]
-            row += [_count(r["params_formula"]), _count(r["params_total"]), f"{r['seeds_finished'] + paused}/{r['seeds_wanted']}"]
-            rows.append(row)
-            where = f"{r['label']} ({r['cell_id']})"
-            if r["seeds_failed"]:
-                why = f"; {r['failure_reasons'][:160]}" if r["failure_reasons"] else ""
-                notes.append(f"† {where}: {r['seeds_failed']} of {r['seeds_wanted']} seeds diverged "
-                             f"(failed {_seeds(r['failed_seeds'])}{why}); mean over the {r['seeds_finished']} finished")
-            if r["seeds_missing"]:
-                state = "search not finished" if _is_missing(r["final_params_hash"]) else "not yet run"
-                notes.append(f"‡ {where}: {r['seeds_missing']} of {r['seeds_wanted']} seeds missing "
-                             f"({_seeds(r['missing_seeds'])}: {state})")
-            if paused:
-                notes.append(f"§ {where}: {paused} of {r['seeds_wanted']} seeds paused, their numbers the best "
-                             f"so far ({r['paused_reasons'][:160]}); the next `tprbench run` continues them")
-            if errored:
-                why = f"; {r['errored_reasons'][:160]}" if r["errored_reasons"] else ""
-                notes.append(f"‡ {where}: {errored} of {r['seeds_wanted']} seeds errored, not a result "
-                             f"({_seeds(r['errored_seeds'])}{why}); `tprbench run` retries them")
-            params = r["final_params"]
-            try:
-                params = ", ".join(f"{k}={_short(v)}" for k, v in sorted(json.loads(params).items())) if params else DASH
-            except (TypeError, ValueError):
-                params = str(params)
-            srows.append([str(r["label"]), f"{r['trials']}", f"{r['trials_pruned']}", f"{r['trials_failed']}",
-                          _num(r["best_search"], *metric_scale(metric)[:2]), _count(r["best_trial"]), params])
-        _, _, desc = metric_scale(metric, first.get("direction"))
-        title = f"{task_label}: {desc}, mean ± std over seeds; valid = the best epoch's validation score"
-        best = _best_cells(cells, splits, len(keys), metric, metric_direction(metric, first.get("direction")))
-        out.append(Section(task_label, layout, title, columns, align, rows, notes,
-                           ["cell", "trials", "pruned", "failed", f"best valid {metric}", "best trial", "best hyperparameters"],
-                           srows, best))
-    return out
+        shown = [c for c in dict.fromkeys((*unit_cols.table, *layout.unit_columns))
+                 if c in layout.unit_columns or any(not _is_missing(cell[0].get(c)) for cell in cells)]
+        return cls(layout, str(first["metric"]), first.get("direction"), list(dict.fromkeys(r["split"] for r in part)),
+                   cells, show_input, shown)
+
+    @property
+    def keys(self) -> list[str]:
+        return ["arch", "d"] + (["d'"] if self.show_input else []) + ["unit"] + self.unit_columns
+
+    def split_titles(self) -> list[str]:
+        """The split columns' titles: the split, with the metric's abbreviation where the layout
+        names the metric there (the LM papers' "test ppl")."""
+        registered = get_metric(self.metric)
+        abbrev = registered.abbrev if registered and self.layout.metric_in_split_columns else ""
+        return [f"{s} {abbrev}" if abbrev else s for s in self.splits]
+
+    def row(self, cell: list[dict[str, Any]]) -> list[str]:
+        r = cell[0]
+        unit = r["unit_short"] if self.unit_columns else r["unit"]
+        errored = int(r.get("seeds_errored") or 0)
+        paused = int(r.get("seeds_paused") or 0)
+        marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] or errored else "") + ("§" if paused else "")
+        vals = {g["split"]: format_cell(g["mean"], g["std"], int(g["n"]), self.metric) for g in cell}
+        row = [str(r["arch"]), _count(r["dim"])] + ([_count(r["input_dim"])] if self.show_input else [])
+        row += [f"{unit}{marks}"] + [_count(r.get(c)) for c in self.unit_columns]
+        row += [vals.get(s, DASH) for s in self.splits]
+        return row + [_count(r["params_formula"]), _count(r["params_total"]), f"{r['seeds_finished'] + paused}/{r['seeds_wanted']}"]
+
+    def search_row(self, r: dict[str, Any]) -> list[str]:
+        params = r["final_params"]
+        try:
+            params = ", ".join(f"{k}={_short(v)}" for k, v in sorted(json.loads(params).items())) if params else DASH
+        except (TypeError, ValueError):
+            params = str(params)
+        return [str(r["label"]), f"{r['trials']}", f"{r['trials_pruned']}", f"{r['trials_failed']}",
+                _num(r["best_search"], *metric_scale(self.metric)[:2]), _count(r["best_trial"]), params]
+
+
+def _task_section(task_label: str, part: list[dict[str, Any]], unit_cols: UnitColumns) -> Section:
+    """One task's table: a row per cell (key columns, a mean ± std per split, parameter counts,
+    seeds), footnotes for failed, missing, paused and errored seeds, and the search table beside it."""
+    t = _Table.of(part, unit_cols)
+    keys = t.keys
+    columns = keys + t.split_titles() + ["# params", "# params (total)", "seeds"]
+    align = ["l" if k in ("arch", "unit") else "r" for k in keys] + ["r"] * (len(columns) - len(keys))
+    rows = [t.row(c) for c in t.cells]
+    notes = [note for c in t.cells for note in _footnotes(c[0])]
+    srows = [t.search_row(c[0]) for c in t.cells]
+    desc = metric_scale(t.metric, t.direction)[2]
+    title = f"{task_label}: {desc}, mean ± std over seeds; valid = the best epoch's validation score"
+    best = _best_cells(t.cells, t.splits, len(keys), t.metric, metric_direction(t.metric, t.direction))
+    return Section(task_label, t.layout.name, title, columns, align, rows, notes,
+                   ["cell", "trials", "pruned", "failed", f"best valid {t.metric}", "best trial", "best hyperparameters"],
+                   srows, best)
+
+
+def _footnotes(r: dict[str, Any]) -> list[str]:
+    """A cell's footnotes: † seeds that diverged, ‡ seeds missing, § seeds paused (their best so
+    far), ‡ seeds errored (not results)."""
+    where = f"{r['label']} ({r['cell_id']})"
+    notes = []
+    if r["seeds_failed"]:
+        why = f"; {r['failure_reasons'][:160]}" if r["failure_reasons"] else ""
+        notes.append(f"† {where}: {r['seeds_failed']} of {r['seeds_wanted']} seeds diverged "
+                     f"(failed {_seeds(r['failed_seeds'])}{why}); mean over the {r['seeds_finished']} finished")
+    if r["seeds_missing"]:
+        state = "search not finished" if _is_missing(r["final_params_hash"]) else "not yet run"
+        notes.append(f"‡ {where}: {r['seeds_missing']} of {r['seeds_wanted']} seeds missing "
+                     f"({_seeds(r['missing_seeds'])}: {state})")
+    paused = int(r.get("seeds_paused") or 0)
+    if paused:
+        notes.append(f"§ {where}: {paused} of {r['seeds_wanted']} seeds paused, their numbers the best "
+                     f"so far ({r['paused_reasons'][:160]}); the next `tprbench run` continues them")
+    errored = int(r.get("seeds_errored") or 0)
+    if errored:
+        why = f"; {r['errored_reasons'][:160]}" if r["errored_reasons"] else ""
+        notes.append(f"‡ {where}: {errored} of {r['seeds_wanted']} seeds errored, not a result "
+                     f"({_seeds(r['errored_seeds'])}{why}); `tprbench run` retries them")
+    return notes
 
 
 def _seeds(text: str) -> str:
@@ -314,11 +348,17 @@ def _latex(sec: Section, study: str | None = None) -> list[str]:
     return lines
 
 
+def _unit_columns_in(df: Any) -> UnitColumns:
+    """The unit columns of an aggregated frame: every built-in unit's, and its plug-in units'."""
+    return unit_columns_of(() if df is None or not len(df) else set(df["unit_name"].dropna()))
+
+
 def wide_frame(df: Any) -> Any:
     """One row per cell with raw numbers: `<split>_mean`, `<split>_std`, `<split>_n` per split."""
     import pandas as pd
 
-    keys = ["cell_id", "label", "task", "arch", "dim", "input_dim", "unit", "unit_canonical", "roles", "slices",
+    unit_cols = _unit_columns_in(df).report
+    keys = ["cell_id", "label", "task", "arch", "dim", "input_dim", "unit", "unit_canonical", *unit_cols,
             "metric", "seeds_wanted", "seeds_finished", "seeds_failed", "seeds_missing", "seeds_errored", "failed_seeds",
             "missing_seeds", "params_formula", "params_total", "final_params", "git_commits"]
     if df is None or not len(df):
@@ -337,7 +377,7 @@ def wide_frame(df: Any) -> Any:
     out = pd.DataFrame(rows)
     cols = keys + [f"{s}_{k}" for s in splits for k in ("mean", "std", "n") if f"{s}_{k}" in out.columns]
     out = out[cols]
-    for c in [c for c in cols if c.endswith("_n")] + ["dim", "input_dim", "roles", "slices", "params_formula", "params_total"]:
+    for c in [c for c in cols if c.endswith("_n")] + ["dim", "input_dim", *unit_cols, "params_formula", "params_total"]:
         out[c] = pd.array([None if _is_missing(v) else int(v) for v in out[c]], dtype="Int64")
     return out
 

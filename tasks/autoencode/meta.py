@@ -37,6 +37,5 @@ class AutoencodeMeta(TaskMeta):
     layouts = ("PTB folder (ptb.train.txt, ptb.valid.txt, ptb.test.txt: one sentence per line) or WikiText-2 folder "
                "(paragraphs cut after . ? !); sentences of 1..max_len words")
     metric = "ppl"
-    direction = "minimize"
-    metrics = {"loss": "minimize", "ppl": "minimize", **{f"bleu{n}": "maximize" for n in BLEU_ORDERS}}
+    metrics = ("loss", "ppl", *(f"bleu{n}" for n in BLEU_ORDERS))
     defaults = {"lr": 1e-3, "batch_size": 32, "clip": 5.0, "dropout": 0.0, "schedule": "none"}

@@ -11,7 +11,7 @@ import pydantic
 
 from ..errors import TaskError
 from ..hparams import HParams
-from ..meta import TaskMeta
+from ..meta import ReportLayout, TaskMeta
 from ..registry import register_task_meta
 
 TASK_IDS = range(1, 21)
@@ -79,8 +79,8 @@ class BabiMeta(TaskMeta):
     layouts = ("bAbI v1.2 (Weston et al.): a folder holding en/ and en-10k/ with qa{N}_*_{train,test}.txt "
                "(data = its path; \"generated\" means $TPRBENCH_DATA/babi)")
     metric = "acc"  # the paper keeps the epoch of best validation accuracy
-    direction = "maximize"
-    metrics = {"loss": "minimize", "acc": "maximize", "error": "minimize"}
+    metrics = ("loss", "acc", "error")
+    report_layout = ReportLayout("babi", pivot=True)
     defaults = {
         "optimizer": "nadam-tf", "lr": 0.008, "betas": (0.6, 0.4), "batch_size": 128, "clip": 5.0,
         "warmup_steps": 50, "warmup_factor": 0.1, "nan_restarts": 10,

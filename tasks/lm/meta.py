@@ -7,7 +7,7 @@ from typing import Literal
 
 import pydantic
 
-from ..meta import TaskMeta
+from ..meta import ReportLayout, TaskMeta
 from ..registry import register_task_meta
 
 # lingvo's role-annealing steps (lingvo/tasks/lm/params/ptb_word_level.py): `HRRify` sets 15000 and the
@@ -84,6 +84,6 @@ class LMMeta(TaskMeta):
     layouts = ("WikiText-2/103 folder (train.txt|wiki.train.tokens, valid, test) or PTB folder "
                "(ptb.train.txt, ptb.valid.txt, ptb.test.txt); tokens = line.split() + <eos>")
     metric = "ppl"
-    direction = "minimize"
-    metrics = {"loss": "minimize", "ppl": "minimize", "word_ppl": "minimize"}
+    metrics = ("loss", "ppl", "word_ppl")
+    report_layout = ReportLayout("lm", metric_in_split_columns=True)
     defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 0.25, "batch_size": 20, "dropout": 0.2}

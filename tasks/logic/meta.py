@@ -8,7 +8,7 @@ from typing import Literal
 import pydantic
 
 from ..arch_options import ARCHS, PairArchOptions
-from ..meta import TaskMeta
+from ..meta import ReportLayout, TaskMeta
 from ..registry import register_task_meta
 
 
@@ -31,5 +31,5 @@ class LogicMeta(TaskMeta):
     layouts = ("DeepMind logical-entailment directory: train.txt (optional: generated if absent), validate.txt, "
                "test_{easy,hard,big,massive,exam}.txt, lines `A,B,E,H1,H2,H3`; or data = \"generated\"")
     metric = "acc"
-    direction = "maximize"
+    report_layout = ReportLayout("logic", unit_columns=("roles",))  # the papers' Table 1: roles beside every unit
     defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 5.0, "batch_size": 64, "dropout": 0.0}

@@ -656,10 +656,8 @@ def load_word_vectors(path: str | Path, vocab: Vocab, dim: int | None = None, se
 def _scan_vectors(p: Path, stoi: dict[str, int], dim: int | None, skip: set[int] = frozenset()):
     """One pass over a GloVe/fastText text file: {index in stoi: vector} for the words of `stoi`
     (exact match first, else the lower-case form), and the dimension. See load_word_vectors."""
-    import numpy as np
-
     opener = gzip.open if p.name.endswith(".gz") else open
-    rows: dict[int, np.ndarray] = {}
+    rows: dict = {}  # index → numpy vector
     exact: set[int] = set()
     with opener(p, "rt", encoding="utf-8", errors="strict", newline="\n") as f:
         lineno = 0
@@ -669,17 +667,9 @@ def _scan_vectors(p: Path, stoi: dict[str, int], dim: int | None, skip: set[int]
                 if not line:
                     continue
                 if lineno == 1:
-                    head = line.split()
-                    if len(head) == 2 and head[0].isdigit() and head[1].isdigit():
-                        hdim = int(head[1])
-                        if dim is not None and dim != hdim:
-                            raise DataError(f"{where(p, 1)}: header says dim {hdim}, expected {dim}")
-                        dim = hdim
+                    dim, header = _first_vector_line(p, line, dim)
+                    if header:
                         continue
-                    if dim is None:
-                        dim = len(head) - 1
-                        if dim < 1:
-                            raise DataError(f"{where(p, 1)}: expected 'word v1 ... vd', got {line[:80]!r}")
                 parts = line.rsplit(" ", dim)
                 if len(parts) != dim + 1 or not parts[0]:
                     raise DataError(f"{where(p, lineno)}: expected a word and {dim} numbers, "
@@ -691,18 +681,41 @@ def _scan_vectors(p: Path, stoi: dict[str, int], dim: int | None, skip: set[int]
                     idx = stoi.get(word.lower())
                 if idx is None or idx in skip or idx in exact or (not is_exact and idx in rows):
                     continue
-                try:
-                    vec = np.asarray(parts[1:], dtype=np.float32)
-                except ValueError as exc:
-                    raise DataError(f"{where(p, lineno)}: not a number in the vector of {word!r} ({exc})") from None
-                if not np.all(np.isfinite(vec)):
-                    raise DataError(f"{where(p, lineno)}: non-finite value in the vector of {word!r}")
-                rows[idx] = vec
+                rows[idx] = _vector(p, lineno, word, parts[1:])
                 if is_exact:
                     exact.add(idx)
         except UnicodeDecodeError as exc:
             raise DataError(f"{where(p, lineno + 1)}: not UTF-8 ({exc.reason})") from None
     return rows, dim
+
+
+def _first_vector_line(p: Path, line: str, dim: int | None) -> tuple[int, bool]:
+    """(dimension, whether the line is fastText's `count dim` header) from a vector file's first
+    line: a header's dimension must be `dim` when one is expected; without a header, the first
+    vector's length is the dimension."""
+    head = line.split()
+    if len(head) == 2 and head[0].isdigit() and head[1].isdigit():
+        if dim is not None and dim != int(head[1]):
+            raise DataError(f"{where(p, 1)}: header says dim {int(head[1])}, expected {dim}")
+        return int(head[1]), True
+    if dim is None:
+        dim = len(head) - 1
+        if dim < 1:
+            raise DataError(f"{where(p, 1)}: expected 'word v1 ... vd', got {line[:80]!r}")
+    return dim, False
+
+
+def _vector(p: Path, lineno: int, word: str, values: list[str]):
+    """A kept word's vector (float32), every value a finite number."""
+    import numpy as np
+
+    try:
+        vec = np.asarray(values, dtype=np.float32)
+    except ValueError as exc:
+        raise DataError(f"{where(p, lineno)}: not a number in the vector of {word!r} ({exc})") from None
+    if not np.all(np.isfinite(vec)):
+        raise DataError(f"{where(p, lineno)}: non-finite value in the vector of {word!r}")
+    return vec
 
 
 def vectors_for_words(path: str | Path, words: Sequence[str], dim: int | None = None) -> dict:

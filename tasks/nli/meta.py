@@ -8,7 +8,7 @@ from typing import Any
 import pydantic
 
 from ..arch_options import ARCHS, PairArchOptions
-from ..meta import TaskMeta
+from ..meta import ReportLayout, TaskMeta
 from ..registry import register_task_meta
 from . import data as nli_data
 
@@ -56,6 +56,6 @@ class NLIMeta(TaskMeta):
     layouts = ("data root with mnli/ (dev CSV or official jsonl), senteval/SNLI or snli/ (SentEval s1/s2/labels "
                "or snli_1.0 jsonl), qnli/ (GLUE tsv); splits named source:split")
     metric = "acc"
-    direction = "maximize"
+    report_layout = ReportLayout("nli")
     # lr 1e-4 constant (the authors' README command and main_mnli.py: Adam, no schedule), batch 64.
     defaults = {"lr": 1e-4, "schedule": "none", "clip": 5.0, "batch_size": 64, "dropout": 0.0}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pydantic
 
+from ..meta import ReportLayout
 from ..nli.meta import NLIMeta, NLIOptions
 from ..registry import register_task_meta
 
@@ -30,3 +31,4 @@ class TransferOptions(NLIOptions):
 class TransferMeta(NLIMeta):
     Options = TransferOptions
     layouts = NLIMeta.layouts + "; plus SentEval's data/downstream layout (<data>/senteval)"
+    report_layout = ReportLayout("senteval")
