@@ -1,4 +1,4 @@
-"""Out of disk space: recognised at once, never retried, said in one line (issue 20).
+"""Out of disk space: recognised at once, never retried, said in one line.
 
 A full disk shows up in three shapes: `OSError` with errno ENOSPC (or EDQUOT, a quota) from a
 plain write (data cache, checkpoint, journal), SQLite's "database or disk is full" (SQLITE_FULL)

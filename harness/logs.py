@@ -1,4 +1,4 @@
-"""Third-party library logs go to a file under the run directory, not to the terminal (issue 20).
+"""Third-party library logs go to a file under the run directory, not to the terminal.
 
 MLflow logs a full SQLAlchemy traceback for every failed store call (`_logger.exception`), and
 alembic its migrations; on a locked or full store that is dozens of lines around the one line

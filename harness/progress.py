@@ -29,7 +29,7 @@ def _eta(runner: Any, states: list[Any], in_flight: int) -> str:
 COLUMNS = ("cell", "id", "trials done/wanted", "running", "pruned", "failed", "errored", "seeds", "status")
 #: A live table shows at most this many cells (a screenful; those being worked on first): rich
 #: renders every row of a table at each refresh (~5 ms a row), which at 5,000 cells would take
-#: the driver's whole time (issue 24). The caption counts the rest; `tprbench study show` lists all.
+#: the driver's whole time. The caption counts the rest; `tprbench study show` lists all.
 LIVE_ROWS = 40
 
 

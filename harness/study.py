@@ -91,7 +91,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from .search_space import PRUNER_KINDS, did_you_mean, is_searchable, parse_space, show
 
-ID_VERSION = 3  # bump when the hashed identity changes shape or what every cell computes (3: issue 10 fidelity defaults)
+ID_VERSION = 3  # bump when the hashed identity changes shape or what every cell computes (3: fidelity defaults, e.g. E ~ N(0,1), two-layer encoders)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 DIRECTIONS = ("maximize", "minimize")
 FILTER_KEYS = ("arch", "dim", "id", "input_dim", "task", "unit")
@@ -434,7 +434,7 @@ def non_default_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
 @functools.lru_cache(maxsize=64)
 def _option_defaults(options_model: type) -> dict[str, Any]:
     """A task's option defaults, read once per options model: every cell's id needs them, and
-    pydantic's `get_default` costs ~2 µs a field (issue 24: 10,000 cells)."""
+    pydantic's `get_default` costs ~2 µs a field (at 10,000 cells)."""
     return {key: info.get_default(call_default_factory=True) for key, info in options_model.model_fields.items()}
 
 
@@ -890,7 +890,7 @@ def expand(study: Study) -> list[Cell]:
 
     The last study's cells are kept (a Study is frozen, and so are its cells): parsing expands
     it once to check the cells, and the command that loaded it asks again (2 × 1.5 s at 10,000
-    cells, issue 24)."""
+    cells)."""
     if _LAST_EXPANDED[0] is study:
         return list(_LAST_EXPANDED[1])
     cells = _expand(study)

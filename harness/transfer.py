@@ -73,7 +73,7 @@ def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_e
             adapters[key] = adapter
     if sentence_encoder and not hasattr(adapter, "encode_sentences"):
         raise TransferError(f"run {run_id}: task {task!r} has no sentence encoder (SentEval needs an NLI-style task)")
-    # The run's params are its resolved hyperparameters (records before issue 11: the study's values).
+    # The run's params are its resolved hyperparameters (older records hold the study's values).
     hparams = adapter.resolve_hparams({k: _value(v) for k, v in run.data.params.items() if k != "seed"})
     config = TrainConfig(unit=tags[Tag.UNIT], arch=tags[Tag.ARCH], dim=int(tags[Tag.DIM]),
                          input_dim=int(tags[Tag.INPUT_DIM]), epochs=int(cell.get("epochs", 1)),

@@ -4,7 +4,7 @@
 # and the run recorded as the last line of docs/browser-check.md (date, commit, result, seconds,
 # versions). tests/test_docs.py fails the suite when the recorded last run did not pass.
 #
-# Why a schedule and not CI (issue 35): CI runs the whole suite in ~16 min of its 30; Debian's
+# Why a schedule and not CI: CI runs the whole suite in ~16 min of its 30; Debian's
 # Chromium is ~100 MB of packages whose download CI cannot bound, and what the check guards (the
 # pages docs/img shows) changes with MLflow/optuna-dashboard upgrades, not with most commits.
 #   weekly, e.g. cron:  17 3 * * 1  cd /srv/tprbench && git pull -q && bash scripts/browser_check.sh

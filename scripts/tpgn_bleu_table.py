@@ -1,4 +1,4 @@
-"""BLEU by n-gram order for a recorded TPGN study, beside the TPGN paper's COCO table (issue 15).
+"""BLEU by n-gram order for a recorded TPGN study, beside the TPGN paper's COCO table.
 
 `tprbench report` tables one metric per task (the study's: perplexity); the TPGN paper's claim is
 about BLEU-1…4, and how TPGN's gain over the LSTM changes with the n-gram order. This reads the

@@ -73,7 +73,7 @@ class HParams(pydantic.BaseModel):
     # measurements during training (off by default; they do not change what is trained)
     grad_log_batches: int = Field(0, ge=0, description="after each epoch, log the gradient-flow summary of encoder layer "
                                                        "1 (first/last ‖∂L/∂s_t‖, share σ_max(J) > 1, mean σ_max) on this "
-                                                       "many validation batches of 32 (0 = off; issue 16)")
+                                                       "many validation batches of 32 (0 = off)")
     # model
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout of the architecture around the unit")
     mlp_hidden: int | None = Field(None, ge=1, description="classifier hidden size (None: the architecture's default)")

@@ -1,7 +1,7 @@
 """Where real data lives: an explicit path, else $TPRBENCH_DATA, never a network download.
 
 A data path is checked against the files its task expects before anything is read, generated
-or trained (issue 35: the data root given for `logical_entailment/` was taken as "no data" and
+or trained (the data root once given for `logical_entailment/` was taken as "no data" and
 100k pairs were generated without a word): a folder with none of them is one error naming what
 was looked for and, when a sub-folder holds them, `did you mean <that folder>?`.
 """

@@ -2,8 +2,8 @@
 
 The ecosystem's usual way: on a terminal a rich progress bar (done/total, examples/s, elapsed,
 ETA); unattended (a file, a pipe, a batch scheduler's log: no TTY) a plain line at once and then
-one every $TPRBENCH_PROGRESS_SECONDS (default 30), since a bar cannot redraw there (issue 35: a
-`train` epoch ran 37 minutes without a line).
+one every $TPRBENCH_PROGRESS_SECONDS (default 30), since a bar cannot redraw there (a `train`
+epoch once ran 37 minutes without a line).
 
 Deep code (the training loop, a data generator) asks `current()` for the reporter instead of
 taking one more argument through every signature; the default reporter is silent, so library

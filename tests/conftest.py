@@ -45,7 +45,7 @@ def pytest_addoption(parser):
 
 def pytest_generate_tests(metafunc):
     """`--repeat N`: each test N times, as parameters `repeat0..N-1`, so a flaky test shows up
-    in one session (issue 35) without a plug-in."""
+    in one session without a plug-in."""
     n = metafunc.config.getoption("repeat")
     if n > 1:
         metafunc.fixturenames.append("_repeat")

@@ -64,7 +64,7 @@ def test_bidaf_modelling_layer_is_one_layer_of_the_same_unit(attention, width_in
 
 
 def test_bidaf_modelling_unit_option():
-    """Issue 13's TPRN_1: phrase layer of one unit, modelling layer of another (here tpru + lstm)."""
+    """TPRN_1: phrase layer of one unit, modelling layer of another (here tpru + lstm)."""
     model = logic_model("tpru[roles=8]", "bidaf", dim=16, modelling_unit="lstm[bidirectional=true]")
     assert type(model.encoder.layers[0]).__name__ == "TPRU"
     assert model.modelling.output_size == 32 and type(model.modelling.fwd).__name__ == "LSTM"

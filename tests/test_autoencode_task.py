@@ -1,4 +1,4 @@
-"""The autoencode task (issue 15): sentence → LSTM encoder → plan → decoder unit regenerates it.
+"""The autoencode task: sentence → LSTM encoder → plan → decoder unit regenerates it.
 
 TPR-FAMILY.md §4.5 at the task level: free (greedy) generation is the teacher-forced model run on
 its own output, step by step; an untrained model's perplexity is on the order of the vocabulary;

@@ -141,7 +141,7 @@ def env(tmp_path_factory) -> Env:
     label.mkdir()
     (label / "validate.txt").write_text("a,a,1,1,1,1\na,b,0,0,0,0\nb,b,yes,1,1,1\n")
     e.files["bad_label"] = label
-    # A data root (as ../shared/data) given where a dataset's own folder is expected (issue 35).
+    # A data root (as ../shared/data) given where a dataset's own folder is expected.
     shared = tmp / "shared-data"
     (shared / "logical_entailment").mkdir(parents=True)
     (shared / "logical_entailment" / "validate.txt").write_text("a,a,1,1,1,1\n")

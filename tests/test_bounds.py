@@ -1,4 +1,4 @@
-"""Issue 31: every numeric CLI option and study field is bounded before anything starts.
+"""Every numeric CLI option and study field is bounded before anything starts.
 
 The parser is walked, not listed by hand: a numeric option added without a bound fails
 `test_no_numeric_option_is_unbounded`, and every bounded one is tried just below and just

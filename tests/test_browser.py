@@ -1,4 +1,4 @@
-"""Look at a record as a person would (issue 18, item 2): scripts/screenshots.py serves the MLflow
+"""Look at a record as a person would: scripts/screenshots.py serves the MLflow
 UI and optuna-dashboard on a study's stores, opens both in headless Chromium and checks that the
 names a user reads are on the pages: the experiment `tprbench/<study>`, the cell runs named by
 their labels, the Optuna studies `<study>/<cell id>` with the cell label as a user attribute.

@@ -1,6 +1,6 @@
 """Cell ids of the shipped studies, pinned: a refactor that changes one orphans its recorded runs.
 
-tests/fixtures/cell_ids.json was computed with id scheme v3 (issue 10 changed every cell's defaults: E ~ N(0,1), two-layer encoders, ...).
+tests/fixtures/cell_ids.json was computed with id scheme v3 (v3 changed every cell's defaults: E ~ N(0,1), two-layer encoders, ...).
 Data paths are hashed as written, so the value of $TPRBENCH_DATA does not matter here.
 """
 

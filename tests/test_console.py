@@ -1,4 +1,4 @@
-"""The console a cluster user lives in (issue 21), without Ray: each check is one command or one
+"""The console a cluster user lives in, without Ray: each check is one command or one
 function, in this process, in well under a second or two.
 
 - a misspelled (sub)command gets did-you-mean; `--only` that keeps no cell exits 2 naming the
@@ -134,7 +134,7 @@ def test_unattended_progress_lines_at_intervals_and_a_full_width_table(monkeypat
 
 
 def test_a_large_study_shows_a_screenful_live_and_every_cell_as_plain_text_at_the_end(monkeypatch) -> None:
-    """Issue 24: rich renders every row at each refresh (~5 ms a row), so a live table shows at most
+    """Rich renders every row at each refresh (~5 ms a row), so a live table shows at most
     LIVE_ROWS cells (running first, then those not done) and counts the rest; the unattended
     end-of-run table of thousands of cells is aligned plain text, one line per cell."""
     from rich.console import Console
@@ -187,10 +187,10 @@ def test_library_stderr_goes_to_the_log_and_the_terminal_is_restored(tmp_path: P
     assert "GCS client retry" in text
 
 
-# Reports committed before issue 21 from runs on uncommitted code (`-dirty`, or `unknown`); each is
+# Reports committed, before this check, from runs on uncommitted code (`-dirty`, or `unknown`); each is
 # regenerated when its study is rerun on a clean commit (the lead schedules those runs), and then
 # leaves this list. (lm-cpu, nli-cpu, transfer-cpu and logic-real-cpu were withdrawn from reports/
-# pending issue 10's rerun.)
+# pending their rerun under the cell-id v3 defaults.)
 AWAITING_RERUN: set[str] = set()
 
 

@@ -1,4 +1,4 @@
-"""A data path is checked against the files its task reads before any data work (issue 35): a
+"""A data path is checked against the files its task reads before any data work: a
 folder with none of them is one error naming the files and, when a sub-folder has them, that
 folder (`did you mean …?`). Torch-free helpers of tasks/paths.py, and each file-reading task."""
 

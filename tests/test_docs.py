@@ -1,4 +1,4 @@
-"""Docs that show commands or output, run as tests (issue 35), the way docs/adding-a-task.md is:
+"""Docs that show commands or output, run as tests, the way docs/adding-a-task.md is:
 
 - the README's everyday commands parse as `tprbench` commands, and every study they name exists;
   the cheap ones (`units`, `tasks`) run;

@@ -1,4 +1,4 @@
-"""Issue 31: a driver SIGKILLed while it closes a study, with the real store and real processes.
+"""A driver SIGKILLed while it closes a study, with the real store and real processes.
 
 `tprbench run` (a subprocess in its own session, starting its own local Ray) records its last
 run and is killed at the exact moment it starts closing the record (`TPRBENCH_FAULT_AT=closing`,

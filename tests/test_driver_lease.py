@@ -1,4 +1,4 @@
-"""Issue 31: one driver per study per record, whatever `--root` each was given.
+"""One driver per study per record, whatever `--root` each was given.
 
 Two drivers share a record (here: one MLflow SQLite store and one Optuna journal, outside both
 run directories, as a tracking server and PostgreSQL are shared on a cluster) with different

@@ -1,4 +1,4 @@
-"""Errored is not diverged (issue 21, item 1), by fault injection: a unit that cannot be built
+"""Errored is not diverged, by fault injection: a unit that cannot be built
 on the workers (ModuleNotFoundError, as a missing optional dependency) while a flag file exists.
 
 - its runs end `errored` with the reason; `study show` says `errored` with the reason and that

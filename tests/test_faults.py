@@ -223,7 +223,7 @@ def test_tracking_store_and_journal_locked_mid_study(reference, tmp_path: Path, 
     carries on — then the Optuna journal's lock for 3 s (Optuna waits). Nothing is lost or
     duplicated.
 
-    The test drives the lock, not the clock (issue 35: taking it 'after two records' raced with
+    The test drives the lock, not the clock (taking it 'after two records' raced with
     the study, and a driver that happened not to write during the lock never retried): the
     driver's third `log_run` waits until the test holds the store, and the test lets go only
     after the driver has retried at least once."""
@@ -300,7 +300,7 @@ def test_unreachable_tracking_server_is_a_clear_error_then_a_rerun_completes(ref
     err = capsys.readouterr().err
     print(f"\nstopped store: rc {rc} after {time.time() - t0:.1f} s: {err.strip()}")
     assert rc == 2
-    assert f"--tracking-uri http://127.0.0.1:{port}: no answer" in err and "not retried" in err  # issue 31: at once
+    assert f"--tracking-uri http://127.0.0.1:{port}: no answer" in err and "not retried" in err  # at once
     assert "rerun" in err
     assert not (root / "work").exists() and count_recorded(root) == 0
     monkeypatch.delenv("TPRBENCH_STORE_RETRY_SECONDS")

@@ -1,4 +1,4 @@
-"""Issue 20: when the machine misbehaves — a torn journal line, a full disk, a corrupt record, an
+"""When the machine misbehaves — a torn journal line, a full disk, a corrupt record, an
 unreadable checkpoint. Each fault ends with one clear line (exit 2, no traceback) and a rerun, or
 the documented restore, that finishes with nothing lost (docs/reliability.md's fault matrix).
 
@@ -152,7 +152,7 @@ def _tiny_study(directory: Path, trials: int = 0, seeds: int = 1, name: str = "f
 
 
 def test_full_disk_while_writing_the_data_cache_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
-    """Issue 20's 1 MB filesystem: ENOSPC while the driver writes the data cache."""
+    """A 1 MB filesystem: ENOSPC while the driver writes the data cache."""
     from harness.driver.runner import StudyRunner
     from tests.ray_helpers import seed_root
 
@@ -173,7 +173,7 @@ def test_full_disk_while_writing_the_data_cache_is_one_line(tmp_path: Path, monk
 
 def test_full_store_stops_at_once_with_one_line_and_library_logs_in_a_file(tmp_path: Path, monkeypatch,
                                                                            capsys) -> None:
-    """Issue 20's 3 MB filesystem: SQLite "database or disk is full" from MLflow's store. Before:
+    """A 3 MB filesystem: SQLite "database or disk is full" from MLflow's store. Before:
     120 s of retries and ~40 lines of SQLAlchemy tracebacks. Now: no retry, one line; MLflow's
     own log lines go to <root>/logs/libraries.log."""
     import logging
@@ -252,7 +252,7 @@ def _report(root: Path, out: Path) -> int:
 
 
 def _damage_middle(db: Path) -> None:
-    """8 KB of random bytes written into the middle of the file (issue 20's reproduction (b))."""
+    """8 KB of random bytes written into the middle of the file."""
     size = db.stat().st_size
     with open(db, "r+b") as fh:
         fh.seek(size // 2)
@@ -366,7 +366,7 @@ def test_a_workers_unreadable_checkpoint_is_set_aside_and_the_run_restarts(tmp_p
 
 
 def test_closed_pipe_is_quiet() -> None:
-    """Issue 24: `tprbench … | head` exits without a BrokenPipeError traceback (a command that
+    """`tprbench … | head` exits without a BrokenPipeError traceback (a command that
     prints far more than a pipe holds, its reader gone after one line)."""
     import subprocess
     import sys

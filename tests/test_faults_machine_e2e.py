@@ -1,4 +1,4 @@
-"""Issue 20 end to end, through the CLI as a user types it: a study's record damaged after it
+"""Machine faults end to end, through the CLI as a user types it: a study's record damaged after it
 finished is restored from a snapshot older than its last runs, and the rerun brings those runs
 back from their run directories without training — the tables come out as before the damage."""
 

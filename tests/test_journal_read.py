@@ -1,5 +1,5 @@
 """harness.record.storage.journal_trial_states reads trial states from an Optuna journal without Optuna's
-replay (issue 24): it must give exactly what Optuna's JournalStorage gives, for every state, a
+replay: it must give exactly what Optuna's JournalStorage gives, for every state, a
 deleted-and-recreated study, a second writer's records, a torn last record and a damaged one."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The `lm` task's HRR options and its per-sentence mode (issue 14) on a tiny PTB-layout corpus.
+"""The `lm` task's HRR options and its per-sentence mode on a tiny PTB-layout corpus.
 
 The HRR module itself (equations, TPR-FAMILY.md §2.6 (f)–(h)) is tested in tests/test_hrr.py and
 the binding identities (a)–(e) in tests/test_binding.py; here: the options reach the module, it
@@ -212,7 +212,7 @@ def test_embedding_param_counts(lm_root, tmp_path):
 
 
 def test_tprbench_units_prints_the_embedding_counts(capsys):
-    """Issue 14: V·N·d' (+ bases when trained) beside V·d; the paper's PTB big: 6.40M vs 6.50M."""
+    """V·N·d' (+ bases when trained) beside V·d; the paper's PTB big: 6.40M vs 6.50M."""
     from harness.cli import main
 
     assert main(["units", "lstm", "--dim", "650", "--hrr-fillers", "320"]) == 0

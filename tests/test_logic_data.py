@@ -333,7 +333,7 @@ def test_find_splits(tmp_path):
     assert "train" not in found  # optional
     (tmp_path / "root" / "logical_entailment").mkdir(parents=True)
     (tmp_path / "root" / "logical_entailment" / "train.txt").write_text(GOOD)
-    # A data root is not the dataset folder: one error naming the sub-folder that is (issue 35).
+    # A data root is not the dataset folder: one error naming the sub-folder that is.
     with pytest.raises(DataError, match=r"has none of the files the task reads \(train.txt, validate.txt, .*\); "
                                         r"did you mean .*root/logical_entailment\?$"):
         D.find_splits(tmp_path / "root")

@@ -1,4 +1,4 @@
-"""Progress inside long work (issue 35): `train` epochs, data generation and a study's start-up
+"""Progress inside long work: `train` epochs, data generation and a study's start-up
 say what they are doing: a bar on a terminal, a line at once and then at intervals otherwise.
 Reporting never changes what is trained."""
 

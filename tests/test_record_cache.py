@@ -1,4 +1,4 @@
-"""Issue 31: a cache beside the record never changes a table, and never stops a reader.
+"""A cache beside the record never changes a table, and never stops a reader.
 
 One small record (3 cells, 1 trial and 2 seeds each: 13 MLflow runs, built through the
 driver's record-writing code as `tprbench bench record` does). On it:

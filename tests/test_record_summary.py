@@ -1,4 +1,4 @@
-"""Issue 24: the summary of ended runs (harness.record.summary) is a cache, never a second truth.
+"""The summary of ended runs (harness.record.summary) is a cache, never a second truth.
 
 One record of 2,101 runs (100 cells, 1 search trial and 19 seeds each) is built through the
 driver's record-writing code (harness.bench.record.build, as `tprbench bench record` does). On it:
@@ -189,7 +189,7 @@ print("HEAVY", sorted(m for m in ("torch", "pandas", "mlflow", "sqlalchemy", "ra
 
 
 def test_a_warm_study_show_imports_neither_torch_nor_pandas(record) -> None:
-    """Issue 24's fixed cost: with the summary in place, `study show` reads it with pyarrow alone
+    """The fixed cost: with the summary in place, `study show` reads it with pyarrow alone
     (pyarrow imports pandas, ~0.5 s, only to build arrays: when the summary is written)."""
     import os
     import subprocess

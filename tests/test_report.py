@@ -233,7 +233,7 @@ def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatc
     assert "tpru[slices=8]‡" in printed and "82.0 ± 2.0" in printed
     md = first["table.md"].decode()
     assert f"tprbench report synth --root {store.root} --out {out} --bench {bench} --seeds 3" in md and COMMIT in md
-    table = pd.read_csv(out / "table.csv")  # plain: no comment lines (issue 18)
+    table = pd.read_csv(out / "table.csv")  # plain: no comment lines
     assert f"tprbench report synth --root {store.root}" in (out / "provenance.txt").read_text()
     gru = table[table["cell_id"] == GRU.id].iloc[0]
     assert gru["valid_mean"] == pytest.approx(0.82) and gru["valid_n"] == 3 and gru["seeds_failed"] == 0
@@ -242,7 +242,7 @@ def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatc
     assert search[search["cell_id"] == GRU.id].iloc[0]["trials_pruned"] == 1
     assert b"<dc:date>" not in first["speed.svg"] and b"Matplotlib" not in first["curves_roles.png"]
     # The comparison figure has a bar for every cell with finished seeds, GRU and new units alike,
-    # and the curves figure a line per cell (issue 21; SVG text is drawn as paths, so read the figures).
+    # and the curves figure a line per cell (SVG text is drawn as paths, so read the figures).
     from harness.report.aggregate import aggregate
     from harness.report.figures import fig_units
     from harness.report.load import load_record
@@ -282,7 +282,7 @@ def test_compare_studies_and_commits(store, capsys, monkeypatch):
     assert main(["compare", "synth", "synth2", "--root", str(store.root)]) == 0
     out = capsys.readouterr().out
     assert "+10.0" in out and "only in A" in out
-    # Cells in one study only (issue 21): their numbers and parameter counts, not just their labels.
+    # Cells in one study only: their numbers and parameter counts, not just their labels.
     import pandas as pd
 
     res = compare_studies({"study": "synth", "uri": store.uri}, {"study": "synth2", "uri": store.uri}, seeds_wanted=3)
@@ -325,7 +325,7 @@ def test_report_from_study_file_that_does_not_validate_here(store, tmp_path, cap
 
 
 def test_a_large_table_prints_as_aligned_plain_text_and_a_small_one_through_rich() -> None:
-    """Issue 24: rich renders ~5 ms a row; past PLAIN_ROWS rows the closing table is plain text
+    """Rich renders ~5 ms a row; past PLAIN_ROWS rows the closing table is plain text
     (same cells, aligned), so a 5,010-cell study's table prints in well under a second."""
     import io
 
@@ -403,7 +403,7 @@ def test_mean_std_gives_numpys_bits_and_records_gives_to_dicts_values() -> None:
 
 
 def test_figures_of_a_large_study_draw_the_baselines_and_the_best_cells() -> None:
-    """Issue 24: a panel of hundreds of cells draws MAX_BARS bars / MAX_LINES curves — the
+    """A panel of hundreds of cells draws MAX_BARS bars / MAX_LINES curves — the
     baselines, then the best by the split's mean in the metric's direction, in table order —
     and a role grid of hundreds draws evenly spaced role counts, first and last included."""
     import pandas as pd

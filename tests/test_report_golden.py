@@ -1,6 +1,6 @@
 """Reports are byte-identical on the same record across refactors of the reader/aggregator/renderer.
 
-tests/fixtures/record-v1 holds a real record (a 3-cell study run by the code before issue 11:
+tests/fixtures/record-v1 holds a real record (a 3-cell study run by the code before the record schema:
 gru, tpru and a unit whose loss is NaN, 2 trials and 2 seeds each) and the files that code made
 from it: tables, the search table, the speed figure (SVG), a study compared with itself, and
 `study show --json`'s rows. The current code must make the same bytes from that record — which
@@ -8,8 +8,8 @@ also proves that records written before the record schema (no metric/direction/s
 the cell runs) still read as they did.
 
 Deliberate changes of the expected bytes (the code changed what it writes, not how it reads):
-issue 18 — table.csv and search.csv have no `#` provenance lines (they load with a plain
-`pandas.read_csv`; provenance.txt beside them says where they come from); issue 21 — table.tex's
+table.csv and search.csv have no `#` provenance lines (they load with a plain
+`pandas.read_csv`; provenance.txt beside them says where they come from); table.tex's
 label names the study and the task (`tab:golden-logic`) and the best value per column is bold;
 table.csv has a `seeds_errored` column and `study show`'s rows `runs_errored`, `errored_retried`
 and `errored_reason` (errored runs are not results: counted apart from diverged ones); compare.csv has
@@ -65,7 +65,7 @@ def test_study_show_rows_are_identical(root, monkeypatch):
     from harness.study import expand, load_study
 
     monkeypatch.syspath_prepend(str(FIXTURE.parents[2]))  # tests.plugin_units (the NaN unit)
-    # The record was made under cell-id scheme v2; issue 10's fidelity defaults moved every id to v3
+    # The record was made under cell-id scheme v2; the fidelity defaults (two-layer encoders, ...) moved every id to v3
     # on purpose, so the plan is expanded with the scheme the record was written with.
     monkeypatch.setattr("harness.study.ID_VERSION", 2)
     study = load_study(FIXTURE / "study.toml")

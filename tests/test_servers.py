@@ -1,4 +1,4 @@
-"""The cluster path against real server processes (issue 18): each server on 127.0.0.1 on a free
+"""The cluster path against real server processes: each server on 127.0.0.1 on a free
 port, stopped by its own PIDs even when a test fails (tests/servers.py).
 
 - a Ray cluster of two `ray start` nodes (head: 1 CPU, worker: 2 CPUs, different custom
@@ -161,7 +161,7 @@ def test_a_wrong_address_fails_within_seconds_in_one_line(tmp_path: Path) -> Non
     assert out.returncode == 2, out.stderr
     errors = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and "no Ray cluster reachable there (Connection refused)" in errors[0], out.stderr
-    assert time.time() - t0 < 60  # Ray alone retried for minutes (issue 21); here: imports + one connect
+    assert time.time() - t0 < 60  # Ray alone retried for minutes; here: imports + one connect
     assert not (tmp_path / "root" / "mlflow.db").exists()  # nothing written
 
 
@@ -335,7 +335,7 @@ def test_postgres_two_studies_driven_at_once(pg, tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# MLflow: `report` of a 10k-run record through a tracking server (issue 24)
+# MLflow: `report` of a 10k-run record through a tracking server
 
 
 def _report_files(out: Path) -> dict[str, list[str]]:
@@ -377,5 +377,5 @@ def test_report_of_a_10k_run_record_through_an_mlflow_server(tmp_path: Path, cap
     for mode in ("cold", "warm"):
         assert _report_files(tmp_path / mode) == want, mode
     with capsys.disabled():  # in the CI log, whatever pytest's capture
-        print(f"\n[issue 24] report of {case.runs:,} runs through mlflow server: cold {seconds['cold']:.1f} s, "
+        print(f"\n[record at scale] report of {case.runs:,} runs through mlflow server: cold {seconds['cold']:.1f} s, "
               f"warm {seconds['warm']:.1f} s (load {os.getloadavg()[0]:.1f})")

@@ -1,4 +1,4 @@
-"""Issue 31: a store that never answers is one line at once; only a store that stopped answering
+"""A store that never answers is one line at once; only a store that stopped answering
 is retried, and its messages tell the time really waited.
 
 Each wrong address goes through `tprbench run` in this process against real sockets: a port

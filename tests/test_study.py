@@ -512,7 +512,7 @@ def test_docs_example_is_a_valid_study(stand_in_logic: None, monkeypatch: pytest
     assert expand(study)
 
 
-# -- issue 11: the metric and the search names are checked when the study is read ------------
+# -- the metric and the search names are checked when the study is read ---------------------
 
 
 def test_a_metric_the_task_does_not_log_is_rejected() -> None:

@@ -1,4 +1,4 @@
-"""Issue 11's correctness bugs, end to end on Ray: the study's metric is what is optimised, and
+"""Correctness of the search, end to end on Ray: the study's metric is what is optimised, and
 every run's resolved hyperparameters are in the record.
 
 Before: `metric = "valid_loss"` set the Optuna direction to minimise, but workers reported

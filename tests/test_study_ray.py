@@ -89,7 +89,7 @@ class TestLocal:
         print(f"\nend to end: {counts['runs']} runs in {seconds:.1f} s")
 
     def test_the_record_as_people_read_it(self, done):
-        """Issue 21 on the embedded store (tests/test_servers.py does the same on an MLflow
+        """The record as people read it, on the embedded store (tests/test_servers.py does the same on an MLflow
         server): the classic runs view, runs named by cell label, study and cell runs ended with
         summary metrics, the worker's times, per-epoch timestamps, Optuna studies described."""
         import optuna
@@ -242,7 +242,7 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
           f"ended leftover processes: {leftovers}")
     assert 2 <= len(recorded) < total
     _driver_to_the_end(path, root, log, env)
-    # The rerun says what it resumes (issue 21), e.g. "resuming: 1 trial(s) continue from their
+    # The rerun says what it resumes, e.g. "resuming: 1 trial(s) continue from their
     # checkpoints, 2 run(s) already recorded" (with --quiet too: only the progress lines go).
     # The console wraps a long message at 80 columns in a log: read it as one text.
     text = " ".join(log.read_text().split())
@@ -264,7 +264,7 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
 def test_ctrl_c_ends_the_record_killed_then_rerun_finishes(tmp_path: Path) -> None:
     """Ctrl-C (SIGINT) on `tprbench run` after some runs are recorded: the driver says how to
     resume and exits 130; the study run and every unfinished cell run end KILLED in MLflow (not
-    RUNNING forever, issue 21), finished cells FINISHED; the same command then finishes the study
+    RUNNING forever), finished cells FINISHED; the same command then finishes the study
     without re-recording anything."""
     import signal
     import sqlite3

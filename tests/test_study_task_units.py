@@ -1,4 +1,4 @@
-"""`[[tasks]] units`: a task entry that runs only some of the matrix's units (issue 13: TPRN_1 is
+"""`[[tasks]] units`: a task entry that runs only some of the matrix's units (TPRN_1 is
 BiDAF with `modelling_unit` set, which only the TPRN cells need), and the TPRN NLI study file."""
 
 from __future__ import annotations

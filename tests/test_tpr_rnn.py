@@ -1,9 +1,10 @@
-"""TPR-RNN (units/tpr_rnn.py) against ../shared/TPR-FAMILY.md §1: the reviewer checks §1.6 (a)–(e),
-an independent float64 transcription of the equations, and gradcheck.
+"""TPR-RNN (units/tpr_rnn.py) against the paper's equations: checks (a)–(e) (exact retrieval with
+one-hot keys, retrievals read F_{t−1}, parameter counts, padding invariance, a scalar layer norm
+per hop), an independent float64 transcription of the equations, and gradcheck.
 
-The transcription below is written per example from the equations as printed in TPR-FAMILY.md
-§1.1 (outer products with einsum 'e,r,f->erf', retrieval as an explicit contraction), reading
-the modules' parameters but none of their code paths.
+The transcription below is written per example from the paper's equations (units/tpr_rnn.py's
+docstring restates them), with outer products as einsum 'e,r,f->erf' and retrieval as an explicit
+contraction, reading the modules' parameters but none of their code paths.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Ending many cell runs in one transaction (`Tracker.end_many`, issue 24) writes what MLflow's
+"""Ending many cell runs in one transaction (`Tracker.end_many`) writes what MLflow's
 client writes run by run (`log_summary`, then `end`): status, end time, every summary metric in
 the history, and the latest value by MLflow's own rule — a newer summary replaces the old one,
 NaN and ±inf stored as MLflow stores them."""

@@ -1,7 +1,7 @@
 """TPR-RNN (Schlag & Schmidhuber, "Learning to Reason with Third-Order Tensor Products", NeurIPS 2018).
 
 The model has three parts; the update module is the recurrent unit `tpr3`, the other two are
-plain modules the `tpr-rnn` architecture puts around it (../shared/TPR-FAMILY.md §1.1):
+plain modules the `tpr-rnn` architecture puts around it (the paper's equations):
 
 - `SentenceEncoder` (input module): s_t = Σ_i D[w_{t,i}] ⊙ p_i over the L word slots of a
   sentence, PAD (id 0) included — it has a learned embedding and is summed in, as in the code.

@@ -1,7 +1,7 @@
 """The TPRU recurrence as persistent Triton kernels: the GPU path of `tpru_fused.TPRURecurrence`.
 
-Why: on a GPU the autograd Function launches ~30 small kernels per time step (issue 22: 29.8 per
-step forward+backward on an H100, 5-10x cuDNN's GRU). Here the whole forward is one launch and
+Why: on a GPU the autograd Function launches ~30 small kernels per time step (29.8 per step
+forward+backward measured on an H100, 5-10x cuDNN's GRU). Here the whole forward is one launch and
 the whole backward recurrence another; the weight gradients stay single large matmuls after the
 loop, as on CPU. `TPRUTritonRecurrence` takes and returns exactly what `TPRURecurrence` does,
 so `units/tpru.py` picks one or the other per call (`select_recurrence`).

@@ -1,7 +1,7 @@
 """`tprbench bench record`: how the commands that read a study's record scale with its size.
 
 It builds a synthetic record of N runs in C cells (logic task, a grid of `tpru` role counts and
-`gru` over several dims, as in issue 24) through the driver's own record-writing code — the
+`gru` over several dims) through the driver's own record-writing code — the
 `StudyRunner` asks and tells the Optuna trials, chooses the final parameters and makes every
 run's tags, params and metrics (`_run_tags`, `Tracker.run_payload`); only the transport is bulk
 (`Tracker.log_bulk`: one transaction per 2,000 runs on a SQL store; a buffered Optuna journal
@@ -81,11 +81,11 @@ class Case:
 CASES = {c.name: c for c in (
     Case("quickstart", (16,), (8, 16), 2, 3, 3, note="studies/quickstart.toml's cells: 8, 2 trials + 3 seeds each",
          units=("lstm", "gru", "tpru-mod1[roles=8]", "tpru-mod2[roles=8]", "tpru-mod3[roles=8]", "tpru[roles=8,slices=8]")),
-    Case("tiny-502", (8, 12), tuple(range(2, 252)), 0, 1, 1, note="issue 24: 502 tiny cells, trials 0, 1 seed"),
+    Case("tiny-502", (8, 12), tuple(range(2, 252)), 0, 1, 1, note="502 tiny cells, trials 0, 1 seed"),
     Case("8-of-10k", tuple(DIMS10), tuple(range(2, 126)), 4, 3, 2, planned=8,
-         note="issue 24: 8 planned cells of a record of 1,250 cells"),
+         note="8 planned cells of a record of 1,250 cells"),
     Case("1000-cells", tuple(DIMS10), tuple(range(2, 101)), 6, 3, 2, note="target: a 1,000-cell study, 10k runs"),
-    Case("tiny-5010", tuple(DIMS10), tuple(range(2, 502)), 0, 1, 1, note="issue 24: 5,010 tiny cells, trials 0, 1 seed"),
+    Case("tiny-5010", tuple(DIMS10), tuple(range(2, 502)), 0, 1, 1, note="5,010 tiny cells, trials 0, 1 seed"),
     Case("100k", tuple(DIMS10), tuple(range(2, 1001)), 6, 3, 2, note="target: a 10,000-cell study, 100k runs"),
 )}
 #: The cases of `--sizes 1k,10k,100k`.
@@ -324,7 +324,7 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def tracking_server(root: Path, say: Any = print, timeout: float = 300) -> Iterator[str]:
-    """An `mlflow server` on 127.0.0.1 over the record's SQLite file (issue 24's tracking-server
+    """An `mlflow server` on 127.0.0.1 over the record's SQLite file (the tracking-server
     case: `report` reads the runs through MLflow's REST API, a page of 1,000 runs a call);
     yields its URL, and stops it (its whole process group) on exit."""
     import signal
@@ -430,7 +430,7 @@ def run_record_bench(args: Any) -> int:
                 results += time_case(case, root, path, label, which, say, args.repeat)
             if getattr(args, "tracking_server", False):
                 with tracking_server(root, say) as url:
-                    # the reads issue 24 sets a server target for (`report`) and `study show`
+                    # `report`, which has a target through a server (docs/benchmarks-record.md), and `study show`
                     results += time_case(case, root, None, "server", ["study show", "report tables"], say,
                                          args.repeat, tracking_uri=url)
         if args.csv:

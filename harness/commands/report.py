@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     uri = tracking_uri(args.root, args.tracking_uri)
-    # A first line before pandas and MLflow load (tens of seconds on a busy machine; issue 35).
+    # A first line before pandas and MLflow load (tens of seconds on a busy machine).
     console.print(f"report {args.study}: reading the record in {uri}", markup=False, highlight=False, soft_wrap=True)
     from harness.report import print_sections, resolve_study, write_report
 

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     d, din = args.dim, args.input_dim or args.dim
-    # A first line before torch loads and every unit is built (seconds; issue 35).
+    # A first line before torch loads and every unit is built (seconds).
     Console(width=160).print(f"counting parameters at d={d}, d'={din}: "
                              + (f"{len(args.specs)} unit spec(s)" if args.specs else "every registered unit"),
                              markup=False, highlight=False)
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _embedding_table(vocab: int, dim: int, fillers: int, roles: int, basis: str) -> object:
-    """The HRR embedding's parameter counts beside the plain embedding it replaces (issue 14)."""
+    """The HRR embedding's parameter counts beside the plain embedding it replaces."""
     from rich.table import Table
 
     from tasks.errors import TaskError

@@ -552,7 +552,7 @@ class StudyRunner:
         if not recorded and not any(st.stale for st in states):
             return
         retried = sum(st.retried for st in states)
-        # A stale trial continues from its checkpoint only if it wrote one (issue 35: the message
+        # A stale trial continues from its checkpoint only if it wrote one (the message once
         # said so of trials killed in their first epoch, which start over).
         unfinished = [RunKey.trial(st.cell.id, number) for st in states for number, _ in st.stale
                       if self._errored(st, RunKey.trial(st.cell.id, number)) is None]
@@ -790,7 +790,7 @@ class StudyRunner:
 
     def _phase(self, text: str) -> None:
         """A start-up phase (record, data, Ray, plan), timestamped: a study is never silent for
-        minutes before its first progress line (issue 35)."""
+        minutes before its first progress line."""
         self._say(f"[{time.strftime('%H:%M:%S')}] {text}")
 
     def _live_view(self, states: list[CellState]):

@@ -1,4 +1,4 @@
-"""The SQLite record kept safe: checked when opened, snapshotted as a study goes, restorable (issue 20).
+"""The SQLite record kept safe: checked when opened, snapshotted as a study goes, restorable.
 
 The MLflow store is the only copy of every result. A damaged SQLite file can still answer
 queries from its intact pages — a table printed from half a record, exit 0 — so:

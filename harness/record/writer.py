@@ -46,7 +46,7 @@ MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch 
 
 #: Tracked folders that hold outputs, not code: the reports `tprbench report` writes and the
 #: committed study records. Regenerating them must not mark the next run's commit `-dirty`
-#: (issue 35: a regenerated report made every later run cite uncommitted code).
+#: (a regenerated report made every later run cite uncommitted code).
 OUTPUT_DIRS = ("reports", "records")
 
 
@@ -257,7 +257,7 @@ class Tracker:
         then `end` write, run by run. On a SQL store in one transaction per 2,000 runs, through
         MLflow's own store session and tables (`_end_sql`: the rows its log_batch and
         set_terminated write) — through the client, ~25 ms a run made the close of a 5,010-cell
-        study take two minutes (issue 24); elsewhere (a tracking server) run by run."""
+        study take two minutes; elsewhere (a tracking server) run by run."""
         store = self._sql_store()
         if store is not None:
             for chunk in chunks(ends, 2000):

@@ -3,9 +3,9 @@ statistics, parameter counts). Pure pandas, no I/O.
 
 Which seed runs count: phase=final runs whose `tprbench.params_hash` equals the cell's
 `tprbench.final_params_hash` (seed runs of an earlier best are ignored) with seed < seeds
-wanted. The table metric, its direction and the test splits come from the cell runs (issue 11's
-record schema); for records written before it they are inferred from the metric columns as
-they always were.
+wanted. The table metric, its direction and the test splits come from the cell runs' tags;
+for records written before those tags they are inferred from the metric columns as they
+always were.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _sort_key(row: dict[str, Any], columns: UnitColumns) -> tuple:
 def records(frame: Any, columns: Any = None) -> list[dict[str, Any]]:
     """`frame.to_dict("records")` (of `columns` only, when given), the same values, column by
     column: pandas boxes every value of an Arrow-backed column one by one (~8 s for 90k runs ×
-    50 columns, issue 24), where `tolist` converts a column at once. Nullable integers give None
+    50 columns), where `tolist` converts a column at once. Nullable integers give None
     for missing values, as to_dict does."""
     from pandas.api.extensions import ExtensionDtype
 
@@ -212,7 +212,7 @@ def _recorded(rows: list[dict[str, Any]], key: str) -> Any:
 
 def _task_tables(cell_rows: list[dict[str, Any]], runs: Any) -> dict[str, tuple]:
     """Per task label: (metric, direction, [(split, metric column)]) — as the cell runs record them,
-    else inferred from the runs' metric columns (records before issue 11)."""
+    else inferred from the runs' metric columns (older records, without those tags)."""
     out = {}
     for task_label in sorted({r["task_label"] or "" for r in cell_rows}):
         rows = [r for r in cell_rows if (r["task_label"] or "") == task_label]
@@ -302,7 +302,7 @@ def mean_std(vals: list[float]) -> tuple[float, float]:
     """Mean and sample std (ddof=1; NaN when undefined) exactly as numpy computes them: for
     fewer than 8 values numpy adds them in order (its pairwise sum starts at 8), so the same
     loop in Python gives the same bits at a twentieth of the cost of two numpy calls — which
-    were 4 of a 100k-run report's seconds (issue 24; tests/test_report.py checks the equality)."""
+    were 4 of a 100k-run report's seconds (tests/test_report.py checks the equality)."""
     n = len(vals)
     if not n:
         return float("nan"), float("nan")
@@ -328,7 +328,7 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
                seeds_wanted: int, table: tuple, columns: UnitColumns) -> dict:
     """The per-cell columns of the aggregated frame (shared by its split rows), from the cell's
     runs and counted runs as dicts: plain Python, since a dozen pandas operations on each
-    cell's small frames cost ~40 ms a cell — minutes at 5,000 cells (issue 24)."""
+    cell's small frames cost ~40 ms a cell — minutes at 5,000 cells."""
     metric, direction, _ = table
     finished = sum(r.get("status") == RunStatus.FINISHED for r in cur)
     # Errored seeds are not results (tasks/result.py): counted apart, shown as missing, never as †.

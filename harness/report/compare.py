@@ -81,7 +81,7 @@ def _pairs(ca: Any, cb: Any) -> tuple[list[tuple[str, str, str]], set[str]]:
 def _by_cell(agg: Any) -> dict[str, dict[str, dict[str, Any]]]:
     """The aggregate's rows per cell id, by split, as plain dicts: one pass over the frame
     (filtering it per matched cell was cells × rows work; pandas row access per split cost
-    ~0.5 ms a row at 5,000 cells; issue 24)."""
+    ~0.5 ms a row at 5,000 cells)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for rec in records(agg) if len(agg) else []:
         out.setdefault(rec["cell_id"], {})[rec["split"]] = rec

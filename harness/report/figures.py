@@ -5,7 +5,7 @@
   slice) — like the workshop paper's Fig. 1 and the ICLR paper's Fig. 2.
 - `curves_slices`: the same with one slice vs several (solid: 1 slice, dashed: more) — Fig. 2.
 - `units`: every cell (LSTM, GRU, new units alike) compared per split: mean ± std over the
-  counted seeds, one panel per task and split (issue 21).
+  counted seeds, one panel per task and split.
 - `curves`: learning curves of every cell — training loss and validation score per epoch, the
   mean over the counted seeds with a band of ± one std (two seeds or more).
 - `speed`: median seconds per epoch per unit (every recorded run), and with `--bench CSV`
@@ -96,7 +96,7 @@ def _panel_keys(metric: str, history: Any = None) -> list[tuple[str, str, float]
     return keys
 
 
-# Caps for large studies (issue 24: a 502-cell report spent 100 of its 108 s drawing 250-entry
+# Caps for large studies (a 502-cell report once spent 100 of its 108 s drawing 250-entry
 # legends and 250 bar labels per panel, which nobody can read). Below them nothing changes.
 #: Lines per curves panel: the baselines and the best cells by validation score (`_best_rows`),
 #: or evenly spaced role counts (`_spread`).

@@ -128,7 +128,7 @@ def pivot_sections(df: Any) -> list[Section]:
 
 def _by_order(records: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Rows (dicts, sorted by order and split order) grouped per cell, in order. Plain Python:
-    a pandas group and `.iloc` per cell cost milliseconds each — minutes at 5,000 cells (issue 24)."""
+    a pandas group and `.iloc` per cell cost milliseconds each — minutes at 5,000 cells."""
     groups: dict[Any, list[dict[str, Any]]] = {}
     for rec in records:
         groups.setdefault(rec["order"], []).append(rec)

@@ -36,7 +36,7 @@ def commits_of(agg: Any) -> list[str]:
     return sorted({c for cs in (agg["git_commits"] if len(agg) else []) for c in str(cs).split(",") if c})
 
 
-#: What the tables' parameter columns count (issue 35: `tprbench units` showed 1,024 for the unit a
+#: What the tables' parameter columns count (`tprbench units` once showed 1,024 for the unit a
 #: table counted as 2,048, and nothing said why). provenance.txt carries it beside every table.
 PARAMS_NOTE = ("# params: the unit's weights as trained, in the task's encoder with all its layers (logic, nli and "
                "transfer stack 2 by default: twice what `tprbench units` shows for one layer; the papers' formula, no "

@@ -1,4 +1,4 @@
-"""Sentence autoencoding as a task adapter: TPGN's substitute for image captioning (issue 15).
+"""Sentence autoencoding as a task adapter: TPGN's substitute for image captioning.
 
 A sentence (PTB, ≤ `max_len` = 30 words) is read by an LSTM encoder; its state at the last word,
 the plan vector z, conditions a decoder unit, which regenerates the sentence word by word. This is

@@ -9,7 +9,7 @@ Public API (the babi adapter builds on these names):
               fallback_1k=False, cache_dir=None) -> BabiData
     BabiSplit.batch(index) -> {"stories" [n,S,L], "lengths" [n], "question" [n,L], "answer" [n], "task" [n]}
 
-As the authors' preprocessor/reader.py (itself from siddk/entity-network), ../shared/TPR-FAMILY.md §1.1:
+As the authors' preprocessor/reader.py (itself from siddk/entity-network) reads them:
 text is lowercased and split on ``\\W+`` keeping the punctuation runs as tokens ("Where is Mary?"
 → where, is, mary, ?); every question is one example whose story is all statements of its story
 before it (questions are not statements), the last 70 kept (130 for qa3; ``max_story`` overrides);

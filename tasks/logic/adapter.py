@@ -64,7 +64,7 @@ class LogicTask(LogicMeta, TaskAdapter):
                 # Generated training pairs, never equal (up to renaming) to a real evaluation pair.
                 tag = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
                 out = root / f"train-for-{tag}-{opts.preset}-n{opts.train_size}-s{opts.data_seed}"
-                # Said, not silent (issue 35): the folder has no train.txt, so its pairs are generated.
+                # Said, not silent: the folder has no train.txt, so its pairs are generated.
                 with per_split(f"no train.txt in {path}: generating", units={EXCLUDING: "files"}) as progress:
                     info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=0,
                                          exclude=[files[s] for s in files], presets={"train": opts.preset},
