@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 # One setting for every progress line (the driver's and train's/data's): defined in tasks.progress.
-from tasks.progress import DEFAULT_INTERVAL, PROGRESS_ENV, interval  # noqa: F401
+from tasks.progress import interval
 
 
 def _eta(runner: Any, states: list[Any], in_flight: int) -> str:

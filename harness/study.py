@@ -89,7 +89,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from .search_space import PRUNER_KINDS, did_you_mean, is_searchable, parse_space, show
+from .search_space import did_you_mean, is_searchable, parse_space, show
 
 ID_VERSION = 3  # bump when the hashed identity changes shape or what every cell computes (3: fidelity defaults, e.g. E ~ N(0,1), two-layer encoders)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
@@ -975,7 +975,7 @@ def filter_cells(cells: list[Cell], patterns: list[str] | tuple[str, ...]) -> li
 
 
 __all__ = [
-    "Cell", "GridEntry", "Matrix", "Pruner", "PRUNER_KINDS", "Resources", "Study", "StudyError", "StudyFile",
+    "Cell", "GridEntry", "Matrix", "Pruner", "Resources", "Study", "StudyError", "StudyFile",
     "StudySection", "TaskConfig", "TaskEntry", "UnitEntry", "cell_id", "expand", "expand_data", "filter_cells",
     "load_study", "parse_study", "validation_problems",
 ]

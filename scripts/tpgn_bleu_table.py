@@ -21,7 +21,7 @@ import math
 import statistics
 from pathlib import Path
 
-PAPER = {  # Huang et al. (NAACL 2018) Table 3, COCO test split (TPR-FAMILY.md §4.3)
+PAPER = {  # Huang et al. (NAACL 2018) Table 3, COCO test split
     "TPGN": {"bleu1": .709, "bleu2": .539, "bleu3": .406, "bleu4": .305, "meteor": .243, "cider": .909},
     "CNN-LSTM": {"bleu1": .698, "bleu2": .525, "bleu3": .390, "bleu4": .292, "meteor": .238, "cider": .889},
 }

@@ -2,8 +2,9 @@
 
 Built on torch.optim (no hand-written optimiser; `nadam-tf` is torch's NAdam configured as TF's). The one piece written here is the "threshold"
 schedule (×factor once when a validation metric crosses a value: TPR-RNN's "lr ×0.5 once when
-valid loss < 0.1", TPR-FAMILY.md §1.1), which torch has no scheduler for, and the warm-up
-multiplier, applied around each optimiser step so it composes with any schedule.
+valid loss < 0.1", the authors' code ischlag/TPR-RNN tpr_rnn_graph.py, `decay_thresh` and
+`decay_factor`), which torch has no scheduler for, and the warm-up multiplier, applied around each
+optimiser step so it composes with any schedule.
 """
 
 from __future__ import annotations

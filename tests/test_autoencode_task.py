@@ -1,6 +1,6 @@
 """The autoencode task: sentence → LSTM encoder → plan → decoder unit regenerates it.
 
-TPR-FAMILY.md §4.5 at the task level: free (greedy) generation is the teacher-forced model run on
+TPGN's unit checks at the task level: free (greedy) generation is the teacher-forced model run on
 its own output, step by step; an untrained model's perplexity is on the order of the vocabulary;
 padding changes neither losses nor generations. Plus conditioning (initial_carry vs first input),
 the trainer end to end, tpgn in the lm task, and user errors."""

@@ -287,7 +287,7 @@ def test_stop_fields_at_their_defaults_leave_fingerprints_as_they_were(folder, t
 @pytest.mark.slow
 @needs_data
 def test_task_1_reaches_one_percent_test_error_on_cpu(tmp_path):
-    """TPR-FAMILY.md §1.6 (f): the paper's single-task model and training on the real task 1 (10k),
+    """The paper's single-task model and training on the real task 1 (10k),
     with the authors' code's embedding init (±0.1: ≤ 1% after 3-4 epochs, ±0.01 needs 7-8)."""
     task = get_task("babi")({"tasks": "1"}, str(DATA), tmp_path)
     torch.manual_seed(0)

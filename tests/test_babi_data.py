@@ -211,7 +211,7 @@ def test_real_1k_counts_and_task1_sizes(data_root):
         assert len(data["train"].only_task(task)) == 1000 - len(data["valid"].only_task(task))
     assert data.max_words == 12 and data.oov["train"] == 0 and data.oov["qa8"] == 1   # football,apple,milk
     one = load_babi("1", "1k", data_dir=data_root / "babi")
-    assert one.vocab_size == 22 and one.max_words == 7    # TPR-FAMILY.md §1.1: task 1 V=22 incl. PAD, L=7
+    assert one.vocab_size == 22 and one.max_words == 7    # task 1: V=22 incl. PAD, L=7 (the paper's 7,943 parameters)
 
 
 @pytest.mark.slow

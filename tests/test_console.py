@@ -164,7 +164,7 @@ def test_a_large_study_shows_a_screenful_live_and_every_cell_as_plain_text_at_th
 
 
 def test_no_tty_interval_default_and_bad_value(monkeypatch) -> None:
-    from harness.progress import DEFAULT_INTERVAL, interval
+    from tasks.progress import DEFAULT_INTERVAL, interval
 
     monkeypatch.delenv("TPRBENCH_PROGRESS_SECONDS", raising=False)
     assert interval() == DEFAULT_INTERVAL == 30.0

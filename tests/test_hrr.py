@@ -1,4 +1,5 @@
-"""tasks/lm/hrr.py against TPR-FAMILY.md §2 (checks §2.6 (f)–(h)), transcribed independently.
+"""tasks/lm/hrr.py against Luo et al.'s equations (as the authors' code j-luo93/lingvo computes them), transcribed
+independently.
 
 The transcription writes circular convolution and correlation as the direct index sums and
 builds every word's fillers explicitly; it never calls the module's helpers (`bound_basis`,
@@ -206,7 +207,7 @@ def test_isometric_needs_n_times_dprime_at_most_d():
 def test_parameter_counts():
     ptb_big = HRRWordEmbedding(10_000, 650, fillers=320, roles=2, anneal_steps=3000)
     counts = ptb_big.param_counts()
-    assert (counts.formula, counts.plain, counts.total) == (6_400_000, 6_500_000, 6_400_000)  # TPR-FAMILY.md: 6.40M vs 6.50M
+    assert (counts.formula, counts.plain, counts.total) == (6_400_000, 6_500_000, 6_400_000)  # V·N·d' = 6.40M vs V·d = 6.50M
     iso = HRRWordEmbedding(10_000, 200, fillers=100, roles=2, basis="isometric").param_counts()
     assert iso.formula == 10_000 * 200 + 2 * 100 * 200 + 2 * 200 == iso.total
     no_anneal = HRRWordEmbedding(100, 20, fillers=5, roles=2, anneal_steps=0).param_counts()

@@ -1,7 +1,7 @@
 """The `lm` task's HRR options and its per-sentence mode on a tiny PTB-layout corpus.
 
-The HRR module itself (equations, TPR-FAMILY.md §2.6 (f)–(h)) is tested in tests/test_hrr.py and
-the binding identities (a)–(e) in tests/test_binding.py; here: the options reach the module, it
+The HRR module itself (equations, α schedule, counts, frozen bases) is tested in tests/test_hrr.py and
+the binding identities in tests/test_binding.py; here: the options reach the module, it
 wraps any unit, the isometry loss reaches the trainer with lingvo's weighting, the sentence mode
 predicts exactly the tokens of the stream and resets the state, and bad options are one clear error."""
 

@@ -220,7 +220,7 @@ STATS_VALIDATE = {"vars_mean": 5.2, "ops_mean": 6.9, "chars_mean": 26.8, "depth_
 
 
 def test_validate_preset_statistics_match_stats_md():
-    """The `validate` preset against STATS.md's validate row (the train distribution)."""
+    """The `validate` preset against the validate row of $TPRBENCH_DATA/logical_entailment/STATS.md (the train distribution)."""
     s = G.split_stats(lines_to_examples(G.generate_split(4000, "validate", seed=0)))
     assert abs(s["vars_mean"] - STATS_VALIDATE["vars_mean"]) < 0.4
     assert abs(s["ops_mean"] - STATS_VALIDATE["ops_mean"]) < 0.3

@@ -17,13 +17,13 @@ from tasks.logic import generator as G
 
 pytestmark = pytest.mark.realdata
 
-# PROVENANCE.md: records and positives per split.
+# $TPRBENCH_DATA/logical_entailment/PROVENANCE.md: records and positives per split.
 EXPECTED = {
     "validate": (5000, 2416), "test_easy": (5000, 2462), "test_hard": (5000, 2501),
     "test_big": (1696, 848), "test_massive": (2230, 1115), "test_exam": (100, 53),
 }
 
-# STATS.md: vars per pair, operators, characters and depth per formula (mean, max), P(E=1).
+# $TPRBENCH_DATA/logical_entailment/STATS.md: vars per pair, operators, characters and depth per formula (mean, max), P(E=1).
 STATS = {
     "validate": ((5.2, 10), (6.9, 10), (26.8, 41), (4.9, 10), 0.48),
     "test_easy": ((5.3, 10), (6.9, 10), (27.0, 41), (4.9, 10), 0.49),

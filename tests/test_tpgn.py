@@ -1,4 +1,4 @@
-"""TPGN (units/tpgn.py) against its equations, transcribed here independently (TPR-FAMILY.md §4.5).
+"""TPGN (units/tpgn.py) against its equations (Huang et al., NAACL 2018), transcribed here independently.
 
 `transcribe` is a literal float64, one-sequence-at-a-time, one-step-at-a-time reading of the
 equations in the paper's own tensor shapes: W_{s,G} as d×d×d, D_{s,G} as d×d×d_in, U_{s,G} as
@@ -349,7 +349,7 @@ def test_param_counts(d, din):
 
 
 def test_param_counts_at_the_papers_sizes():
-    """d = 25 (625-d u_t, f_t), d_e = 300 (GloVe), V = 8,791: the components of TPR-FAMILY.md §4.1."""
+    """d = 25 (625-d u_t, f_t), d_e = 300 (GloVe), V = 8,791: Huang et al.'s sizes, counted per component."""
     d, de, V = 25, 300, 8791
     unit = units.build("tpgn", de, d * d)
     n = lambda *names: sum(dict(unit.named_parameters())[k].numel() for k in names)  # noqa: E731

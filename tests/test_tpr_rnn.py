@@ -44,7 +44,7 @@ def outer3(a, b, c):
 
 
 def ref_step(F, e1, e2, r1, r2=None, r3=None):
-    """One step exactly as TPR-FAMILY.md §1.1: every retrieval from F_{t−1}."""
+    """One step as the authors' code computes it (tpr_rnn_graph.py): every retrieval from F_{t−1} (eqs. 9, 11, 13)."""
     w_hat = ref_ret(F, e1, r1)
     new = F + outer3(e1, r1, e2 - w_hat)
     if r2 is not None:

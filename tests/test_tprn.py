@@ -1,4 +1,5 @@
-"""TPRN against TPR-FAMILY.md §3 (checks §3.5 (a)–(f)), transcribed here independently.
+"""TPRN against the equations of Palangi et al. (AAAI 2018) and the authors' code (hamidpalangi/Grammatically_Interpretable_QA
+my/tensorflow/tpr.py), transcribed here independently.
 
 `transcribe` reads the equations one sequence and one step at a time in float64, from the
 module's parameters only (W_S, b_S, W_R, b_R, S, R and, gated, the LSTM matrix), never from its

@@ -1,10 +1,11 @@
-"""The TPRU family against DESIGN.md ("The science"), transcribed here independently.
+"""The TPRU family against its papers' equations (Tang, Smolensky & de Sa: the NeurIPS-2018 workshop paper and the
+ICLR-2020 submission), transcribed here independently.
 
 `transcribe` below is a literal float64, one-sequence-at-a-time, one-step-at-a-time reading of
 the equations. It uses only the module's *parameters* (and the buffer E); it never calls the
 module's helpers (role_matrices, recurrent_matrix, input_projections, _loop), so a mistake in
 those helpers cannot hide itself. Variant properties (V_b or identity, shared W_r, ReLU² or
-softmax, tanh candidate) come from the table VARIANTS, written from DESIGN.md, and the module's
+softmax, tanh candidate) come from the table VARIANTS, written from the two papers, and the module's
 structure is checked against the same table.
 """
 

@@ -1,4 +1,4 @@
-"""Binding operations shared by the TPR units and the HRR embedding (TPR-FAMILY.md §0, §2.1).
+"""Binding operations shared by the TPR units and the HRR embedding (each family's sources below).
 
 Two families:
 

@@ -173,7 +173,7 @@ class TPR3(RecurrentUnit, TPR3Meta):
     def formula_params(cls, input_size: int, hidden_size: int, entity: int = 15, relation: int = 10,
                        mlp_hidden: int = 0, ops: str = "wmb", **options: object) -> int:
         """Every parameter of the update module, biases included: the paper counts whole models
-        that way (TPR-FAMILY.md §1.1: 7,943 at task-1 sizes)."""
+        that way (Schlag & Schmidhuber 2018: 7,943 at task-1 sizes)."""
         hidden = mlp_hidden or input_size
         return (MLPBank.params(2, input_size, hidden, entity)
                 + MLPBank.params(cls.relation_count(ops), input_size, hidden, relation))

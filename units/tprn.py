@@ -1,4 +1,5 @@
-"""TPRN: the Tensor Product Recurrent Network cell (Palangi et al., AAAI 2018; TPR-FAMILY.md §3).
+"""TPRN: the Tensor Product Recurrent Network cell (Palangi et al., AAAI 2018; the
+authors' code, hamidpalangi/Grammatically_Interpretable_QA my/tensorflow/tpr.py).
 
 Per step, with n_S symbols of size d_S (the columns of S), n_R roles of size d_R (columns of R)
 and d = d_S·d_R:
@@ -126,7 +127,7 @@ class TPRN(RecurrentUnit, TPRNMeta):
     @classmethod
     def formula_params(cls, input_size: int, hidden_size: int, symbols: int = 100, roles: int = 20,
                        role_dim: int = 10, gated: bool = False, **_: object) -> int:
-        """(d_in + d_S d_R)(n_S + n_R) + n_S d_S + n_R d_R (TPR-FAMILY.md §3.1), weights only;
+        """(d_in + d_S d_R)(n_S + n_R) + n_S d_S + n_R d_R (W_S, W_R, S and R above), weights only;
         gated: the attention also reads h, plus the LSTM's 4·d·(d_in + 2d)."""
         rec = cls.recurrent_width(hidden_size, gated)
         count = (input_size + rec) * (symbols + roles) + symbols * (hidden_size // role_dim) + roles * role_dim

@@ -1,4 +1,6 @@
-"""TPRU and its ablations (DESIGN.md, "The science").
+"""TPRU and its ablations (Tang, Smolensky & de Sa: the NeurIPS-2018 workshop paper, arXiv 1810.12456, and the
+ICLR-2020 submission "A simple recurrent unit with reduced tensor product representations"; the authors' code,
+shuaitang/TPRU models/TPRU.py).
 
 Per step, with the binding complex b ∈ R^d, N roles, k slices of size s = d/k:
 

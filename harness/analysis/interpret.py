@@ -1,5 +1,5 @@
 """`tprbench interpret`: per-token roles of a trained encoder against gold POS on UD English EWT,
-with the controls the papers lack (tasks/analysis/ has the pieces; TPR-FAMILY.md §0 "Probe module").
+with the controls the papers lack (tasks/analysis/ has the pieces).
 
 Systems compared on the same tokens (in-vocabulary tokens of UD EWT dev + test, run as whole
 sentences so every token has its context):
@@ -322,7 +322,7 @@ def to_json(results: list[SystemResult], tokens: Tokens, majority: float) -> str
                       indent=1, default=float)
 
 
-# -- HRR filler sets (Luo et al. Table 4; TPR-FAMILY.md §2.4) ---------------------------------------
+# -- HRR filler sets (Luo et al. Table 4) -----------------------------------------------------------
 
 @dataclass
 class FillerSetResult:
@@ -372,7 +372,7 @@ def filler_set_results(name: str, model: Any, tokens: Tokens) -> tuple[list[Fill
 
 def filler_sets_md(rows: list[FillerSetResult], counts: dict[str, int], header: list[str]) -> str:
     lines = [f"<!-- {h} -->" for h in header]
-    lines += ["", "HRR filler sets vs syntax and semantics (Luo et al. Table 4; TPR-FAMILY.md §2.4, tasks/analysis/"
+    lines += ["", "HRR filler sets vs syntax and semantics (Luo et al. Table 4; the measure: tasks/analysis/"
               "filler_sets.py): UD EWT dev + test verb types (UPOS VERB, XPOS VB*) in the run's vocabulary, "
               f"{counts['types']} types of {counts['lemmas']} lemmas; ROC-AUC of cos(v(w), v(w')) for syntactic "
               f"positives (same XPOS, different lemma: {counts['syntactic_pos']} pairs) and semantic positives "
@@ -391,7 +391,7 @@ def filler_sets_md(rows: list[FillerSetResult], counts: dict[str, int], header: 
     return "\n".join(lines) + "\n"
 
 
-# -- TPRN: roles above a threshold (Palangi et al. §7; TPR-FAMILY.md §3.4) -----------------------------
+# -- TPRN: roles above a threshold (Palangi et al. §7) -------------------------------------------------
 
 THRESHOLDS = (0.5, 0.65, 0.8)
 MIN_SUPPORT = 20  # a role's p(tag | role) counts toward the maxima only with this many tokens above θ

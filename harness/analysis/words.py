@@ -85,7 +85,7 @@ def word_map(adapter: Any) -> WordMap:
     if name == "babi":
         raise AnalysisError("task 'babi': a TPR-RNN step reads a whole bAbI sentence, so tpr3 has no per-token "
                             "interface to set against POS (its keys e1, e2, r1–r3 are per sentence; the paper's "
-                            "sentence clustering, TPR-FAMILY.md §1.4, is not built)")
+                            "sentence clustering, Schlag & Schmidhuber 2018 §7, is not built)")
     raise AnalysisError(f"task {name!r} has no word vocabulary: interpret maps UD words to a run's words (NLI "
                         "vocabulary, LM words or LM BPE pieces); logic's symbols are not words")
 

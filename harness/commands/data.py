@@ -111,7 +111,8 @@ def _stats_table(info, limit: int):
             real = D.find_splits(root / "logical_entailment")
         except DataError:
             real = {}
-    table = Table(title="statistics (as in STATS.md)" + ("" if real else "; set TPRBENCH_DATA to compare with the real splits"))
+    table = Table(title="statistics (as in $TPRBENCH_DATA/logical_entailment/STATS.md)"
+                  + ("" if real else "; set TPRBENCH_DATA to compare with the real splits"))
     for col in G.STATS_HEADER:
         table.add_column(col, justify="left" if col == "split" else "right")
     for split, path in info.files.items():

@@ -1,7 +1,7 @@
 """`tprbench interpret RUN_ID [--control RUN_ID ...]`: roles vs POS on UD English EWT (ICLR-2020
-TPRU §6; TPRN, TPGN: TPR-FAMILY.md §3.4, §4.4), with the untrained model, equal-width LSTM/GRU
-runs and the embeddings as controls; a polysemy listing (`--word bank`); for an LM run with the
-HRR embedding, its filler sets vs syntax and semantics (TPR-FAMILY.md §2.4).
+TPRU §6; TPRN: Palangi et al. §7; TPGN: Huang et al. 2018 §5.3), with the untrained model,
+equal-width LSTM/GRU runs and the embeddings as controls; a polysemy listing (`--word bank`); for
+an LM run with the HRR embedding, its filler sets vs syntax and semantics (Luo et al. Table 4).
 
 Which interface each unit has (tasks/analysis/readout.py): TPRU fillers, TPRN role attention,
 TPGN unbinding vectors; a unit without one (LSTM, GRU, TPR-RNN's tpr3, ...) gets one line saying

@@ -3,7 +3,7 @@
 A sentence (PTB, ≤ `max_len` = 30 words) is read by an LSTM encoder; its state at the last word,
 the plan vector z, conditions a decoder unit, which regenerates the sentence word by word. This is
 the generation half of the TPGN paper (Huang et al., NAACL 2018) with the image replaced by an
-encoded sentence (TPR-FAMILY.md §4.2; the paper's own image features are not available here).
+encoded sentence (the paper's own image features, ResNet-152 vectors of COCO images, are not available here).
 
 Conditioning, the one place where units differ:
 

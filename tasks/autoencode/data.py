@@ -1,4 +1,5 @@
-"""Sentences for the `autoencode` task (TPR-FAMILY.md §4.2): a sentence is encoded, then regenerated.
+"""Sentences for the `autoencode` task: a sentence is encoded, then regenerated (TPGN's generation from a plan,
+Huang et al., NAACL 2018, with an encoded sentence in place of the image).
 
 Public API (the adapter builds on these names):
 

@@ -14,7 +14,8 @@ Metrics: loss, accuracy and error (%) per split; the test splits are qa{N} for t
 on, and `summarize_tests` adds the papers' summary rows — mean error over them and the number
 of failed tasks (error > 5%) — as `test_summary_mean_error` / `test_summary_failed`.
 
-Training defaults are the paper's single-task setting (TPR-FAMILY.md §1.1, tpr_rnn_graph.py):
+Training defaults are the paper's single-task setting (Schlag & Schmidhuber 2018; the authors'
+code, ischlag/TPR-RNN tpr_rnn_graph.py):
 Nadam with constant momentum as tf.contrib.opt.NadamOptimizer (`nadam-tf`), lr 0.008,
 β = (0.6, 0.4), batch 128, 50 warm-up steps at lr/10 with re-initialisation on a NaN loss,
 global-norm clipping at 5, lr × 0.5 once when the validation loss falls below 0.1, best epoch by

@@ -20,8 +20,9 @@ name a symbol it never saw, so such an answer always counts as an error.
 
 No official validation split is in ../shared/data (the authors trained on en-valid-10k, which is
 not here): ``valid`` is the last ``valid_fraction`` of the *stories* of each task's train file.
-The 10k qa3 train file is absent there (PROVENANCE.md); ``fallback_1k=True`` trains such a task on
-its 1k file and records it in ``BabiData.fallbacks``; without it the load fails naming the file.
+The 10k qa3 train file is absent there ($TPRBENCH_DATA/babi/PROVENANCE.md); ``fallback_1k=True``
+trains such a task on its 1k file and records it in ``BabiData.fallbacks``; without it the load
+fails naming the file.
 
 Storage is compact: every statement once ([M, L] ids), each example a window (start, length)
 into them, so 20 tasks × 10k examples with up to 130 sentences cost ~25 MB rather than the
@@ -296,7 +297,7 @@ def _find_files(base: Path, ids: tuple[int, ...], size: str, fallback_1k: bool) 
                     found = small
                     fallbacks[task] = str(small[0])
                 elif small:
-                    known = " (../shared/data lacks the 10k qa3 train file, see its PROVENANCE.md)" if task == 3 else ""
+                    known = " (../shared/data lacks the 10k qa3 train file, see ../shared/data/babi/PROVENANCE.md)" if task == 3 else ""
                     raise DataError(f"bAbI qa{task} 10k train: no file {folder}/qa{task}_*_train.txt{known}; pass "
                                     f"fallback_1k=True to train qa{task} on the 1k file {small[0]} (marked in the "
                                     "results), or use size=1k")

@@ -89,7 +89,7 @@ class BabiMeta(TaskMeta):
     }
     #: Published single-task numbers (test error %, 10k) printed beside ours: {column: {row: text}}.
     references = {
-        "paper single-task, 10k (TPR-FAMILY §1.3)": {
+        "paper single-task, 10k (Schlag & Schmidhuber 2018)": {
             "qa3": "1.78", "qa7": "2.78", "qa19": "12.64 ± 17.39", "mean error": "1.12 ± 1.19",
         },
         "PyTorch port, Adam, single-task, 10k (APodolskiy/TPR-RNN-Torch README)": {

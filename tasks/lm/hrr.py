@@ -1,4 +1,5 @@
-"""The HRR word embedding and readout of Luo et al. (TPR-FAMILY.md §2): words as sums of role ⊛ filler.
+"""The HRR word embedding and readout of Luo et al. ("Towards Decomposed Linguistic Representation with Holographic
+Reduced Representation"; the authors' code j-luo93/lingvo, lingvo/tasks/lm/layers.py): words as sums of role ⊛ filler.
 
 Each word w has N coefficient vectors s_i^w ∈ R^{d'} (trained). With a role vector r_i ∈ R^d and a
 filler basis F_i (d' basis fillers f_{i,k} ∈ R^d, the rows of `filler_basis[i]`) per role:

@@ -11,7 +11,7 @@ around any sub-formula (`(g)`, `((p&q))`, `~((p&q))` are all fine); they carry n
 and printing gives the canonical string back. Every line of the six real files is canonical,
 so `to_str(parse(s)) == s` byte for byte there.
 
-Measures (as STATS.md defines them):
+Measures (as $TPRBENCH_DATA/logical_entailment/STATS.md defines them):
     ops(f)    number of operator symbols ~ & | >  (= number of Not and Bin nodes)
     depth(f)  nesting of Not/Bin nodes; a variable has depth 0, `~(p)` 1, `(p&~(q))` 2
     variables(f)  the set of variable letters
@@ -210,7 +210,7 @@ def variables(f: Formula | str) -> frozenset[str]:
 
 
 def ops(f: Formula | str) -> int:
-    """Number of operators ~ & | > (STATS.md's "operators per formula")."""
+    """Number of operators ~ & | > ("operators per formula" in $TPRBENCH_DATA/logical_entailment/STATS.md)."""
     s = f if isinstance(f, str) else to_str(f)
     return sum(s.count(c) for c in OPERATORS)
 

@@ -85,7 +85,7 @@ class Preset:
         return Preset(**d)
 
 
-# Named presets, tuned so the generated statistics match STATS.md's rows
+# Named presets, tuned so the generated statistics match the rows of $TPRBENCH_DATA/logical_entailment/STATS.md
 # (vars per pair, operators, characters and depth per formula; see the module tests).
 PRESETS: dict[str, Preset] = {
     "easy": Preset("easy", vars=(3, 10), ops_a=(4, 10), ops_b=(4, 10)),
@@ -288,7 +288,7 @@ def generate_split(n_lines: int, preset: str | Preset = "easy", seed: int = 0, *
 # ----------------------------------------------------------------------------- statistics
 
 def split_stats(examples: Iterable) -> dict[str, float]:
-    """The STATS.md columns for a list of `data.LogicExample` (or (a, b, label) triples).
+    """The columns of $TPRBENCH_DATA/logical_entailment/STATS.md for a list of `data.LogicExample` (or (a, b, label) triples).
 
     Heuristic accuracies use the example's H1-H3 columns when it has them, else compute them.
     """
@@ -333,7 +333,7 @@ def split_stats(examples: Iterable) -> dict[str, float]:
 
 
 def format_stats_row(name: str, s: Mapping[str, float]) -> list[str]:
-    """STATS.md-style cells: split, pairs, vars, ops, chars, depth, P(E=1), H1/H2/H3."""
+    """Cells as in $TPRBENCH_DATA/logical_entailment/STATS.md: split, pairs, vars, ops, chars, depth, P(E=1), H1/H2/H3."""
     if not s.get("pairs"):
         return [name, "0", "", "", "", "", "", ""]
     return [
