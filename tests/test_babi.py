@@ -80,8 +80,8 @@ def adapter(folder: Path, tmp_path: Path, **options) -> BabiTask:
 # --------------------------------------------------------------------------------------------
 def test_registered_with_its_archs_metrics_and_the_papers_single_task_defaults():
     cls = get_task("babi")
-    assert cls.archs == ("tpr-rnn", "plain") and cls.metric == "acc" and cls.direction == "maximize"
-    assert cls.metrics == {"loss": "minimize", "acc": "maximize", "error": "minimize"}
+    assert cls.archs == ("tpr-rnn", "plain") and cls.metric == "acc" and cls.metrics == ("loss", "acc", "error")
+    assert [cls.metric_direction(m) for m in cls.metrics] == ["minimize", "maximize", "minimize"]
     hp = cls.resolve_hparams({})
     assert (hp.optimizer, hp.lr, hp.betas, hp.batch_size, hp.clip) == ("nadam-tf", 0.008, (0.6, 0.4), 128, 5.0)
     assert (hp.warmup_steps, hp.warmup_factor, hp.nan_restarts) == (50, 0.1, 10)
