@@ -310,6 +310,21 @@ def test_print_summary_includes_unrecorded_cells(store):
     assert set(agg["cell_id"]) == {GRU.id, R32.id, extra.id}
 
 
+def test_a_summary_of_cells_not_run_yet_names_the_studys_metric(tmp_path):
+    """The table `tprbench run` prints before anything is recorded is labelled with the study's
+    metric (an LM study's perplexity), not a default accuracy."""
+    from rich.console import Console
+
+    from harness.report import print_summary
+
+    lm = FakeCell("ddddddddddd1", "lm", "plain", "lstm", canon("lstm"), study="lm-new")
+    lm.metric, lm.direction = "valid_ppl", "minimize"
+    console = Console(record=True, width=250)
+    agg = print_summary(SimpleNamespace(name="lm-new", seeds=1), [lm], f"sqlite:///{tmp_path / 'mlflow.db'}", console)
+    assert list(agg["metric"]) == ["ppl"] and list(agg["direction"]) == ["minimize"]
+    assert "ppl" in console.export_text()
+
+
 def test_report_from_study_file_that_does_not_validate_here(store, tmp_path, capsys):
     """A study file is read for its name and seeds even where it does not validate (e.g. unset data env var)."""
     from harness.cli import main

@@ -217,12 +217,12 @@ def _task_tables(cell_rows: list[dict[str, Any]], runs: Any) -> dict[str, tuple]
     for task_label in sorted({r["task_label"] or "" for r in cell_rows}):
         rows = [r for r in cell_rows if (r["task_label"] or "") == task_label]
         metric, tests = _recorded(rows, "metric"), _recorded(rows, "test_splits")
+        metric = None if metric is None else str(metric).removeprefix("valid_")
         if metric is not None and tests is not None:
-            metric = str(metric).removeprefix("valid_")
             splits = [_scored_split(t, metric, runs) for t in json.loads(tests)]
-        else:
+        else:  # an older record, or cells not run yet (their study gives the metric, not the splits)
             task_runs = runs[runs["cell_id"].isin({r["cell_id"] for r in rows})] if len(runs) else runs.iloc[0:0]
-            metric = _metric_of(task_runs) or "acc"
+            metric = metric or _metric_of(task_runs) or "acc"
             splits = _splits_of(task_runs, metric)
         direction = metric_direction(metric, _recorded(rows, "direction"))
         out[task_label] = (metric, direction, [("valid", f"metric.best_valid_{metric}")] + splits)

@@ -115,8 +115,10 @@ def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
              "unit_canonical": getattr(c, "unit_canonical", None), "dim": c.dim, "input_dim": c.input_dim,
              "label": c.label, "epochs": getattr(c, "epochs", None), "data": getattr(c, "data", None),
              "task_options": json.dumps(getattr(c, "task_options", {}), sort_keys=True, default=str),
-             "final_params_hash": None, "final_params": None} for c in cells]
-    return pd.DataFrame(rows, columns=list(CELL_COLUMNS))
+             "final_params_hash": None, "final_params": None,
+             # the study's metric and direction, so a table of cells not run yet is labelled as it will be
+             "metric": getattr(c, "metric", None), "direction": getattr(c, "direction", None)} for c in cells]
+    return pd.DataFrame(rows, columns=[*CELL_COLUMNS, "metric", "direction"])
 
 
 def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None,
