@@ -536,14 +536,21 @@ void slices_backward_loop(const Dims& m, const at::Tensor& grad, const at::Tenso
   }
 }
 
+// The slices loops' sizes, read the same way by forward and backward: `steps` is any [T, B, d] tensor of
+// the sequence (gx going forward, outs going back), U_slices is [k, s, N], W_rec has d or 2d rows.
+Dims slices_dims(const at::Tensor& steps, const at::Tensor& W_rec, const at::Tensor& U_slices, bool tanh_candidate) {
+  Dims m;
+  m.T = steps.size(0); m.B = steps.size(1); m.d = steps.size(2);
+  m.k = U_slices.size(0); m.N = U_slices.size(2); m.s = U_slices.size(1); m.rows = W_rec.size(0);
+  m.folded = false; m.relu2 = true; m.tanh_candidate = tanh_candidate;
+  return m;
+}
+
 std::vector<at::Tensor> tpru_slices_forward(const at::Tensor& gx_in, const at::Tensor& zx_in, const at::Tensor& W_rec,
                                             const at::Tensor& R_slices, const at::Tensor& U_slices,
                                             const at::Tensor& c_b_in, const at::Tensor& c_x, const at::Tensor& b0_in,
                                             bool tanh_candidate) {
-  Dims m;
-  m.T = gx_in.size(0); m.B = gx_in.size(1); m.d = gx_in.size(2);
-  m.k = U_slices.size(0); m.N = U_slices.size(2); m.s = U_slices.size(1); m.rows = W_rec.size(0);
-  m.folded = false; m.relu2 = true; m.tanh_candidate = tanh_candidate;
+  const Dims m = slices_dims(gx_in, W_rec, U_slices, tanh_candidate);
   const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows;
   TORCH_CHECK(rows == d || rows == 2 * d, "tpru_slices_forward: W_rec has ", rows, " rows");
   TORCH_CHECK(k * s == d && zx_in.size(2) == d, "tpru_slices_forward: U_slices / zx do not match d");
@@ -569,10 +576,7 @@ std::vector<at::Tensor> tpru_slices_backward(const at::Tensor& grad_in, const at
                                              const at::Tensor& c_x, const at::Tensor& b0, const at::Tensor& outs,
                                              const at::Tensor& pres, const at::Tensor& cands, const at::Tensor& sums,
                                              bool tanh_candidate) {
-  Dims m;
-  m.T = outs.size(0); m.B = outs.size(1); m.d = outs.size(2);
-  m.k = U_slices.size(0); m.N = U_slices.size(2); m.s = U_slices.size(1); m.rows = W_rec.size(0);
-  m.folded = false; m.relu2 = true; m.tanh_candidate = tanh_candidate;
+  const Dims m = slices_dims(outs, W_rec, U_slices, tanh_candidate);
   const int64_t T = m.T, B = m.B, d = m.d, k = m.k, N = m.N, s = m.s, rows = m.rows;
   auto grad = grad_in.contiguous(), zx = unit_inner(zx_in), c_b = c_b_in.contiguous();
   auto U = U_slices.contiguous();
