@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install_servers.sh || echo "test.sh: install_servers.sh failed; the PostgreSQL tests will skip" >&2
 export TPRBENCH_DATA="${TPRBENCH_DATA:-$(cd .. && pwd)/shared/data}"
 export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-# Lint first (pyproject.toml [tool.ruff]): a finding fails the run like a failing test.
+# Lint and format first (pyproject.toml [tool.ruff]): a finding, or a file `ruff format` would
+# change, fails the run like a failing test. Run `.venv/bin/ruff format .` before committing.
 .venv/bin/ruff check --quiet .
+.venv/bin/ruff format --check --quiet . || { echo "test.sh: files not formatted (run .venv/bin/ruff format .)" >&2; exit 1; }
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
