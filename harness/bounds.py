@@ -33,6 +33,7 @@ def _range(lo: float | None, hi: float | None, lo_open: bool = False) -> str:
 
 def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
     """An argparse type: an integer in [lo, hi]."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -49,6 +50,7 @@ def integer(lo: int | None = None, hi: int | None = None) -> Callable[[str], int
 
 def real(lo: float | None = None, hi: float | None = None, lo_open: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number in [lo, hi] (or (lo, hi] with `lo_open`)."""
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -75,8 +77,7 @@ def integers(lo: int = 1, hi: int = COUNT_MAX) -> Callable[[str], list[int]]:
         try:
             return [one(v.strip()) for v in parts]
         except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(
-                f"expected comma-separated integers {_range(lo, hi)}, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers {_range(lo, hi)}, got {text!r}") from None
 
     parse.__name__ = "integers"
     parse.bounds = (lo, hi)  # type: ignore[attr-defined]

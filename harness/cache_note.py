@@ -25,8 +25,10 @@ def unsaved(where: Path, exc: OSError) -> None:
     if _said or exc.errno not in READ_ONLY:
         return
     why = exc.strerror or type(exc).__name__
-    line = (f"note: {where}: the cache could not be saved ({why}); nothing else needed writing: the record was "
-            "read as it is, and the next command reads it again in full")
+    line = (
+        f"note: {where}: the cache could not be saved ({why}); nothing else needed writing: the record was "
+        "read as it is, and the next command reads it again in full"
+    )
     _said.append(line)
     print(line, file=sys.stderr)
 

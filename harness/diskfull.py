@@ -82,6 +82,8 @@ def disk_full_error(exc: BaseException | None, where: str | Path, what: str = ""
     """The one line for an out-of-space error at `where` (a path; the exception's own file wins)."""
     path = (failed_path(exc) if exc is not None else None) or str(where)
     doing = f" while writing {what}" if what else ""
-    return DiskFull(f"{path}: out of disk space{doing} ({_size(free_space(path))} free on its filesystem); nothing "
-                    "recorded so far is lost: free some space (a study's run directory needs room for its record, "
-                    "checkpoints and data cache) and rerun the same command to resume")
+    return DiskFull(
+        f"{path}: out of disk space{doing} ({_size(free_space(path))} free on its filesystem); nothing "
+        "recorded so far is lost: free some space (a study's run directory needs room for its record, "
+        "checkpoints and data cache) and rerun the same command to resume"
+    )

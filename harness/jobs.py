@@ -48,13 +48,33 @@ class WorkerJob:
     @classmethod
     def for_cell(cls, cell: Any, **fields: Any) -> WorkerJob:
         """A job for a harness.study.Cell; `fields` gives seed, hparams, run_dir, cache_dir, ..."""
-        return cls(task=cell.task, task_options=dict(cell.task_options), data=cell.data, unit=cell.unit,
-                   arch=cell.arch, dim=cell.dim, input_dim=cell.input_dim, epochs=cell.epochs, metric=cell.metric,
-                   direction=cell.direction, label=cell.label, **fields)
+        return cls(
+            task=cell.task,
+            task_options=dict(cell.task_options),
+            data=cell.data,
+            unit=cell.unit,
+            arch=cell.arch,
+            dim=cell.dim,
+            input_dim=cell.input_dim,
+            epochs=cell.epochs,
+            metric=cell.metric,
+            direction=cell.direction,
+            label=cell.label,
+            **fields,
+        )
 
     def train_config(self) -> Any:
         from tasks.training import TrainConfig
 
-        return TrainConfig(unit=self.unit, arch=self.arch, dim=self.dim, input_dim=self.input_dim, epochs=self.epochs,
-                           seed=self.seed, hparams=dict(self.hparams), metric=self.metric, direction=self.direction,
-                           deterministic=self.deterministic)
+        return TrainConfig(
+            unit=self.unit,
+            arch=self.arch,
+            dim=self.dim,
+            input_dim=self.input_dim,
+            epochs=self.epochs,
+            seed=self.seed,
+            hparams=dict(self.hparams),
+            metric=self.metric,
+            direction=self.direction,
+            deterministic=self.deterministic,
+        )

@@ -39,8 +39,7 @@ def start_sink() -> Any | None:
 
     try:
         node = ray.get_runtime_context().get_node_id()
-        actor = ray.remote(num_cpus=0, max_restarts=0)(EpochSink).options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=True))
+        actor = ray.remote(num_cpus=0, max_restarts=0)(EpochSink).options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=True))
         return actor.remote()
     except Exception:  # live metrics are a convenience: never stop a study for them
         return None

@@ -17,8 +17,7 @@ from tasks.progress import interval
 
 
 def _eta(runner: Any, states: list[Any], in_flight: int) -> str:
-    remaining = sum(max(s.trials_wanted - s.trials_done, 0) + max(s.seeds_wanted - s.seeds_done, 0)
-                    for s in states if not s.note)
+    remaining = sum(max(s.trials_wanted - s.trials_done, 0) + max(s.seeds_wanted - s.seeds_done, 0) for s in states if not s.note)
     if not runner.run_seconds or not remaining:
         return "–"
     per_run = sum(runner.run_seconds) / len(runner.run_seconds)
@@ -34,8 +33,17 @@ LIVE_ROWS = 40
 
 
 def _row(s: Any) -> list[str]:
-    return [s.cell.label, s.cell.id, f"{s.trials_done}/{s.trials_wanted}", str(s.running), str(s.trials_pruned),
-            str(s.trials_failed + s.seeds_failed), str(s.errored), f"{s.seeds_done}/{s.seeds_wanted}", s.status]
+    return [
+        s.cell.label,
+        s.cell.id,
+        f"{s.trials_done}/{s.trials_wanted}",
+        str(s.running),
+        str(s.trials_pruned),
+        str(s.trials_failed + s.seeds_failed),
+        str(s.errored),
+        f"{s.seeds_done}/{s.seeds_wanted}",
+        s.status,
+    ]
 
 
 def shown(states: list[Any], limit: int | None = LIVE_ROWS) -> list[Any]:
@@ -60,7 +68,8 @@ def render(runner: Any, states: list[Any], in_flight: int, limit: int | None = L
         table.add_row(escape(cells[0]), *cells[1:])
     hidden = len(states) - len(rows)
     table.caption = summary_line(runner, states, in_flight) + (
-        f" · {hidden} more cell(s) not shown (`tprbench study show` lists every cell)" if hidden else "")
+        f" · {hidden} more cell(s) not shown (`tprbench study show` lists every cell)" if hidden else ""
+    )
     return table
 
 
@@ -72,8 +81,15 @@ def print_final(runner: Any, states: list[Any], console: Any) -> None:
     if len(states) <= PLAIN_ROWS:
         _print_wide(console, render(runner, states, 0, limit=None))
         return
-    sec = Section("", "progress", f"study {runner.study.name}", list(COLUMNS), ["l", "l"] + ["r"] * 6 + ["l"],
-                  [_row(s) for s in states], footnotes=[summary_line(runner, states, 0)])
+    sec = Section(
+        "",
+        "progress",
+        f"study {runner.study.name}",
+        list(COLUMNS),
+        ["l", "l"] + ["r"] * 6 + ["l"],
+        [_row(s) for s in states],
+        footnotes=[summary_line(runner, states, 0)],
+    )
     console.print(plain_table(sec), markup=False, highlight=False, soft_wrap=True)
 
 
@@ -84,8 +100,11 @@ def summary_line(runner: Any, states: list[Any], in_flight: int) -> str:
     trials = f"{sum(s.trials_done for s in states)}/{sum(s.trials_wanted for s in states)}"
     seeds = f"{sum(s.seeds_done for s in states)}/{sum(s.seeds_wanted for s in states)}"
     errored = sum(s.errored for s in states)
-    return (f"{done}/{len(states)} cells done · trials {trials} · seeds {seeds} · {in_flight} running"
-            + (f" · {errored} errored" if errored else "") + f" · elapsed {elapsed} · ETA {_eta(runner, states, in_flight)}")
+    return (
+        f"{done}/{len(states)} cells done · trials {trials} · seeds {seeds} · {in_flight} running"
+        + (f" · {errored} errored" if errored else "")
+        + f" · elapsed {elapsed} · ETA {_eta(runner, states, in_flight)}"
+    )
 
 
 @contextlib.contextmanager
@@ -103,6 +122,7 @@ def live_view(runner: Any, states: list[Any]) -> Iterator[Callable[[list[Any], i
 
     last = [0.0]
     with Live(render(runner, states, 0), console=console, refresh_per_second=2, transient=False) as live:
+
         def update(states: list[Any], in_flight: int) -> None:
             now = time.time()
             if now - last[0] >= 0.5:
@@ -121,8 +141,7 @@ def _lines(runner: Any, states: list[Any], console: Any) -> Iterator[Callable[[l
         now = time.time()
         if now - last[0] >= every:
             last[0] = now
-            console.print(f"[{time.strftime('%H:%M:%S')}] " + summary_line(runner, states, in_flight),
-                          markup=False, highlight=False, soft_wrap=True)
+            console.print(f"[{time.strftime('%H:%M:%S')}] " + summary_line(runner, states, in_flight), markup=False, highlight=False, soft_wrap=True)
 
     yield update
     print_final(runner, states, console)

@@ -37,10 +37,15 @@ def start() -> str:
     Ray's processes carry it, not what the driver starts later."""
     token = f"{os.getpid()}-{uuid.uuid4().hex}"
     os.environ[ENV] = token
-    subprocess.Popen([sys.executable, "-m", "harness.ray_watchdog", str(os.getpid()), token],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True, close_fds=True,
-                     env={**os.environ, ENV: ""})  # not marked itself
+    subprocess.Popen(
+        [sys.executable, "-m", "harness.ray_watchdog", str(os.getpid()), token],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        close_fds=True,
+        env={**os.environ, ENV: ""},
+    )  # not marked itself
     return token
 
 

@@ -113,8 +113,13 @@ def _parse_param(path: str, value: Any, problems: list[Problem]) -> dict[str, An
             return _parse_choice(f"{path}.choice", arg, problems)
         return _parse_range(path, kind, arg, value.get("step"), problems)
     if isinstance(value, list):
-        problems.append((path, f"a plain list is ambiguous: write {{ choice = {show(value)} }} to search over it, "
-                               f"one value to fix it, or {{ fixed = {show(value)} }} to fix a list-valued one (betas)"))
+        problems.append(
+            (
+                path,
+                f"a plain list is ambiguous: write {{ choice = {show(value)} }} to search over it, "
+                f"one value to fix it, or {{ fixed = {show(value)} }} to fix a list-valued one (betas)",
+            )
+        )
         return None
     if not _is_scalar(value):
         problems.append((path, f"expected a number, string, true/false or a distribution table, got {show(value)}"))
@@ -241,8 +246,7 @@ def parse_space(raw: Any, where: str = "search") -> tuple[dict[str, dict[str, An
     return space, problems
 
 
-def _apply_defaults(where: str, given: Any, names: list[str], space: dict[str, dict[str, Any]],
-                    problems: list[Problem]) -> None:
+def _apply_defaults(where: str, given: Any, names: list[str], space: dict[str, dict[str, Any]], problems: list[Problem]) -> None:
     """`[search.defaults]`: each must name a key of [search] and fit its range or choices."""
     if not isinstance(given, Mapping):
         problems.append((f"{where}.{_DEFAULTS_KEY}", f"expected a table, got {show(given)}"))
@@ -250,8 +254,7 @@ def _apply_defaults(where: str, given: Any, names: list[str], space: dict[str, d
     for name, value in given.items():
         path = f"{where}.{_DEFAULTS_KEY}.{name}"
         if name not in names:
-            problems.append((path, f"unknown hyperparameter {name!r}{did_you_mean(name, names)}; "
-                                   "a default must name a key of [search]"))
+            problems.append((path, f"unknown hyperparameter {name!r}{did_you_mean(name, names)}; a default must name a key of [search]"))
         elif name in space:
             checked = _check_default(path, space[name], value, problems)
             if checked is not None:
@@ -306,8 +309,7 @@ def make_pruner(config: Any = None, max_epochs: int | None = None) -> Any:
     elif hasattr(config, "model_dump"):
         cfg = config.model_dump()
     else:
-        cfg = {k: getattr(config, k) for k in ("kind", "startup_trials", "warmup_epochs", "min_epochs", "reduction_factor")
-               if hasattr(config, k)}
+        cfg = {k: getattr(config, k) for k in ("kind", "startup_trials", "warmup_epochs", "min_epochs", "reduction_factor") if hasattr(config, k)}
 
     def get(key: str, default: Any) -> Any:
         value = cfg.get(key)
@@ -319,9 +321,9 @@ def make_pruner(config: Any = None, max_epochs: int | None = None) -> Any:
     if kind == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=get("startup_trials", 5), n_warmup_steps=get("warmup_epochs", 0))
     if kind == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=get("min_epochs", 1), max_resource=max_epochs or "auto",
-                                              reduction_factor=get("reduction_factor", 3))
+        return optuna.pruners.HyperbandPruner(
+            min_resource=get("min_epochs", 1), max_resource=max_epochs or "auto", reduction_factor=get("reduction_factor", 3)
+        )
     if kind == "successive_halving":
-        return optuna.pruners.SuccessiveHalvingPruner(min_resource=get("min_epochs", 1),
-                                                      reduction_factor=get("reduction_factor", 3))
+        return optuna.pruners.SuccessiveHalvingPruner(min_resource=get("min_epochs", 1), reduction_factor=get("reduction_factor", 3))
     raise ValueError(f"unknown pruner kind {kind!r}{did_you_mean(str(kind), PRUNER_KINDS)}; use one of {', '.join(PRUNER_KINDS)}")

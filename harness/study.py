@@ -194,8 +194,7 @@ class Matrix(_Model):
         free = _size_free(specs) if specs else None
         if not specs or free is not None:
             whose = f": unit {free!r} takes any size" if free else ""
-            raise ValueError(f"required key is missing{whose} (only units whose options fix their size, e.g. tpr3, "
-                             "may leave it out)")
+            raise ValueError(f"required key is missing{whose} (only units whose options fix their size, e.g. tpr3, may leave it out)")
         return value
 
 
@@ -228,8 +227,12 @@ class StudyFile(_Model):
     resources: Resources = Field(default_factory=Resources)
 
 
-_PRUNER_KEYS = {"startup_trials": ("median",), "warmup_epochs": ("median",),
-                "min_epochs": ("hyperband", "successive_halving"), "reduction_factor": ("hyperband", "successive_halving")}
+_PRUNER_KEYS = {
+    "startup_trials": ("median",),
+    "warmup_epochs": ("median",),
+    "min_epochs": ("hyperband", "successive_halving"),
+    "reduction_factor": ("hyperband", "successive_halving"),
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -327,8 +330,7 @@ def _plain(err: dict[str, Any], root: type[BaseModel] | None) -> str:  # noqa: C
     return f"{str(err.get('msg', kind)).rstrip('.').lower()}{got}"
 
 
-def validation_problems(exc: pydantic.ValidationError, prefix: str = "",
-                        root: type[BaseModel] | None = None) -> list[tuple[str, str]]:
+def validation_problems(exc: pydantic.ValidationError, prefix: str = "", root: type[BaseModel] | None = None) -> list[tuple[str, str]]:
     """One (key path, plain message) per pydantic error."""
     return [(key_path(err["loc"], prefix) or prefix or "(top level)", _plain(err, root)) for err in exc.errors()]
 
@@ -413,9 +415,16 @@ class Study:
     @property
     def study(self) -> StudySection:
         """The `[study]` table as validated, with the name resolved (`study.study.trials` == `study.trials`)."""
-        return StudySection(name=self.name, description=self.description, trials=self.trials, seeds=self.seeds,
-                            epochs=self.epochs, metric=self.metric, direction=self.direction,
-                            deterministic=self.deterministic)
+        return StudySection(
+            name=self.name,
+            description=self.description,
+            trials=self.trials,
+            seeds=self.seeds,
+            epochs=self.epochs,
+            metric=self.metric,
+            direction=self.direction,
+            deterministic=self.deterministic,
+        )
 
 
 def non_default_options(task: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -479,10 +488,18 @@ class Cell:
     def identity(self) -> dict[str, Any]:
         """The hashed part: not the study name, trials, seeds, pruner or resources."""
         return {
-            "v": ID_VERSION, "task": self.task, "task_options": non_default_options(self.task, self.task_options),
-            "data": self.data_source, "arch": self.arch, "unit": self.unit_identity or self.unit_canonical,
-            "dim": self.dim, "input_dim": self.input_dim,
-            "epochs": self.epochs, "search": self.search, "metric": self.metric, "direction": self.direction,
+            "v": ID_VERSION,
+            "task": self.task,
+            "task_options": non_default_options(self.task, self.task_options),
+            "data": self.data_source,
+            "arch": self.arch,
+            "unit": self.unit_identity or self.unit_canonical,
+            "dim": self.dim,
+            "input_dim": self.input_dim,
+            "epochs": self.epochs,
+            "search": self.search,
+            "metric": self.metric,
+            "direction": self.direction,
         }
 
     @property
@@ -516,8 +533,7 @@ def expand_data(text: str, where: str, problems: list[tuple[str, str]]) -> str:
             return ""
         value = os.environ.get(name)
         if not value:
-            problems.append((where, f"environment variable {name} is not set (used in {text!r}); "
-                                    f"export {name}=/path/to/data or write the path out"))
+            problems.append((where, f"environment variable {name} is not set (used in {text!r}); export {name}=/path/to/data or write the path out"))
             return ""
         return value
 
@@ -529,8 +545,7 @@ def _search_problems(where: str, cls: type, task: str, space: dict[str, dict[str
     did-you-mean) and values that do not validate (each default, choice and range end)."""
     from tasks.hparams import check_search_names, check_values
 
-    problems = [(f"search.{name}", f"{message} ({where})")
-                for name, message in check_search_names(list(space), cls.HParams, task)]
+    problems = [(f"search.{name}", f"{message} ({where})") for name, message in check_search_names(list(space), cls.HParams, task)]
     if problems:
         return problems
     for name, p in space.items():
@@ -540,13 +555,16 @@ def _search_problems(where: str, cls: type, task: str, space: dict[str, dict[str
             if value is None or any(type(value) is type(u) and value == u for u in seen):
                 continue
             seen.append(value)
-            problems += [(f"search.{name}", f"{show(value)}: {message.split(', got ')[0]} ({where})")
-                         for _, message in check_values({name: value}, cls.defaults, cls.HParams)]
+            problems += [
+                (f"search.{name}", f"{show(value)}: {message.split(', got ')[0]} ({where})")
+                for _, message in check_values({name: value}, cls.defaults, cls.HParams)
+            ]
     return problems
 
 
-def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[str, dict[str, Any]],
-                  problems: list[tuple[str, str]]) -> TaskConfig | None:
+def _resolve_task(
+    i: int, entry: TaskEntry, section: StudySection, space: dict[str, dict[str, Any]], problems: list[tuple[str, str]]
+) -> TaskConfig | None:
     from tasks.registry import task_meta
 
     where = f"tasks[{i}]"
@@ -566,9 +584,12 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[s
         names = list(fields) + [f.alias for f in fields.values() if f.alias]
         for key in entry.options:
             if key not in names:
-                problems.append((f"{where}.options.{key}",
-                                 f"unknown key {key!r}{did_you_mean(key, names)}; task {entry.name!r} accepts "
-                                 f"{', '.join(fields) or 'no options'}"))
+                problems.append(
+                    (
+                        f"{where}.options.{key}",
+                        f"unknown key {key!r}{did_you_mean(key, names)}; task {entry.name!r} accepts {', '.join(fields) or 'no options'}",
+                    )
+                )
         if len(problems) == n:
             try:
                 options = model.model_validate(dict(entry.options)).model_dump(mode="json")
@@ -593,12 +614,10 @@ def _resolve_task(i: int, entry: TaskEntry, section: StudySection, space: dict[s
     if len(problems) > n:
         return None
     units = tuple(entry.units) if entry.units is not None else None
-    return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction, units,
-                      entry.epochs, own_space)
+    return TaskConfig(entry.name, entry.label or entry.name, options, data, entry.data, archs, metric, direction, units, entry.epochs, own_space)
 
 
-def _grid_values(path: str, key: str, raw: Any, unit: str, given: dict[str, str],
-                 problems: list[tuple[str, str]]) -> list[Any] | None:
+def _grid_values(path: str, key: str, raw: Any, unit: str, given: dict[str, str], problems: list[tuple[str, str]]) -> list[Any] | None:
     """One grid option's values, checked (scalars, no repeats, not also in the spec); None if bad."""
     values = raw if isinstance(raw, list) else [raw]
     if key in given:
@@ -610,8 +629,7 @@ def _grid_values(path: str, key: str, raw: Any, unit: str, given: dict[str, str]
     ok = True
     for j, v in enumerate(values):
         if not (isinstance(v, (str, bool, int, float))):
-            problems.append((f"{path}[{j}]" if isinstance(raw, list) else path,
-                             f"expected a number, string or true/false, got {show(v)}"))
+            problems.append((f"{path}[{j}]" if isinstance(raw, list) else path, f"expected a number, string or true/false, got {show(v)}"))
             ok = False
         elif any(type(v) is type(u) and v == u for u in values[:j]):
             problems.append((path, f"{show(v)} is listed twice"))
@@ -628,8 +646,7 @@ def _grid_units(i: int, entry: GridEntry, problems: list[tuple[str, str]], prefi
     except units.UnitSpecError as exc:
         problems.append((f"{where}.unit", str(exc)))
         return []
-    lists = {key: _grid_values(f"{where}.{key}", key, raw, entry.unit, base.option_dict, problems)
-             for key, raw in (entry.model_extra or {}).items()}
+    lists = {key: _grid_values(f"{where}.{key}", key, raw, entry.unit, base.option_dict, problems) for key, raw in (entry.model_extra or {}).items()}
     if any(values is None for values in lists.values()):
         return []
     keys = list(lists)
@@ -640,13 +657,17 @@ def _implied_dim(resolved: Any, where: str, prefix: str, problems: list[tuple[st
     """The hidden size a unit's options fix (a matrix without `dim`); a problem for other units."""
     implied = resolved.implied_hidden_size
     if implied is None:
-        problems.append((where, f"unit {str(resolved.spec)!r} needs a hidden size: give {prefix}.dim (only units whose "
-                                f"options fix their size, e.g. tpr3, may leave it out)"))
+        problems.append(
+            (
+                where,
+                f"unit {str(resolved.spec)!r} needs a hidden size: give {prefix}.dim (only units whose "
+                f"options fix their size, e.g. tpr3, may leave it out)",
+            )
+        )
     return implied
 
 
-def _unit_entry(spec: str, where: str, dims: list[int] | None, prefix: str,
-                problems: list[tuple[str, str]]) -> UnitEntry | None:
+def _unit_entry(spec: str, where: str, dims: list[int] | None, prefix: str, problems: list[tuple[str, str]]) -> UnitEntry | None:
     """One unit spec resolved and checked at every dim of its matrix (or the size it implies)."""
     import units
 
@@ -671,8 +692,7 @@ def _unit_entry(spec: str, where: str, dims: list[int] | None, prefix: str,
     return None if bad else UnitEntry(spec, resolved.canonical, where, resolved.identity, implied)
 
 
-def _resolve_units(matrix: Matrix, dims: list[int] | None, problems: list[tuple[str, str]],
-                   prefix: str = "matrix") -> list[UnitEntry]:
+def _resolve_units(matrix: Matrix, dims: list[int] | None, problems: list[tuple[str, str]], prefix: str = "matrix") -> list[UnitEntry]:
     """The matrix's unit entries, each checked at every dim (or at the size its options imply)."""
     import units
 
@@ -696,8 +716,9 @@ def _resolve_units(matrix: Matrix, dims: list[int] | None, problems: list[tuple[
         if entry.canonical in seen:
             first = seen[entry.canonical]
             same = "" if first.spec == spec else f" (both are {entry.canonical})"
-            problems.append((where, f"duplicate cells: unit {spec!r} is the same unit as {first.spec!r} "
-                                    f"from {first.where}{same}; list each unit once"))
+            problems.append(
+                (where, f"duplicate cells: unit {spec!r} is the same unit as {first.spec!r} from {first.where}{same}; list each unit once")
+            )
             continue
         seen[entry.canonical] = entry
         entries.append(entry)
@@ -722,25 +743,28 @@ def _toml(text: str, path: str) -> dict[str, Any]:
         raise StudyError(path, [(None, f"not valid TOML: {message}")]) from None
 
 
-def _check_sections(parsed: StudyFile, name: str, space: dict[str, Any], search_ok: bool,
-                    problems: list[tuple[str, str]]) -> None:
+def _check_sections(parsed: StudyFile, name: str, space: dict[str, Any], search_ok: bool, problems: list[tuple[str, str]]) -> None:
     """[study], [pruner] and [resources] against each other."""
     section, pruner = parsed.study, parsed.pruner
     if section.name is None and not re.fullmatch(NAME_PATTERN, name):
-        problems.append(("study.name", f"missing, and the file name {name!r} is not a valid study name "
-                                       "(letters, digits, '_', '.', '-'): set study.name"))
+        problems.append(
+            ("study.name", f"missing, and the file name {name!r} is not a valid study name (letters, digits, '_', '.', '-'): set study.name")
+        )
     if section.trials > 0 and not is_searchable(space) and search_ok:
-        problems.append(("search", f"empty search space but study.trials = {section.trials}: add a distribution "
-                                   "(e.g. lr = { log_uniform = [1e-4, 1e-2] }) or set study.trials = 0"))
+        problems.append(
+            (
+                "search",
+                f"empty search space but study.trials = {section.trials}: add a distribution "
+                "(e.g. lr = { log_uniform = [1e-4, 1e-2] }) or set study.trials = 0",
+            )
+        )
     for key, kinds in _PRUNER_KEYS.items():
         if getattr(pruner, key) is not None and pruner.kind not in kinds:
-            problems.append((f"pruner.{key}", f"only used by kind = {' or '.join(repr(k) for k in kinds)}, "
-                                              f"not {pruner.kind!r}"))
+            problems.append((f"pruner.{key}", f"only used by kind = {' or '.join(repr(k) for k in kinds)}, not {pruner.kind!r}"))
     if pruner.min_epochs is not None and pruner.min_epochs > section.epochs:
         problems.append(("pruner.min_epochs", f"{pruner.min_epochs} is more than study.epochs = {section.epochs}"))
     if pruner.warmup_epochs is not None and pruner.warmup_epochs >= section.epochs:
-        problems.append(("pruner.warmup_epochs",
-                         f"{pruner.warmup_epochs} leaves no epoch to prune in (study.epochs = {section.epochs})"))
+        problems.append(("pruner.warmup_epochs", f"{pruner.warmup_epochs} leaves no epoch to prune in (study.epochs = {section.epochs})"))
     for key in ("cpus", "gpus"):
         value = getattr(parsed.resources, key)
         if value > 1 and value != int(value):
@@ -750,12 +774,16 @@ def _check_sections(parsed: StudyFile, name: str, space: dict[str, Any], search_
 def _clash(i: int, task: TaskConfig, tasks: list[TaskConfig], task_index: list[int]) -> tuple[str, str] | None:
     """A resolved task that repeats an earlier one (same task/options/data/overrides, or the same label)."""
     for j, other in zip(task_index, tasks):
-        if (other.name, other.options, other.data_source, other.epochs, other.search) == \
-                (task.name, task.options, task.data_source, task.epochs, task.search):
+        if (other.name, other.options, other.data_source, other.epochs, other.search) == (
+            task.name,
+            task.options,
+            task.data_source,
+            task.epochs,
+            task.search,
+        ):
             return f"tasks[{i}]", f"duplicate cells: the same task, options, data and overrides as tasks[{j}]"
         if other.label == task.label:
-            return (f"tasks[{i}].label", f"task label {task.label!r} is also used by tasks[{j}]: "
-                                         "give each [[tasks]] entry a distinct label")
+            return (f"tasks[{i}].label", f"task label {task.label!r} is also used by tasks[{j}]: give each [[tasks]] entry a distinct label")
     return None
 
 
@@ -773,20 +801,23 @@ def _resolve_tasks(parsed: StudyFile, space: dict[str, Any], problems: list[tupl
     return tasks
 
 
-def _check_archs(archs: tuple[str, ...] | None, tasks: list[TaskConfig], problems: list[tuple[str, str]],
-                 prefix: str = "matrix") -> None:
+def _check_archs(archs: tuple[str, ...] | None, tasks: list[TaskConfig], problems: list[tuple[str, str]], prefix: str = "matrix") -> None:
     if archs is None:
-        problems += [(f"tasks[{i}]", f"task {task.name!r} declares no architectures")
-                     for i, task in enumerate(tasks) if not task.archs]
+        problems += [(f"tasks[{i}]", f"task {task.name!r} declares no architectures") for i, task in enumerate(tasks) if not task.archs]
         return
     _duplicates(list(archs), f"{prefix}.arch", problems)
-    problems += [(f"{prefix}.arch[{j}]", f"task {task.name!r} has no architecture {arch!r}{did_you_mean(arch, task.archs)}; "
-                                         f"it has {', '.join(task.archs) or 'none'}")
-                 for task in tasks for j, arch in enumerate(archs) if arch not in task.archs]
+    problems += [
+        (
+            f"{prefix}.arch[{j}]",
+            f"task {task.name!r} has no architecture {arch!r}{did_you_mean(arch, task.archs)}; it has {', '.join(task.archs) or 'none'}",
+        )
+        for task in tasks
+        for j, arch in enumerate(archs)
+        if arch not in task.archs
+    ]
 
 
-def _resolve_matrix(matrix: Matrix, prefix: str, tasks: list[TaskConfig],
-                    problems: list[tuple[str, str]]) -> MatrixConfig:
+def _resolve_matrix(matrix: Matrix, prefix: str, tasks: list[TaskConfig], problems: list[tuple[str, str]]) -> MatrixConfig:
     archs = tuple(matrix.arch) if matrix.arch is not None else None
     _check_archs(archs, tasks, problems, prefix)
     if matrix.dim is not None:
@@ -795,8 +826,13 @@ def _resolve_matrix(matrix: Matrix, prefix: str, tasks: list[TaskConfig],
         _duplicates(matrix.input_dim, f"{prefix}.input_dim", problems)
     dims = list(dict.fromkeys(matrix.dim)) if matrix.dim is not None else None
     unit_entries = _resolve_units(matrix, dims, problems, prefix)
-    return MatrixConfig(archs, tuple(matrix.dim) if matrix.dim is not None else None,
-                        tuple(matrix.input_dim) if matrix.input_dim is not None else None, tuple(unit_entries), prefix)
+    return MatrixConfig(
+        archs,
+        tuple(matrix.dim) if matrix.dim is not None else None,
+        tuple(matrix.input_dim) if matrix.input_dim is not None else None,
+        tuple(unit_entries),
+        prefix,
+    )
 
 
 def _check_cells(cells: list[Cell], tasks: list[TaskConfig], problems: list[tuple[str, str]]) -> None:
@@ -821,15 +857,15 @@ def _check_cells(cells: list[Cell], tasks: list[TaskConfig], problems: list[tupl
             problems.append((cell.where, f"{exc} (cell {cell.label})"))
 
 
-def _check_task_units(parsed: StudyFile, tasks: list[TaskConfig], unit_entries: list[UnitEntry],
-                      problems: list[tuple[str, str]]) -> None:
+def _check_task_units(parsed: StudyFile, tasks: list[TaskConfig], unit_entries: list[UnitEntry], problems: list[tuple[str, str]]) -> None:
     """Every glob of a task's `units` must match a matrix unit (a typo would silently drop cells)."""
     for i, entry in enumerate(parsed.tasks):
         for j, glob in enumerate(entry.units or ()):
             rx = _glob_regex(glob)
             if not any(rx.match(v) for u in unit_entries for v in (u.spec, u.canonical)):
-                problems.append((f"tasks[{i}].units[{j}]", f"{glob!r} matches no unit of the matrix "
-                                                         f"({', '.join(u.spec for u in unit_entries) or 'none'})"))
+                problems.append(
+                    (f"tasks[{i}].units[{j}]", f"{glob!r} matches no unit of the matrix ({', '.join(u.spec for u in unit_entries) or 'none'})")
+                )
 
 
 def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
@@ -851,15 +887,24 @@ def parse_study(text: str, path: str | os.PathLike = "<study>") -> Study:
     _check_sections(parsed, name, space, not search_problems, problems)
     tasks = _resolve_tasks(parsed, space, problems)
     single = isinstance(raw.get("matrix"), dict)
-    matrices = [_resolve_matrix(m, "matrix" if single else f"matrix[{k}]", tasks, problems)
-                for k, m in enumerate(parsed.matrix)]
+    matrices = [_resolve_matrix(m, "matrix" if single else f"matrix[{k}]", tasks, problems) for k, m in enumerate(parsed.matrix)]
     _check_task_units(parsed, tasks, [u for m in matrices for u in m.units], problems)
     if problems:
         raise StudyError(path, problems)
     study = Study(
-        path=path, name=name, description=section.description, trials=section.trials, seeds=section.seeds,
-        epochs=section.epochs, metric=section.metric, direction=section.direction, tasks=tuple(tasks),
-        matrices=tuple(matrices), search=space, pruner=parsed.pruner, resources=parsed.resources,
+        path=path,
+        name=name,
+        description=section.description,
+        trials=section.trials,
+        seeds=section.seeds,
+        epochs=section.epochs,
+        metric=section.metric,
+        direction=section.direction,
+        tasks=tuple(tasks),
+        matrices=tuple(matrices),
+        search=space,
+        pruner=parsed.pruner,
+        resources=parsed.resources,
         deterministic=section.deterministic,
     )
     _check_cells(expand(study), tasks, problems)  # a last guard: every cell once, and buildable
@@ -916,20 +961,35 @@ def _expand(study: Study) -> list[Cell]:
         for matrix in study.matrices:
             archs = matrix.archs if matrix.archs is not None else task.archs[:1]
             if matrix.dims is not None:  # dim, input_dim, then unit (as before several matrices existed)
-                combos = [(d, e, unit) for d, e in matrix.dims_of(matrix.units[0])
-                          for unit in matrix.units if task.runs_unit(unit)] if matrix.units else []
+                combos = (
+                    [(d, e, unit) for d, e in matrix.dims_of(matrix.units[0]) for unit in matrix.units if task.runs_unit(unit)]
+                    if matrix.units
+                    else []
+                )
             else:  # each unit at its own size
-                combos = [(d, e, unit) for unit in matrix.units if task.runs_unit(unit)
-                          for d, e in matrix.dims_of(unit)]
+                combos = [(d, e, unit) for unit in matrix.units if task.runs_unit(unit) for d, e in matrix.dims_of(unit)]
             for arch, (dim, input_dim, unit) in itertools.product(archs, combos):
-                cells.append(Cell(
-                    study=study.name, task=task.name, task_label=task.label,
-                    task_options=_plain_copy(task.options), data=task.data, data_source=task.data_source,
-                    arch=arch, unit=unit.spec, unit_canonical=unit.canonical, unit_identity=unit.identity, dim=dim,
-                    input_dim=input_dim, epochs=task.epochs or study.epochs,
-                    search=_plain_copy(study.search if task.search is None else task.search), metric=task.metric,
-                    direction=task.direction, where=unit.where,
-                ))
+                cells.append(
+                    Cell(
+                        study=study.name,
+                        task=task.name,
+                        task_label=task.label,
+                        task_options=_plain_copy(task.options),
+                        data=task.data,
+                        data_source=task.data_source,
+                        arch=arch,
+                        unit=unit.spec,
+                        unit_canonical=unit.canonical,
+                        unit_identity=unit.identity,
+                        dim=dim,
+                        input_dim=input_dim,
+                        epochs=task.epochs or study.epochs,
+                        search=_plain_copy(study.search if task.search is None else task.search),
+                        metric=task.metric,
+                        direction=task.direction,
+                        where=unit.where,
+                    )
+                )
     return cells
 
 
@@ -964,18 +1024,32 @@ def filter_cells(cells: list[Cell], patterns: list[str] | tuple[str, ...]) -> li
         if not sep or not key:
             problems.append((f"--only {pattern!r}", f"expected KEY=GLOB with KEY one of {', '.join(FILTER_KEYS)}"))
         elif key not in FILTER_KEYS:
-            problems.append((f"--only {pattern!r}", f"unknown key {key!r}{did_you_mean(key, FILTER_KEYS)}; "
-                                                    f"use one of {', '.join(FILTER_KEYS)}"))
+            problems.append((f"--only {pattern!r}", f"unknown key {key!r}{did_you_mean(key, FILTER_KEYS)}; use one of {', '.join(FILTER_KEYS)}"))
         else:
             checks.append((key, _glob_regex(glob.strip())))
     if problems:
         raise StudyError(None, problems)
-    return [cell for cell in cells
-            if all(any(rx.match(v) for v in _filter_values(cell, key)) for key, rx in checks)]
+    return [cell for cell in cells if all(any(rx.match(v) for v in _filter_values(cell, key)) for key, rx in checks)]
 
 
 __all__ = [
-    "Cell", "GridEntry", "Matrix", "Pruner", "Resources", "Study", "StudyError", "StudyFile",
-    "StudySection", "TaskConfig", "TaskEntry", "UnitEntry", "cell_id", "expand", "expand_data", "filter_cells",
-    "load_study", "parse_study", "validation_problems",
+    "Cell",
+    "GridEntry",
+    "Matrix",
+    "Pruner",
+    "Resources",
+    "Study",
+    "StudyError",
+    "StudyFile",
+    "StudySection",
+    "TaskConfig",
+    "TaskEntry",
+    "UnitEntry",
+    "cell_id",
+    "expand",
+    "expand_data",
+    "filter_cells",
+    "load_study",
+    "parse_study",
+    "validation_problems",
 ]

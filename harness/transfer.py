@@ -41,8 +41,9 @@ def load_tracked_model(client: Any, run_id: str, cache_dir: Path):
     return adapter, model, run
 
 
-def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_encoder: bool = False,
-                        trained: bool = True, adapters: dict | None = None):
+def rebuild_tracked_run(
+    client: Any, run_id: str, cache_dir: Path, *, sentence_encoder: bool = False, trained: bool = True, adapters: dict | None = None
+):
     """(adapter, model, run, TrainConfig) for a tracked trial/seed run: the model built exactly as
     the run built it (same seed, so `trained=False` gives the run's own initial weights), with the
     weights of its best.pt artifact when `trained`. `sentence_encoder`: refuse tasks without one.
@@ -75,9 +76,15 @@ def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_e
         raise TransferError(f"run {run_id}: task {task!r} has no sentence encoder (SentEval needs an NLI-style task)")
     # The run's params are its resolved hyperparameters (older records hold the study's values).
     hparams = adapter.resolve_hparams({k: _value(v) for k, v in run.data.params.items() if k != "seed"})
-    config = TrainConfig(unit=tags[Tag.UNIT], arch=tags[Tag.ARCH], dim=int(tags[Tag.DIM]),
-                         input_dim=int(tags[Tag.INPUT_DIM]), epochs=int(cell.get("epochs", 1)),
-                         seed=int(run.data.params.get("seed", 0)), hparams=hparams)
+    config = TrainConfig(
+        unit=tags[Tag.UNIT],
+        arch=tags[Tag.ARCH],
+        dim=int(tags[Tag.DIM]),
+        input_dim=int(tags[Tag.INPUT_DIM]),
+        epochs=int(cell.get("epochs", 1)),
+        seed=int(run.data.params.get("seed", 0)),
+        hparams=hparams,
+    )
     adapter.prepare()
     torch.manual_seed(config.seed)
     model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim, config.hparams)
@@ -92,8 +99,9 @@ def rebuild_tracked_run(client: Any, run_id: str, cache_dir: Path, *, sentence_e
     return adapter, model, run, config
 
 
-def evaluate_run(tracking_uri: str, run_id: str, tasks: list[str], task_path: str | None, kfold: int,
-                 cache_dir: Path, log: bool = True) -> dict[str, dict[str, Any]]:
+def evaluate_run(
+    tracking_uri: str, run_id: str, tasks: list[str], task_path: str | None, kfold: int, cache_dir: Path, log: bool = True
+) -> dict[str, dict[str, Any]]:
     from mlflow import MlflowClient
     from mlflow.entities import Metric
 
@@ -104,16 +112,28 @@ def evaluate_run(tracking_uri: str, run_id: str, tasks: list[str], task_path: st
     if task_path is None and adapter.data:
         task_path = f"{adapter.data}/senteval"
     # expand_vocab: the SentEval words outside the training vocabulary get the run's word vectors (InferSent's way)
-    results = evaluate(lambda sentences: adapter.encode_sentences(model, sentences), task_path, tasks, kfold=kfold,
-                       prepare=getattr(adapter, "expand_vocab", None))
+    results = evaluate(
+        lambda sentences: adapter.encode_sentences(model, sentences), task_path, tasks, kfold=kfold, prepare=getattr(adapter, "expand_vocab", None)
+    )
     if log:
-        tags = {Tag.KIND: Kind.TRANSFER, Tag.STUDY: run.data.tags.get(Tag.STUDY, ""), MLFLOW_PARENT: run_id,
-                Tag.SOURCE_RUN: run_id, Tag.UNIT: run.data.tags.get(Tag.UNIT, ""), Tag.CELL: run.data.tags.get(Tag.CELL, "")}
+        tags = {
+            Tag.KIND: Kind.TRANSFER,
+            Tag.STUDY: run.data.tags.get(Tag.STUDY, ""),
+            MLFLOW_PARENT: run_id,
+            Tag.SOURCE_RUN: run_id,
+            Tag.UNIT: run.data.tags.get(Tag.UNIT, ""),
+            Tag.CELL: run.data.tags.get(Tag.CELL, ""),
+        }
         tags = {str(k): str(v) for k, v in tags.items()}
         child = client.create_run(run.info.experiment_id, tags=tags, run_name=f"transfer/{run_id[:8]}").info.run_id
         now = int(time.time() * 1000)
-        metrics = [Metric(f"senteval_{task}_{k}", float(v), now, 0) for task, r in results.items() if task in tasks
-                   for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        metrics = [
+            Metric(f"senteval_{task}_{k}", float(v), now, 0)
+            for task, r in results.items()
+            if task in tasks
+            for k, v in r.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
         client.log_batch(child, metrics=metrics)
         client.set_terminated(child, MlflowStatus.FINISHED)
     results["_source"] = {"unit": run.data.tags.get(Tag.UNIT, ""), "label": run.data.tags.get(Tag.LABEL, "")}

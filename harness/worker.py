@@ -53,9 +53,13 @@ def _pruning_reporter(ref: TrialRef, metric_key: str, info: dict[str, Any]):
     where = f"Optuna storage {display_url(ref.storage)}"
     window = min(REPORT_RETRY_SECONDS, float(os.environ.get("TPRBENCH_STORE_RETRY_SECONDS", REPORT_RETRY_SECONDS)))
     try:
-        trial = with_retry(lambda: optuna.trial.Trial(
-            optuna.load_study(study_name=ref.study_name, storage=open_storage(ref.storage),
-                              pruner=make_pruner(ref.pruner)), ref.trial_id), where, window=window)
+        trial = with_retry(
+            lambda: optuna.trial.Trial(
+                optuna.load_study(study_name=ref.study_name, storage=open_storage(ref.storage), pruner=make_pruner(ref.pruner)), ref.trial_id
+            ),
+            where,
+            window=window,
+        )
     except StoreUnavailable as exc:
         info["pruning"] = f"off: {exc}"
         return None
@@ -131,8 +135,16 @@ def run_job(job: WorkerJob) -> WorkerResult:
         ready = time.perf_counter()
         report = _pruning_reporter(job.trial, job.metric, info) if job.trial is not None else None
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        result = train(adapter, job.train_config(), job.run_dir, report=report, progress=progress, device=device,
-                       notice=notes.append, until_epoch=job.until_epoch)
+        result = train(
+            adapter,
+            job.train_config(),
+            job.run_dir,
+            report=report,
+            progress=progress,
+            device=device,
+            notice=notes.append,
+            until_epoch=job.until_epoch,
+        )
         out = WorkerResult.of(result, splits=Splits(adapter.valid_split, list(adapter.test_splits)))
         info["setup_seconds"] = ready - started
     except Exception as exc:  # a raising trial is an errored trial, not a dead study

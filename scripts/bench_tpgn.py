@@ -65,8 +65,7 @@ def main() -> None:
         for (s, hid), t in zip(specs, times):
             c = units.param_counts(s, din, hid)
             med = statistics.median(t)
-            print(f"{s + (f' (d={d})' if s.startswith('tpgn') else ''):<28}{hid:>8}{c.formula:>12,}{c.total:>12,}"
-                  f"{med:>10.1f}{med / base:>8.2f}")
+            print(f"{s + (f' (d={d})' if s.startswith('tpgn') else ''):<28}{hid:>8}{c.formula:>12,}{c.total:>12,}{med:>10.1f}{med / base:>8.2f}")
 
 
 if __name__ == "__main__":

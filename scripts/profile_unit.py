@@ -74,17 +74,17 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(args.iterations):
             fwd_bwd(module, x, mask)
-    rows = sorted(((e.self_cpu_time_total / args.iterations / 1e3, e.count // args.iterations, e.key)
-                   for e in prof.key_averages()), reverse=True)
+    rows = sorted(((e.self_cpu_time_total / args.iterations / 1e3, e.count // args.iterations, e.key) for e in prof.key_averages()), reverse=True)
     total = sum(r[0] for r in rows)
     backend = tpru_ext.backend()
-    print(f"{args.spec} d={args.dim} B=64 T=50 threads={args.threads} (TPRU loop: {backend}): "
-          f"{total:.1f} ms self CPU per forward+backward (under the profiler)")
+    print(
+        f"{args.spec} d={args.dim} B=64 T=50 threads={args.threads} (TPRU loop: {backend}): "
+        f"{total:.1f} ms self CPU per forward+backward (under the profiler)"
+    )
     for ms, calls, name in rows[:12]:
         print(f"  {ms:8.2f} ms {100 * ms / total:5.1f}%  {calls:5d} calls  {name}")
     f, b = per_step_us(args.spec)
-    print(f"time per step at B=1, d=8 (kernels ≈ free: the loop's overhead plus the call's fixed costs / T): "
-          f"forward {f:.1f} µs, backward {b:.1f} µs")
+    print(f"time per step at B=1, d=8 (kernels ≈ free: the loop's overhead plus the call's fixed costs / T): forward {f:.1f} µs, backward {b:.1f} µs")
 
 
 if __name__ == "__main__":

@@ -51,8 +51,10 @@ def main() -> int:
         dashboard = metadata.version("optuna-dashboard")
     except metadata.PackageNotFoundError:
         dashboard = "none"
-    row = (f"| {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} | {git_commit(REPO)[:12]} | {result} | {a.seconds} | "
-           f"{chromium_version()} | {dashboard} |\n")
+    row = (
+        f"| {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} | {git_commit(REPO)[:12]} | {result} | {a.seconds} | "
+        f"{chromium_version()} | {dashboard} |\n"
+    )
     text = DOC.read_text() if DOC.exists() else ""
     if HEADER not in text:
         raise SystemExit(f"{DOC}: its runs table header is missing; restore it from git")

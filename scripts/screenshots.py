@@ -49,8 +49,7 @@ def serve(argv: list[str], url: str, log: Path, timeout: float = 180):
     """A server in its own session; yields once `url` answers 200; SIGTERM then SIGKILL by PID."""
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job runner processes for a UI
     with open(log, "ab") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                env=env)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
     try:
         t0 = time.time()
         while not _ok(url):
@@ -96,10 +95,27 @@ class Chromium:
             os.dup2(a, 3)
             os.dup2(b, 4)
 
-        argv = [chromium(), "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
-                "--remote-debugging-pipe", f"--user-data-dir={self.profile}", f"--window-size={size[0]},{size[1]}", "about:blank"]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     preexec_fn=fds, pass_fds=(3, 4), start_new_session=True)  # kept open: close_fds runs after preexec_fn
+        argv = [
+            chromium(),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={self.profile}",
+            f"--window-size={size[0]},{size[1]}",
+            "about:blank",
+        ]
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            preexec_fn=fds,
+            pass_fds=(3, 4),
+            start_new_session=True,
+        )  # kept open: close_fds runs after preexec_fn
         os.close(to_child)
         os.close(from_child)
         self._buf, self._id, self.size = b"", 0, size
@@ -124,19 +140,32 @@ class Chromium:
                 raise RuntimeError("Chromium exited")
             self._buf += chunk
 
-    def page(self, url: str, png: Path | None, want: list[str], click: str | None = None, timeout: float = 150,
-             before_shot: str = "", widen: tuple[str, int] | None = None) -> str:
+    def page(
+        self,
+        url: str,
+        png: Path | None,
+        want: list[str],
+        click: str | None = None,
+        timeout: float = 150,
+        before_shot: str = "",
+        widen: tuple[str, int] | None = None,
+    ) -> str:
         """Open `url`, clicking the first element matching the CSS selector `click` once (e.g. the
         expander of the study run), until every text in `want` is on the page or `timeout`; then
         run the JavaScript `before_shot`, drag the right edge of the element matching `widen[0]`
         by `widen[1]` pixels (a table column), and screenshot into `png`. Returns the page's text."""
         target = self.call("Target.createTarget", url=url)["targetId"]
         session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
-        self.call("Emulation.setDeviceMetricsOverride", session, width=self.size[0], height=self.size[1],
-                  deviceScaleFactor=1, mobile=False)
-        js = ("(() => {" + (f"const b = document.querySelector({click!r}); "
-                            "if (b && !window.tprClicked) { window.tprClicked = true; b.click(); }" if click else "")
-              + "return document.body ? document.body.innerText : ''; })()")
+        self.call("Emulation.setDeviceMetricsOverride", session, width=self.size[0], height=self.size[1], deviceScaleFactor=1, mobile=False)
+        js = (
+            "(() => {"
+            + (
+                f"const b = document.querySelector({click!r}); if (b && !window.tprClicked) {{ window.tprClicked = true; b.click(); }}"
+                if click
+                else ""
+            )
+            + "return document.body ? document.body.innerText : ''; })()"
+        )
         t0, text = time.time(), ""
         while time.time() - t0 < timeout:
             text = self.call("Runtime.evaluate", session, expression=js, returnByValue=True).get("result", {}).get("value") or ""
@@ -160,14 +189,25 @@ class Chromium:
 
     def _drag_edge(self, session: str, selector: str, dx: int) -> None:
         """Press at the right edge of the element, move right by `dx`, release (resizes a column)."""
-        rect = self.call("Runtime.evaluate", session, returnByValue=True, expression=(
-            f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null; "
-            "const r = e.getBoundingClientRect(); return [r.right - 2, r.top + r.height / 2]; })()"))["result"].get("value")
+        rect = self.call(
+            "Runtime.evaluate",
+            session,
+            returnByValue=True,
+            expression=(
+                f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null; "
+                "const r = e.getBoundingClientRect(); return [r.right - 2, r.top + r.height / 2]; })()"
+            ),
+        )["result"].get("value")
         if not rect:
             return
         x, y = rect
-        for kind, at, buttons in (("mouseMoved", x, 0), ("mousePressed", x, 1), ("mouseMoved", x + dx / 2, 1),
-                                  ("mouseMoved", x + dx, 1), ("mouseReleased", x + dx, 1)):
+        for kind, at, buttons in (
+            ("mouseMoved", x, 0),
+            ("mousePressed", x, 1),
+            ("mouseMoved", x + dx / 2, 1),
+            ("mouseMoved", x + dx, 1),
+            ("mouseReleased", x + dx, 1),
+        ):
             extra = {"button": "left", "clickCount": 1} if kind != "mouseMoved" else {"button": "left" if buttons else "none"}
             self.call("Input.dispatchMouseEvent", session, type=kind, x=at, y=y, buttons=buttons, **extra)
         time.sleep(1)
@@ -237,16 +277,35 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     browser = Chromium()
     try:
-        with serve([str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                    "--backend-store-uri", db, "--artifacts-destination", str(root / "mlartifacts")],
-                   f"http://127.0.0.1:{port}/health", logs / "mlflow.log"):
+        with serve(
+            [
+                str(BIN / "mlflow"),
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+                "--backend-store-uri",
+                db,
+                "--artifacts-destination",
+                str(root / "mlartifacts"),
+            ],
+            f"http://127.0.0.1:{port}/health",
+            logs / "mlflow.log",
+        ):
             # MLflow 3.17's UI opens in its GenAI mode whatever the experiment's kind; the runs table
             # is its "model training" workflow. The cell runs are children of the study run: unfold them.
             query = urllib.parse.urlencode({"workflowType": "machine_learning"})
-            text = browser.page(f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}/runs?{query}",
-                                out / "mlflow-ui.png", want=labels[:3],
-                                click="button[data-component-id*='runnamecellrenderer']",
-                                before_shot=CLOSE_SIDE_PANEL, widen=(".ag-header-cell[col-id*='Run Name']", 260))
+            text = browser.page(
+                f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}/runs?{query}",
+                out / "mlflow-ui.png",
+                want=labels[:3],
+                click="button[data-component-id*='runnamecellrenderer']",
+                before_shot=CLOSE_SIDE_PANEL,
+                widen=(".ag-header-cell[col-id*='Run Name']", 260),
+            )
         for name in [args.study, *labels[:3]]:
             if name not in text:
                 problems.append(f"MLflow UI: {name!r} not on the experiment's runs page")
@@ -258,19 +317,29 @@ def main(argv: list[str] | None = None) -> int:
         if not studies:
             raise SystemExit(f"screenshots: no Optuna study {args.study}/… in {storage_url}")
         first = sorted(studies, key=lambda s: s.study_name)[0]
-        dash = ([str(BIN / "optuna-dashboard"), str(root / "optuna.journal"), "--storage-class", "JournalFileStorage"]
-                if args.storage is None else [str(BIN / "optuna-dashboard"), args.storage])
+        dash = (
+            [str(BIN / "optuna-dashboard"), str(root / "optuna.journal"), "--storage-class", "JournalFileStorage"]
+            if args.storage is None
+            else [str(BIN / "optuna-dashboard"), args.storage]
+        )
         label = first.user_attrs.get("label", "")
         port = free_port()
-        with serve([*dash, "--host", "127.0.0.1", "--port", str(port), "--quiet"], f"http://127.0.0.1:{port}/dashboard/",
-                   logs / "optuna-dashboard.log"):
+        with serve(
+            [*dash, "--host", "127.0.0.1", "--port", str(port), "--quiet"], f"http://127.0.0.1:{port}/dashboard/", logs / "optuna-dashboard.log"
+        ):
             listing = browser.page(f"http://127.0.0.1:{port}/dashboard/", None, want=[first.study_name], timeout=90)
             # The cell's label is among the study's user attributes, below the charts: scroll to it.
-            scroll = ("(() => { const all = [...document.querySelectorAll('body *')].filter(e => e.children.length === 0 "
-                      f"&& e.textContent.includes({json.dumps(label or first.study_name)})); "
-                      "if (all.length) all[all.length - 1].scrollIntoView({block: 'center'}); return all.length; })()")
-            text = browser.page(f"http://127.0.0.1:{port}/dashboard/studies/{first._study_id}", out / "optuna-dashboard.png",
-                                want=[label] if label else [first.study_name], before_shot=scroll)
+            scroll = (
+                "(() => { const all = [...document.querySelectorAll('body *')].filter(e => e.children.length === 0 "
+                f"&& e.textContent.includes({json.dumps(label or first.study_name)})); "
+                "if (all.length) all[all.length - 1].scrollIntoView({block: 'center'}); return all.length; })()"
+            )
+            text = browser.page(
+                f"http://127.0.0.1:{port}/dashboard/studies/{first._study_id}",
+                out / "optuna-dashboard.png",
+                want=[label] if label else [first.study_name],
+                before_shot=scroll,
+            )
     finally:
         browser.close()
     if first.study_name not in listing:

@@ -22,8 +22,8 @@ import statistics
 from pathlib import Path
 
 PAPER = {  # Huang et al. (NAACL 2018) Table 3, COCO test split
-    "TPGN": {"bleu1": .709, "bleu2": .539, "bleu3": .406, "bleu4": .305, "meteor": .243, "cider": .909},
-    "CNN-LSTM": {"bleu1": .698, "bleu2": .525, "bleu3": .390, "bleu4": .292, "meteor": .238, "cider": .889},
+    "TPGN": {"bleu1": 0.709, "bleu2": 0.539, "bleu3": 0.406, "bleu4": 0.305, "meteor": 0.243, "cider": 0.909},
+    "CNN-LSTM": {"bleu1": 0.698, "bleu2": 0.525, "bleu3": 0.390, "bleu4": 0.292, "meteor": 0.238, "cider": 0.889},
 }
 ORDERS = (1, 2, 3, 4)
 UNIT_ORDER = ("tpgn", "lstm", "gru", "tpru")
@@ -63,30 +63,35 @@ def collect(runs, task: str) -> dict[str, dict]:
 
 
 def autoencode_section(units: dict[str, dict]) -> list[str]:
-    lines = ["## autoencode (substitute task): test BLEU by n-gram order, greedy reconstruction", "",
-             "| decoder | hidden | weights | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | test ppl | seeds |",
-             "|:---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "## autoencode (substitute task): test BLEU by n-gram order, greedy reconstruction",
+        "",
+        "| decoder | hidden | weights | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | test ppl | seeds |",
+        "|:---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, u in units.items():
         cells = [fmt(*mean_std(u.get(f"bleu{n}", []))) for n in ORDERS]
-        lines.append(f"| {name} | {u['dim']} | {u['params']:,} | " + " | ".join(cells)
-                     + f" | {fmt(*mean_std(u.get('ppl', [])), digits=1)} | {u['seeds']} |")
-    lines += ["", "The paper's COCO table (Huang et al. 2018, Table 3; image captioning, **not this task**):", "",
-              "| model | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | METEOR | CIDEr |", "|:---|---:|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {name} | {u['dim']} | {u['params']:,} | " + " | ".join(cells) + f" | {fmt(*mean_std(u.get('ppl', [])), digits=1)} | {u['seeds']} |"
+        )
+    lines += [
+        "",
+        "The paper's COCO table (Huang et al. 2018, Table 3; image captioning, **not this task**):",
+        "",
+        "| model | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 | METEOR | CIDEr |",
+        "|:---|---:|---:|---:|---:|---:|---:|",
+    ]
     for model, p in PAPER.items():
-        lines.append(f"| {model} (paper) | " + " | ".join(f"{p[k]:.3f}" for k in ("bleu1", "bleu2", "bleu3", "bleu4",
-                                                                              "meteor", "cider")) + " |")
-    lines += ["", "METEOR and CIDEr are not computed here (no maintained METEOR without Java; CIDEr needs several "
-              "references per sentence).", ""]
+        lines.append(f"| {model} (paper) | " + " | ".join(f"{p[k]:.3f}" for k in ("bleu1", "bleu2", "bleu3", "bleu4", "meteor", "cider")) + " |")
+    lines += ["", "METEOR and CIDEr are not computed here (no maintained METEOR without Java; CIDEr needs several references per sentence).", ""]
     return lines
 
 
 def gain_section(units: dict[str, dict]) -> tuple[list[str], list[str]]:
     if "tpgn" not in units or "lstm" not in units:
         return ["## TPGN − LSTM", "", "(tpgn or lstm has no finished seed run yet)", ""], []
-    ours = {n: (mean_std(units["tpgn"].get(f"bleu{n}", []))[0], mean_std(units["lstm"].get(f"bleu{n}", []))[0])
-            for n in ORDERS}
-    lines = ["## TPGN − LSTM by n-gram order", "",
-             "| | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 |", "|:---|---:|---:|---:|---:|"]
+    ours = {n: (mean_std(units["tpgn"].get(f"bleu{n}", []))[0], mean_std(units["lstm"].get(f"bleu{n}", []))[0]) for n in ORDERS}
+    lines = ["## TPGN − LSTM by n-gram order", "", "| | BLEU-1 | BLEU-2 | BLEU-3 | BLEU-4 |", "|:---|---:|---:|---:|---:|"]
 
     def row(label: str, pairs: dict[int, tuple[float, float]], relative: bool) -> str:
         cells = []
@@ -99,8 +104,13 @@ def gain_section(units: dict[str, dict]) -> tuple[list[str], list[str]]:
         return f"| {label} | " + " | ".join(cells) + " |"
 
     paper = {n: (PAPER["TPGN"][f"bleu{n}"], PAPER["CNN-LSTM"][f"bleu{n}"]) for n in ORDERS}
-    lines += [row("here, absolute", ours, False), row("here, relative", ours, True),
-              row("paper (COCO), absolute", paper, False), row("paper (COCO), relative", paper, True), ""]
+    lines += [
+        row("here, absolute", ours, False),
+        row("here, relative", ours, True),
+        row("paper (COCO), absolute", paper, False),
+        row("paper (COCO), relative", paper, True),
+        "",
+    ]
     # per-seed differences (seed s of tpgn against seed s of lstm is not paired: the seeds only fix inits)
     t_all = {n: units["tpgn"].get(f"bleu{n}", []) for n in ORDERS}
     l_all = {n: units["lstm"].get(f"bleu{n}", []) for n in ORDERS}
@@ -108,19 +118,19 @@ def gain_section(units: dict[str, dict]) -> tuple[list[str], list[str]]:
     rel = [(ours[n][0] - ours[n][1]) / ours[n][1] if ours[n][1] > 0 else math.nan for n in ORDERS]
     grows = all(b > a for a, b in zip(rel, rel[1:])) if not any(math.isnan(r) for r in rel) else False
     separated = all(min(t_all[n]) > max(l_all[n]) for n in ORDERS if t_all[n] and l_all[n])
-    verdict = [f"- TPGN ≥ LSTM at every order (means): **{'yes' if at_least else 'no'}**",
-               f"- relative gain grows with the order (1 < 2 < 3 < 4): **{'yes' if grows else 'no'}** "
-               "(in the paper the absolute gain peaks at BLEU-3, the relative gain grows: +1.6, +2.7, +4.1, +4.5%)",
-               f"- every TPGN seed above every LSTM seed at every order: **{'yes' if separated else 'no'}**"]
+    verdict = [
+        f"- TPGN ≥ LSTM at every order (means): **{'yes' if at_least else 'no'}**",
+        f"- relative gain grows with the order (1 < 2 < 3 < 4): **{'yes' if grows else 'no'}** "
+        "(in the paper the absolute gain peaks at BLEU-3, the relative gain grows: +1.6, +2.7, +4.1, +4.5%)",
+        f"- every TPGN seed above every LSTM seed at every order: **{'yes' if separated else 'no'}**",
+    ]
     return lines, verdict
 
 
 def lm_section(units: dict[str, dict]) -> list[str]:
-    lines = ["## lm (PTB, BPE tokens): test perplexity", "", "| unit | hidden | weights | test ppl | seeds |",
-             "|:---|---:|---:|---:|---:|"]
+    lines = ["## lm (PTB, BPE tokens): test perplexity", "", "| unit | hidden | weights | test ppl | seeds |", "|:---|---:|---:|---:|---:|"]
     for name, u in units.items():
-        lines.append(f"| {name} | {u['dim']} | {u['params']:,} | {fmt(*mean_std(u.get('ppl', [])), digits=1)} "
-                     f"| {u['seeds']} |")
+        lines.append(f"| {name} | {u['dim']} | {u['params']:,} | {fmt(*mean_std(u.get('ppl', [])), digits=1)} | {u['seeds']} |")
     return lines + [""]
 
 
@@ -136,10 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     runs = RecordReader(default_tracking_uri(Path(args.root).expanduser()), args.study).runs()
     auto, lm = collect(runs, "autoencode"), collect(runs, "lm")
     gains, verdict = gain_section(auto)
-    text = [f"<!-- Regenerate with: python scripts/tpgn_bleu_table.py --root {args.root} --study {args.study} -->",
-            f"# {args.study}: BLEU by n-gram order (substitute task) beside the TPGN paper", "",
-            *autoencode_section(auto), *gains, "### The paper's claim at this scale", "", *verdict, "",
-            *lm_section(lm)]
+    text = [
+        f"<!-- Regenerate with: python scripts/tpgn_bleu_table.py --root {args.root} --study {args.study} -->",
+        f"# {args.study}: BLEU by n-gram order (substitute task) beside the TPGN paper",
+        "",
+        *autoencode_section(auto),
+        *gains,
+        "### The paper's claim at this scale",
+        "",
+        *verdict,
+        "",
+        *lm_section(lm),
+    ]
     out = Path(args.out) if args.out else Path("reports") / args.study / "bleu.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(text))

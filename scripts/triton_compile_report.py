@@ -14,8 +14,12 @@ import argparse
 from units.tpru_triton import DEFAULT_CONFIG, Layout, compile_report
 
 # (label, slices, folded, has V_b, ReLU², tanh): what `tpru`, `tpru-mod3`, `tpru-v1` and `tpru[slices=8]` run
-VARIANTS = [("tpru", 1, True, True, True, False), ("tpru-v1", 1, True, False, True, True),
-            ("tpru-mod3", 1, True, True, False, False), ("tpru[slices=8]", 8, False, True, True, False)]
+VARIANTS = [
+    ("tpru", 1, True, True, True, False),
+    ("tpru-v1", 1, True, False, True, True),
+    ("tpru-mod3", 1, True, True, False, False),
+    ("tpru[slices=8]", 8, False, True, True, False),
+]
 
 
 def main() -> None:
@@ -31,8 +35,9 @@ def main() -> None:
             layout = Layout(d, d, k, rows, folded, relu2, tanh, "tf32", DEFAULT_CONFIG)
             for direction in ("forward", "backward"):
                 r = compile_report(layout, direction, arch=args.arch)
-                print(f"| {d} | `{label}` | {direction} | {r['kernel']} | {r['registers']} | {r['spill_stores']} "
-                      f"| {r['shared_bytes']:,} |", flush=True)
+                print(
+                    f"| {d} | `{label}` | {direction} | {r['kernel']} | {r['registers']} | {r['spill_stores']} | {r['shared_bytes']:,} |", flush=True
+                )
 
 
 if __name__ == "__main__":

@@ -30,13 +30,17 @@ class PairArchOptions(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
 
     pooling: Literal["max", "last", "mean"] = pydantic.Field(
-        "max", description="sequence → vector: max over time (the papers, the authors' rep_pooling), last state, mean")
-    layers: int = pydantic.Field(ENCODER_LAYERS, ge=1, description="encoder layers when the unit spec does not say `layers` "
-                                                                   "(2: ICLR appendix C.1, the authors' n_layers=2)")
+        "max", description="sequence → vector: max over time (the papers, the authors' rep_pooling), last state, mean"
+    )
+    layers: int = pydantic.Field(
+        ENCODER_LAYERS, ge=1, description="encoder layers when the unit spec does not say `layers` (2: ICLR appendix C.1, the authors' n_layers=2)"
+    )
     attention: Literal["dot", "trilinear"] = pydantic.Field(
-        "dot", description="bidaf only: 'dot' = the TPRU authors' models/bidaf.py; 'trilinear' = Seo et al. (2017)")
+        "dot", description="bidaf only: 'dot' = the TPRU authors' models/bidaf.py; 'trilinear' = Seo et al. (2017)"
+    )
     modelling_unit: str | None = pydantic.Field(
-        None, description="bidaf only: unit spec of the modelling layer (default: the encoder's unit, one layer)")
+        None, description="bidaf only: unit spec of the modelling layer (default: the encoder's unit, one layer)"
+    )
 
     @pydantic.field_validator("modelling_unit")
     @classmethod

@@ -124,9 +124,9 @@ class PairModel(nn.Module):
         if arch == "bidaf":
             if attention == "trilinear":
                 self.similarity = nn.Linear(3 * width, 1, bias=False)  # w in α(h, u) = wᵀ[h; u; h∘u]
-                modelling_in = 4 * width                                 # G = [h; ũ; h∘ũ; h∘h̃]
+                modelling_in = 4 * width  # G = [h; ũ; h∘ũ; h∘h̃]
             else:
-                modelling_in = 2 * width + input_dim                     # [h; ũ; x]
+                modelling_in = 2 * width + input_dim  # [h; ũ; x]
             self.modelling = units.build(modelling_spec(unit, dim, modelling_unit), modelling_in, dim)
             width = self.modelling.output_size
         # The authors' classifier.py: hidden width d (d_hidden, also when bidirectional).
@@ -167,9 +167,9 @@ class PairModel(nn.Module):
         if self.attention == "trilinear":
             g = self._trilinear(hu, hv, mu, mv)
         else:
-            sim = hu @ hv.transpose(1, 2)                                # [B, Tu, Tv] dot-product similarity
-            v_for_u = masked_softmax(sim, mv.unsqueeze(1), 2) @ hv       # each u position over v: [B, Tu, d]
-            u_for_v = masked_softmax(sim, mu.unsqueeze(2), 1).transpose(1, 2) @ hu   # each v position over u
+            sim = hu @ hv.transpose(1, 2)  # [B, Tu, Tv] dot-product similarity
+            v_for_u = masked_softmax(sim, mv.unsqueeze(1), 2) @ hv  # each u position over v: [B, Tu, d]
+            u_for_v = masked_softmax(sim, mu.unsqueeze(2), 1).transpose(1, 2) @ hu  # each v position over u
             g = torch.cat([torch.cat([hu, v_for_u], -1), torch.cat([hv, u_for_v], -1)], 0)
             g = torch.cat([g, emb], -1)
         return self.modelling(self.dropout(g * mask.unsqueeze(-1)), mask)
@@ -180,14 +180,14 @@ class PairModel(nn.Module):
         S_tj = wᵀ[u_t; v_j; u_t∘v_j] (one matrix; the v side reads it transposed);
         C2Q ũ_t = Σ_j softmax_j(S_t:) v_j; Q2C h̃ = Σ_t softmax_t(max_j S_tj) u_t, tiled over t;
         G_t = [u_t; ũ_t; u_t∘ũ_t; u_t∘h̃]."""
-        w = self.similarity.weight.view(3, -1)                           # [w_h; w_u; w_hu]
+        w = self.similarity.weight.view(3, -1)  # [w_h; w_u; w_hu]
         S = (hu @ w[0]).unsqueeze(2) + (hv @ w[1]).unsqueeze(1) + (hu * w[2]) @ hv.transpose(1, 2)  # [B, Tu, Tv]
 
         def side(h, other, h_mask, o_mask, S):
-            attended = masked_softmax(S, o_mask.unsqueeze(1), 2) @ other                 # C2Q: [B, T, w]
+            attended = masked_softmax(S, o_mask.unsqueeze(1), 2) @ other  # C2Q: [B, T, w]
             best = S.masked_fill(~o_mask.unsqueeze(1), float("-inf")).amax(2)
-            best = best.masked_fill(~o_mask.any(1, keepdim=True), 0.0)                   # other side empty
-            summary = (masked_softmax(best, h_mask, 1).unsqueeze(1) @ h)                 # Q2C: [B, 1, w]
+            best = best.masked_fill(~o_mask.any(1, keepdim=True), 0.0)  # other side empty
+            summary = masked_softmax(best, h_mask, 1).unsqueeze(1) @ h  # Q2C: [B, 1, w]
             return torch.cat([h, attended, h * attended, h * summary], -1)
 
         return torch.cat([side(hu, hv, mu, mv, S), side(hv, hu, mv, mu, S.transpose(1, 2))], 0)

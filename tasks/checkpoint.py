@@ -76,7 +76,8 @@ def load_checkpoint(path: str | Path, map_location: Any = None) -> Any:
             raise CheckpointRefused(
                 f"{path}: refused to load: not a plain weights checkpoint ({_load_reason(exc)}); tprbench loads "
                 "checkpoints with weights_only=True and never runs code from them: delete the file or use a fresh "
-                "run directory") from None
+                "run directory"
+            ) from None
         raise CheckpointCorrupt(f"{path}: cannot read the checkpoint ({_load_reason(exc)})") from None
     except (RuntimeError, EOFError, OSError, ValueError, KeyError) as exc:
         raise CheckpointCorrupt(f"{path}: cannot read the checkpoint ({_load_reason(exc)})") from None

@@ -32,10 +32,12 @@ class Determinism:
         self._saved: dict[str, Any] = {}
 
     def __enter__(self) -> Determinism:
-        self._saved = {"algorithms": torch.are_deterministic_algorithms_enabled(),
-                       "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
-                       "cudnn_deterministic": torch.backends.cudnn.deterministic,
-                       "cudnn_benchmark": torch.backends.cudnn.benchmark}
+        self._saved = {
+            "algorithms": torch.are_deterministic_algorithms_enabled(),
+            "warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+            "cudnn_deterministic": torch.backends.cudnn.deterministic,
+            "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        }
         if self.deterministic:
             os.environ.setdefault(CUBLAS, ":4096:8")
             torch.use_deterministic_algorithms(True, warn_only=False)

@@ -41,8 +41,10 @@ class HParams(pydantic.BaseModel):
     lr: float = Field(1e-3, gt=0, description="learning rate")
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay of the optimiser")
     optimizer: Literal["adam", "nadam", "nadam-tf", "sgd", "adadelta"] = Field(
-        "adam", description="adam | nadam (torch's: Dozat's momentum schedule, as Keras) | nadam-tf (constant β1 "
-                            "momentum, as tf.contrib.opt.NadamOptimizer) | sgd | adadelta")
+        "adam",
+        description="adam | nadam (torch's: Dozat's momentum schedule, as Keras) | nadam-tf (constant β1 "
+        "momentum, as tf.contrib.opt.NadamOptimizer) | sgd | adadelta",
+    )
     betas: tuple[float, float] = Field((0.9, 0.999), description="Adam/Nadam betas")
     momentum: float = Field(0.0, ge=0, description="SGD momentum")
     eps: float | None = Field(None, gt=0, description="optimiser eps (None: torch's default for the optimiser)")
@@ -50,13 +52,19 @@ class HParams(pydantic.BaseModel):
     batch_size: int = Field(64, ge=1, description="training batch size")
     # learning-rate schedule
     schedule: Literal["step", "plateau", "threshold", "none"] = Field(
-        "step", description="step: ×lr_gamma every lr_step epochs; plateau: ×factor after `patience` epochs without a "
-                            "better validation metric; threshold: ×factor once when threshold_metric crosses threshold_value")
+        "step",
+        description="step: ×lr_gamma every lr_step epochs; plateau: ×factor after `patience` epochs without a "
+        "better validation metric; threshold: ×factor once when threshold_metric crosses threshold_value",
+    )
     lr_step: int = Field(30, ge=1, description="step schedule: epochs between decays")
     lr_gamma: float = Field(0.1, gt=0, description="step schedule: decay factor")
-    lr_decay_start: int = Field(0, ge=0, description="step schedule: epochs at the initial lr before the first decay, "
-                                                     "then ×lr_gamma every lr_step epochs (0: StepLR's, first decay "
-                                                     "after lr_step epochs). Zaremba et al.'s PTB LSTMs: 4, 1, 0.5")
+    lr_decay_start: int = Field(
+        0,
+        ge=0,
+        description="step schedule: epochs at the initial lr before the first decay, "
+        "then ×lr_gamma every lr_step epochs (0: StepLR's, first decay "
+        "after lr_step epochs). Zaremba et al.'s PTB LSTMs: 4, 1, 0.5",
+    )
     factor: float = Field(0.5, gt=0, description="plateau/threshold schedules: decay factor")
     patience: int = Field(10, ge=0, description="plateau schedule: epochs without improvement before a decay")
     threshold_metric: str = Field("valid_loss", description="threshold schedule: the per-epoch metric watched")
@@ -66,14 +74,20 @@ class HParams(pydantic.BaseModel):
     warmup_factor: float = Field(1.0, gt=0, description="learning-rate multiplier during warm-up")
     nan_restarts: int = Field(0, ge=0, description="re-initialise model and optimiser when the loss is NaN during warm-up, at most this often")
     # stopping before `epochs` (both off by default)
-    stop_value: float | None = Field(None, description="end the run once the run's validation metric reaches this value "
-                                                       "(e.g. valid_acc 1.0: no later epoch could then be chosen as best)")
-    stop_patience: int = Field(0, ge=0, description="end the run after this many epochs without a better validation "
-                                                    "metric (0 = never)")
+    stop_value: float | None = Field(
+        None,
+        description="end the run once the run's validation metric reaches this value "
+        "(e.g. valid_acc 1.0: no later epoch could then be chosen as best)",
+    )
+    stop_patience: int = Field(0, ge=0, description="end the run after this many epochs without a better validation metric (0 = never)")
     # measurements during training (off by default; they do not change what is trained)
-    grad_log_batches: int = Field(0, ge=0, description="after each epoch, log the gradient-flow summary of encoder layer "
-                                                       "1 (first/last ‖∂L/∂s_t‖, share σ_max(J) > 1, mean σ_max) on this "
-                                                       "many validation batches of 32 (0 = off)")
+    grad_log_batches: int = Field(
+        0,
+        ge=0,
+        description="after each epoch, log the gradient-flow summary of encoder layer "
+        "1 (first/last ‖∂L/∂s_t‖, share σ_max(J) > 1, mean σ_max) on this "
+        "many validation batches of 32 (0 = off)",
+    )
     # model
     dropout: float = Field(0.0, ge=0, lt=1, description="dropout of the architecture around the unit")
     mlp_hidden: int | None = Field(None, ge=1, description="classifier hidden size (None: the architecture's default)")
@@ -92,8 +106,11 @@ def check_search_names(names: list[str], model: type[HParams] = HParams, task: s
     """(name, message) for each name that is not a hyperparameter of `model`."""
     known = _fields(model)
     where = f"task {task!r}" if task else "the trainer"
-    return [(name, f"unknown hyperparameter {name!r}{did_you_mean(name, known)}; {where} reads "
-                   f"{', '.join(sorted(known))}") for name in names if name not in known]
+    return [
+        (name, f"unknown hyperparameter {name!r}{did_you_mean(name, known)}; {where} reads {', '.join(sorted(known))}")
+        for name in names
+        if name not in known
+    ]
 
 
 def _problems(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
@@ -104,8 +121,7 @@ def _problems(exc: pydantic.ValidationError) -> list[tuple[str, str]]:
     return out
 
 
-def check_values(values: dict[str, Any], defaults: dict[str, Any] | None = None,
-                 model: type[HParams] = HParams) -> list[tuple[str, str]]:
+def check_values(values: dict[str, Any], defaults: dict[str, Any] | None = None, model: type[HParams] = HParams) -> list[tuple[str, str]]:
     """(name, message) for each value that does not validate (names are checked separately)."""
     try:
         model.model_validate({**(defaults or {}), **values})
@@ -114,8 +130,7 @@ def check_values(values: dict[str, Any], defaults: dict[str, Any] | None = None,
     return []
 
 
-def resolve_hparams(values: dict[str, Any] | HParams | None, defaults: dict[str, Any] | None = None,
-                    model: type[HParams] = HParams) -> HParams:
+def resolve_hparams(values: dict[str, Any] | HParams | None, defaults: dict[str, Any] | None = None, model: type[HParams] = HParams) -> HParams:
     """Study values over task defaults over field defaults, validated. Raises HParamsError."""
     if isinstance(values, HParams):
         return values

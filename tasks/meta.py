@@ -77,8 +77,10 @@ class TaskMeta:
             return None
         registered = get_metric(name)
         if registered is None:
-            raise TaskError(f"task {cls.name!r} lists metric {name!r}, which is not registered: "
-                            f"register it with tasks.metrics.register_metric(name, higher_is_better=...)")
+            raise TaskError(
+                f"task {cls.name!r} lists metric {name!r}, which is not registered: "
+                f"register it with tasks.metrics.register_metric(name, higher_is_better=...)"
+            )
         return registered.direction
 
     @classmethod  # noqa: B027 (optional hook: by default every unit fits every architecture)
@@ -88,15 +90,15 @@ class TaskMeta:
         them wrongly stops when it is read; `build_model` should call it too."""
 
 
-def run_metric(adapter: TaskMeta | type[TaskMeta], metric: str | None = None,
-               direction: str | None = None) -> tuple[str, str]:
+def run_metric(adapter: TaskMeta | type[TaskMeta], metric: str | None = None, direction: str | None = None) -> tuple[str, str]:
     """(validation key, direction) of a run: the study's metric, else valid_<the task's metric>;
     its direction as the study states it, else as the metric is registered. A metric the task does
     not log is a TaskError."""
     key = metric or f"valid_{adapter.metric}"
     if not key.startswith("valid_"):
-        raise TaskError(f"metric {key!r}: the best epoch is chosen on the validation split; use valid_<name> "
-                        f"with <name> one of {', '.join(adapter.metrics)}")
+        raise TaskError(
+            f"metric {key!r}: the best epoch is chosen on the validation split; use valid_<name> with <name> one of {', '.join(adapter.metrics)}"
+        )
     declared = adapter.metric_direction(key)
     if declared is None:
         names = [f"valid_{m}" for m in adapter.metrics]

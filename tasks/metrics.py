@@ -56,8 +56,7 @@ class Metric:
 METRICS: dict[str, Metric] = {}
 
 
-def register_metric(name: str, *, higher_is_better: bool, scale: float = 1.0, decimals: int = 3, label: str = "",
-                    abbrev: str = "") -> Metric:
+def register_metric(name: str, *, higher_is_better: bool, scale: float = 1.0, decimals: int = 3, label: str = "", abbrev: str = "") -> Metric:
     """Register metric `name` (idempotent: a module imported again registers the same metric
     again). Registering a name again with other properties is a ValueError: one metric, one meaning."""
     metric = Metric(name, higher_is_better, float(scale), decimals, label, abbrev)

@@ -31,8 +31,7 @@ def make_optimizer(params: list[torch.nn.Parameter], hp: HParams) -> torch.optim
         # *constant* momentum β1; torch's NAdam follows Dozat's schedule μ_t = β1(1 − ½·0.96^{ψt}),
         # ψ = momentum_decay. ψ = ∞ makes μ_t = β1 for every t: the same update as TF's from the
         # first steps on (only the bias correction of the first ~10 steps differs; tests/test_babi.py).
-        return torch.optim.NAdam(params, lr=hp.lr, betas=hp.betas, weight_decay=hp.weight_decay,
-                                 momentum_decay=math.inf, **eps)
+        return torch.optim.NAdam(params, lr=hp.lr, betas=hp.betas, weight_decay=hp.weight_decay, momentum_decay=math.inf, **eps)
     if hp.optimizer == "sgd":
         return torch.optim.SGD(params, lr=hp.lr, momentum=hp.momentum, weight_decay=hp.weight_decay)
     if hp.optimizer == "adadelta":
@@ -56,14 +55,13 @@ class Schedule:
         if hp.schedule == "step" and hp.lr_decay_start:
             start, every, gamma = hp.lr_decay_start, hp.lr_step, hp.lr_gamma
             # After `start` epochs at lr, ×gamma every `every` epochs (epoch e counts finished epochs).
-            self.torch = torch.optim.lr_scheduler.LambdaLR(
-                optimizer, lambda e: 1.0 if e < start else gamma ** ((e - start) // every + 1))
+            self.torch = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: 1.0 if e < start else gamma ** ((e - start) // every + 1))
         elif hp.schedule == "step":
             self.torch = torch.optim.lr_scheduler.StepLR(optimizer, step_size=hp.lr_step, gamma=hp.lr_gamma)
         elif hp.schedule == "plateau":
             self.torch = torch.optim.lr_scheduler.ReduceLROnPlateau(
-                optimizer, mode="min" if direction == "minimize" else "max", factor=hp.factor, patience=hp.patience,
-                threshold=0.0)
+                optimizer, mode="min" if direction == "minimize" else "max", factor=hp.factor, patience=hp.patience, threshold=0.0
+            )
 
     def step(self, row: dict[str, float]) -> None:
         if self.hp.schedule == "step":

@@ -80,8 +80,7 @@ def expect_files(what: str, data: str | os.PathLike, patterns: Sequence[str], ho
     raise DataError(f"{what}: {path} has none of the files the task reads ({looked}); {how}")
 
 
-def corpus_folder(data: str | None, task: str, kinds: str, example: str,
-                  expected: Sequence[str] = ()) -> Path | None:
+def corpus_folder(data: str | None, task: str, kinds: str, example: str, expected: Sequence[str] = ()) -> Path | None:
     """A text-corpus task's data folder (None: the task's default lookup under the data root).
     Corpora are never generated: `data = "generated"` is an error saying what to set instead; a
     folder that does not exist, or holds none of the `expected` files, is one line naming it and
@@ -105,16 +104,16 @@ def require_file(path: str | os.PathLike, what: str, how: str) -> Path:
     return p
 
 
-def dataset_dir(what: str, data_dir: str | os.PathLike | None, folder_names: tuple[str, ...], how: str,
-                root: str | os.PathLike | None = None) -> Path:
+def dataset_dir(
+    what: str, data_dir: str | os.PathLike | None, folder_names: tuple[str, ...], how: str, root: str | os.PathLike | None = None
+) -> Path:
     """The folder of one dataset: `data_dir` when given, else the first of `folder_names` that
     exists under the data root (`root`, else $TPRBENCH_DATA); one clear error otherwise."""
     if data_dir is not None:
         return require_dir(data_dir, what, how)
     base = data_root(root)
     if base is None:
-        raise DataError(f"{what}: no data directory; pass data_dir=... or files={{split: path}}, or set "
-                        f"{DATA_ENV} to the shared data folder; {how}")
+        raise DataError(f"{what}: no data directory; pass data_dir=... or files={{split: path}}, or set {DATA_ENV} to the shared data folder; {how}")
     tried = [base / name for name in folder_names]
     found = next((d for d in tried if d.is_dir()), None)
     if found is None:

@@ -85,8 +85,7 @@ class LineTask(Task):
     """Unattended: one line when the work starts, then one every `every` seconds while it runs —
     also while one step takes longer than that (a heartbeat thread writes the line then)."""
 
-    def __init__(self, write: Callable[[str], None], description: str, total: int | None, unit: str,
-                 every: float) -> None:
+    def __init__(self, write: Callable[[str], None], description: str, total: int | None, unit: str, every: float) -> None:
         self.write, self.description, self.unit, self.every = write, description, unit, every
         self.counts = _Counts(total)
         self.last = self.counts.start
@@ -133,9 +132,18 @@ class BarTask(Task):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
         self.counts = _Counts(total)
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn(unit), TextColumn("{task.fields[rate]}"), TimeElapsedColumn(),
-                                 TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(unit),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        )
         self.progress.start()
         self.id = self.progress.add_task(description, total=total, rate="")
         self.last = 0.0
@@ -186,8 +194,7 @@ def reporting(reporter: Reporter) -> Iterator[Reporter]:
 
 
 @contextlib.contextmanager
-def per_split(description: str, unit: str = "lines",
-              units: dict[str, str] | None = None) -> Iterator[Callable[[str, int, int], None]]:
+def per_split(description: str, unit: str = "lines", units: dict[str, str] | None = None) -> Iterator[Callable[[str, int, int], None]]:
     """A `progress(split, done, total)` callback for a generator that writes split after split:
     one task per split (`<description> <split>`, counted in `units[split]`, else `unit`), each
     closed when the next starts or the block ends."""
@@ -202,8 +209,7 @@ def per_split(description: str, unit: str = "lines",
     def progress(split: str, done: int, total: int) -> None:
         if now.get("split") != split:
             finish()
-            now.update(split=split, done=0,
-                       task=reporter.task(f"{description} {split}", total=total, unit=(units or {}).get(split, unit)))
+            now.update(split=split, done=0, task=reporter.task(f"{description} {split}", total=total, unit=(units or {}).get(split, unit)))
         if done > now["done"]:
             now["task"].advance(done - now["done"])
             now["done"] = done

@@ -33,9 +33,17 @@ def _stamp(cls: type, name: str) -> None:
     cls.name = name
 
 
-TASKS = Registry("task", ENTRY_POINT_GROUP, builtins=lambda: package_modules("tasks", pattern="{name}.adapter"),
-                 error=TaskError, base=_adapter_base, on_add=_stamp, name_import_paths=True,
-                 metas=lambda: package_modules("tasks", pattern="{name}.meta"), on_meta=_stamp)
+TASKS = Registry(
+    "task",
+    ENTRY_POINT_GROUP,
+    builtins=lambda: package_modules("tasks", pattern="{name}.adapter"),
+    error=TaskError,
+    base=_adapter_base,
+    on_add=_stamp,
+    name_import_paths=True,
+    metas=lambda: package_modules("tasks", pattern="{name}.meta"),
+    on_meta=_stamp,
+)
 
 
 def register_task(name: str) -> Callable[[type], type]:

@@ -66,9 +66,19 @@ class TrainConfig:
 
     def fingerprint(self, task: str, task_options: dict[str, Any], hp: HParams, metric: str, direction: str) -> str:
         """What a checkpoint or result must match to be reused: everything that changes the run."""
-        blob = {"task": task, "options": task_options, "unit": self.unit, "arch": self.arch, "dim": self.dim,
-                "input_dim": self.input_dim, "epochs": self.epochs, "seed": self.seed, "hparams": fingerprint_params(hp),
-                "metric": metric, "direction": direction}
+        blob = {
+            "task": task,
+            "options": task_options,
+            "unit": self.unit,
+            "arch": self.arch,
+            "dim": self.dim,
+            "input_dim": self.input_dim,
+            "epochs": self.epochs,
+            "seed": self.seed,
+            "hparams": fingerprint_params(hp),
+            "metric": metric,
+            "direction": direction,
+        }
         return _digest(blob)
 
     def legacy_fingerprint(self, task: str, task_options: dict[str, Any]) -> str | None:
@@ -76,8 +86,17 @@ class TrainConfig:
         checkpoints and results written then still resume. None when `hparams` is already typed."""
         if isinstance(self.hparams, HParams):
             return None
-        blob = {"task": task, "options": task_options, "unit": self.unit, "arch": self.arch, "dim": self.dim,
-                "input_dim": self.input_dim, "epochs": self.epochs, "seed": self.seed, "hparams": self.hparams}
+        blob = {
+            "task": task,
+            "options": task_options,
+            "unit": self.unit,
+            "arch": self.arch,
+            "dim": self.dim,
+            "input_dim": self.input_dim,
+            "epochs": self.epochs,
+            "seed": self.seed,
+            "hparams": self.hparams,
+        }
         return _digest(blob)
 
 
@@ -100,8 +119,7 @@ def check_masks(batch: Any) -> None:
     from units.base import check_right_padded
 
     for key, value in batch.items():
-        if (isinstance(value, torch.Tensor) and key.endswith("mask") and value.dtype == torch.bool
-                and value.dim() == 2 and value.device.type == "cpu"):
+        if isinstance(value, torch.Tensor) and key.endswith("mask") and value.dtype == torch.bool and value.dim() == 2 and value.device.type == "cpu":
             try:
                 check_right_padded(value)
             except ValueError as exc:
@@ -184,10 +202,19 @@ def train(
     fps = [config.fingerprint(adapter.name, options, hp, metric, direction)]
     if config.metric in (None, f"valid_{adapter.metric}") and config.direction in (None, adapter.metric_direction(adapter.metric)):
         fps.append(config.legacy_fingerprint(adapter.name, options))
-    ctx = _Context(adapter, config, hp, metric, direction,
-                   torch.device(device) if device is not None else default_device(),
-                   Path(run_dir) if run_dir is not None else None, tuple(f for f in fps if f),
-                   notice or _print_notice, Determinism(config.deterministic), until_epoch=until_epoch)
+    ctx = _Context(
+        adapter,
+        config,
+        hp,
+        metric,
+        direction,
+        torch.device(device) if device is not None else default_device(),
+        Path(run_dir) if run_dir is not None else None,
+        tuple(f for f in fps if f),
+        notice or _print_notice,
+        Determinism(config.deterministic),
+        until_epoch=until_epoch,
+    )
     if ctx.run_path is not None:
         ctx.run_path.mkdir(parents=True, exist_ok=True)
         previous = _finished_result(ctx)
@@ -241,11 +268,18 @@ def _new_result(ctx: _Context, model: torch.nn.Module) -> RunResult:
     from units import model_param_counts  # every unit in the model, as the papers report them
 
     counts = model_param_counts(model)
-    return RunResult(status=RunStatus.FINISHED, metric=ctx.metric, direction=ctx.direction, params_formula=counts.formula,
-                     params_total=counts.total, hparams=as_params(ctx.hp))
+    return RunResult(
+        status=RunStatus.FINISHED,
+        metric=ctx.metric,
+        direction=ctx.direction,
+        params_formula=counts.formula,
+        params_total=counts.total,
+        hparams=as_params(ctx.hp),
+    )
 
 
 # -- restore ---------------------------------------------------------------------------------
+
 
 def _read_checkpoint(ctx: _Context) -> dict[str, Any] | None:
     """The run directory's checkpoint, if it belongs to this run. An unreadable one is moved
@@ -262,7 +296,8 @@ def _read_checkpoint(ctx: _Context) -> dict[str, Any] | None:
         got = state.get("fingerprint") if isinstance(state, dict) else type(state).__name__
         raise CheckpointMismatch(
             f"{path}: checkpoint belongs to a different run configuration (fingerprint {got} != "
-            f"{ctx.fingerprints[0]}); move it away or use a fresh run directory")
+            f"{ctx.fingerprints[0]}); move it away or use a fresh run directory"
+        )
     return state
 
 
@@ -306,6 +341,7 @@ class _Restart(Exception):
 
 # -- the run ---------------------------------------------------------------------------------
 
+
 def _fit(ctx: _Context, report: Any, progress: Any) -> tuple[RunResult, torch.nn.Module, dict | None]:
     """Build, restore and train; rebuilt from scratch on a restart. (result, model, best weights)."""
     state = _read_checkpoint(ctx)
@@ -322,8 +358,7 @@ def _fit(ctx: _Context, report: Any, progress: Any) -> tuple[RunResult, torch.nn
             state = None
             if not again.same_seed:
                 restarts += 1
-                ctx.say(f"loss was not finite during warm-up: re-initialised (restart {restarts} of "
-                        f"{ctx.hp.nan_restarts})")
+                ctx.say(f"loss was not finite during warm-up: re-initialised (restart {restarts} of {ctx.hp.nan_restarts})")
                 _clear_run_files(ctx)
 
 
@@ -369,8 +404,10 @@ def _stop_reason(ctx: _Context, result: RunResult) -> str | None:
     if target is not None and (result.best_valid >= target if ctx.direction == "maximize" else result.best_valid <= target):
         return f"stopped after epoch {last}: {ctx.metric} reached {target:g} at epoch {result.best_epoch} (stop_value)"
     if ctx.hp.stop_patience and last - result.best_epoch >= ctx.hp.stop_patience:
-        return (f"stopped after epoch {last}: no better {ctx.metric} for {last - result.best_epoch} epochs since "
-                f"epoch {result.best_epoch} (stop_patience)")
+        return (
+            f"stopped after epoch {last}: no better {ctx.metric} for {last - result.best_epoch} epochs since "
+            f"epoch {result.best_epoch} (stop_patience)"
+        )
     return None
 
 
@@ -379,8 +416,7 @@ def _train_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> d
     s.model.train()
     generator = torch.Generator().manual_seed(ctx.config.seed * 100_003 + epoch)
     loss_sum, aux_sum, counts, carry, n = 0.0, 0.0, {}, None, 0
-    with current_progress().task(f"epoch {epoch}/{ctx.config.epochs}", ctx.adapter.train_batch_count(ctx.hp.batch_size),
-                                 "batches") as bar:
+    with current_progress().task(f"epoch {epoch}/{ctx.config.epochs}", ctx.adapter.train_batch_count(ctx.hp.batch_size), "batches") as bar:
         for step, batch in enumerate(ctx.adapter.train_batches(ctx.hp.batch_size, generator, epoch)):
             check_masks(batch)
             loss, aux, stats, carry = _batch_step(ctx, s, to_device(batch, ctx.device), carry)
@@ -431,8 +467,8 @@ def _batch_step(ctx: _Context, s: _Session, batch: Any, carry: Any) -> tuple[tor
 
 # -- evaluate and checkpoint -------------------------------------------------------------------
 
-def _end_of_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int, row: dict[str, float],
-                  t0: float) -> bool:
+
+def _end_of_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int, row: dict[str, float], t0: float) -> bool:
     """Validate, step the schedule, keep the best weights, write the checkpoint. False: stop (diverged)."""
     valid = ctx.adapter.evaluate(s.model, ctx.adapter.valid_split, ctx.eval_batch_size)
     row = {**row, **{f"valid_{k}": v for k, v in valid.items()}, **_gradient_summary(ctx, s)}
@@ -484,12 +520,23 @@ def _better(a: float, b: float | None, direction: str) -> bool:
 def _save_checkpoint(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> None:
     if ctx.run_path is None:
         return
-    atomic_save({
-        "fingerprint": ctx.fingerprints[0], "epoch": epoch, "model": s.model.state_dict(),
-        "optimizer": s.optimizer.state_dict(), "scheduler": s.schedule.state_dict(), **rng_state(),
-        "history": json.dumps(result.history), "best_epoch": result.best_epoch, "best_valid": result.best_valid,
-        "step": s.step, "restarts": s.restarts, "notes": list(dict.fromkeys(result.notes + ctx.notes)),
-    }, ctx.run_path / CHECKPOINT)
+    atomic_save(
+        {
+            "fingerprint": ctx.fingerprints[0],
+            "epoch": epoch,
+            "model": s.model.state_dict(),
+            "optimizer": s.optimizer.state_dict(),
+            "scheduler": s.schedule.state_dict(),
+            **rng_state(),
+            "history": json.dumps(result.history),
+            "best_epoch": result.best_epoch,
+            "best_valid": result.best_valid,
+            "step": s.step,
+            "restarts": s.restarts,
+            "notes": list(dict.fromkeys(result.notes + ctx.notes)),
+        },
+        ctx.run_path / CHECKPOINT,
+    )
 
 
 def _test(ctx: _Context, model: torch.nn.Module) -> dict[str, dict[str, float]]:

@@ -38,9 +38,13 @@ def data_root() -> Path:
 
 
 def pytest_addoption(parser):
-    parser.addoption("--repeat", type=int, default=1, metavar="N",
-                     help="run each selected test N times in a row (a flakiness check: "
-                          "`pytest tests/test_faults.py --repeat 10`; module fixtures are shared)")
+    parser.addoption(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run each selected test N times in a row (a flakiness check: `pytest tests/test_faults.py --repeat 10`; module fixtures are shared)",
+    )
 
 
 def pytest_generate_tests(metafunc):

@@ -40,17 +40,26 @@ RAISE = "tests.plugin_units:RaiseUnit"
 def ray_environ(**extra: str) -> dict[str, str]:
     """Environment for Ray processes started from here (and for drivers run as subprocesses)."""
     path = os.environ.get("PYTHONPATH", "")
-    env = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
-           "PYTHONPATH": str(REPO) + (os.pathsep + path if path else ""), "OMP_NUM_THREADS": "1",
-           "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+    env = {
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_AUTH_MODE": "disabled",
+        "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+        "PYTHONPATH": str(REPO) + (os.pathsep + path if path else ""),
+        "OMP_NUM_THREADS": "1",
+        "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    }
     env.update(extra)
     return env
 
 
 # Ray's fast failure detection: a removed node is declared dead in ~2 s, not ~15 s (measured with Ray 2.60 on this
 # project's 2-core machine).
-FAST_HEALTH_CHECKS = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
-                      "RAY_health_check_initial_delay_ms": "0", "RAY_health_check_timeout_ms": "1000"}
+FAST_HEALTH_CHECKS = {
+    "RAY_health_check_period_ms": "500",
+    "RAY_health_check_failure_threshold": "3",
+    "RAY_health_check_initial_delay_ms": "0",
+    "RAY_health_check_timeout_ms": "1000",
+}
 
 
 @contextlib.contextmanager
@@ -97,9 +106,16 @@ def simulated_cluster(nodes: int = 2, cpus: int = 2, gpus: int = 0, head_cpus: i
     os.makedirs(os.path.join(tmp, "ray"))
     env = ray_environ(RAY_TMPDIR=tmp, **FAST_HEALTH_CHECKS)
     with environ(env):
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": head_cpus, "num_gpus": 0, "include_dashboard": False, "temp_dir": os.path.join(tmp, "ray"),
-            "object_store_memory": 100 * 2**20})
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": head_cpus,
+                "num_gpus": 0,
+                "include_dashboard": False,
+                "temp_dir": os.path.join(tmp, "ray"),
+                "object_store_memory": 100 * 2**20,
+            },
+        )
         try:
             cluster.node_args = {"num_cpus": cpus, "num_gpus": gpus, "object_store_memory": 100 * 2**20}
             for _ in range(nodes):
@@ -118,9 +134,20 @@ def simulated_cluster(nodes: int = 2, cpus: int = 2, gpus: int = 0, head_cpus: i
 # Studies
 
 
-def study_text(name: str, units: list[str], trials: int = 2, seeds: int = 2, epochs: int = 2,
-               train_size: int = 200, eval_size: int = 40, cpus: float = 1, gpus: float = 0, retries: int = 3,
-               pruner: str = "none", batch_size: int = 32) -> str:
+def study_text(
+    name: str,
+    units: list[str],
+    trials: int = 2,
+    seeds: int = 2,
+    epochs: int = 2,
+    train_size: int = 200,
+    eval_size: int = 40,
+    cpus: float = 1,
+    gpus: float = 0,
+    retries: int = 3,
+    pruner: str = "none",
+    batch_size: int = 32,
+) -> str:
     """Logic on generated data, d = 8; 200 training pairs in batches of 32 = 7 steps per epoch."""
     unit_list = ", ".join(json.dumps(u) for u in units)
     return f"""
@@ -183,9 +210,16 @@ def seed_root(root: Path) -> Path:
     return root
 
 
-def run_study(study_path: Path, root: Path, only: list[str] | None = None, force: bool = False,
-              tracking_uri: str | None = None, storage: str | None = None, until_epoch: int | None = None,
-              **run_kw: Any):
+def run_study(
+    study_path: Path,
+    root: Path,
+    only: list[str] | None = None,
+    force: bool = False,
+    tracking_uri: str | None = None,
+    storage: str | None = None,
+    until_epoch: int | None = None,
+    **run_kw: Any,
+):
     """Drive a study in this process (Ray must already be up); returns (runner, summary)."""
     from harness.driver.runner import StudyRunner
     from harness.study import expand, filter_cells, load_study
@@ -243,7 +277,8 @@ def count_recorded(root: Path) -> int:
         try:
             return con.execute(
                 "select count(*) from runs r join tags t on t.run_uuid = r.run_uuid where t.key = 'tprbench.kind' "
-                "and t.value = 'run' and r.status in ('FINISHED', 'FAILED') and r.lifecycle_stage = 'active'").fetchone()[0]
+                "and t.value = 'run' and r.status in ('FINISHED', 'FAILED') and r.lifecycle_stage = 'active'"
+            ).fetchone()[0]
         finally:
             con.close()
     except sqlite3.Error:
@@ -257,8 +292,9 @@ def optuna_trials(root: Path, study: str, cell_id: str, storage: str | None = No
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        return optuna.load_study(study_name=f"{study}/{cell_id}",
-                                 storage=open_storage(storage or default_storage_url(Path(root)))).get_trials(deepcopy=False)
+        return optuna.load_study(study_name=f"{study}/{cell_id}", storage=open_storage(storage or default_storage_url(Path(root)))).get_trials(
+            deepcopy=False
+        )
     except KeyError:
         return []
 
@@ -291,8 +327,11 @@ def aggregated(root: Path, study: str, seeds: int) -> Any:
 
     uri = default_tracking_uri(Path(root))
     agg = aggregate(load_runs(uri, study), load_cells(uri, study), seeds)
-    return agg[["cell_id", "split", "mean", "std", "n", "seeds_finished", "seeds_failed", "trials", "trials_failed",
-                "best_search"]].sort_values(["cell_id", "split"]).reset_index(drop=True)
+    return (
+        agg[["cell_id", "split", "mean", "std", "n", "seeds_finished", "seeds_failed", "trials", "trials_failed", "best_search"]]
+        .sort_values(["cell_id", "split"])
+        .reset_index(drop=True)
+    )
 
 
 def status_rows(study_path: Path, root: Path, storage: str | None = None) -> dict[str, dict[str, Any]]:
@@ -303,8 +342,9 @@ def status_rows(study_path: Path, root: Path, storage: str | None = None) -> dic
     return {r["id"]: r for r in study_status(study, expand(study), root, storage_url=storage)}
 
 
-def check_complete(study_path: Path, root: Path, failing: tuple[str, ...] = (), errored: tuple[str, ...] = (),
-                   storage: str | None = None) -> dict[str, int]:
+def check_complete(
+    study_path: Path, root: Path, failing: tuple[str, ...] = (), errored: tuple[str, ...] = (), storage: str | None = None
+) -> dict[str, int]:
     """Every cell done (or failed, for the units listed; errored for those in `errored`, which
     must also be in `failing`, with the retry cap reached); in MLflow one record per run key and
     exactly the expected keys; in Optuna exactly `trials` finished trials per cell."""
@@ -337,10 +377,15 @@ def check_complete(study_path: Path, root: Path, failing: tuple[str, ...] = (), 
 
 def start_driver(study_path: Path, root: Path, log: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """`tprbench run` in its own session (so everything it starts can be found and ended)."""
-    return subprocess.Popen([TPRBENCH, "run", str(study_path), "--root", str(root), "--quiet", *extra],
-                            cwd=str(REPO), env={**os.environ, **ray_environ(), **(env or {})},
-                            stdout=open(log, "ab"), stderr=subprocess.STDOUT, start_new_session=True,
-                            preexec_fn=_ctrl_c_as_at_a_terminal)
+    return subprocess.Popen(
+        [TPRBENCH, "run", str(study_path), "--root", str(root), "--quiet", *extra],
+        cwd=str(REPO),
+        env={**os.environ, **ray_environ(), **(env or {})},
+        stdout=open(log, "ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=_ctrl_c_as_at_a_terminal,
+    )
 
 
 def _ctrl_c_as_at_a_terminal() -> None:

@@ -98,12 +98,19 @@ def wait_ready(server: Process, ready: Callable[[], bool], timeout: float = 180)
         raise
 
 
-def start(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None, user: str | None = None,
-          cwd: str | None = None) -> Process:
+def start(name: str, argv: list[str], log: Path, env: dict[str, str] | None = None, user: str | None = None, cwd: str | None = None) -> Process:
     log.parent.mkdir(parents=True, exist_ok=True)
     fh = open(log, "ab")
-    proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env={**os.environ, **(env or {})},
-                            start_new_session=True, user=user, cwd=cwd)
+    proc = subprocess.Popen(
+        argv,
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        start_new_session=True,
+        user=user,
+        cwd=cwd,
+    )
     fh.close()
     return Process(name, proc, log)
 
@@ -114,20 +121,55 @@ def start(name: str, argv: list[str], log: Path, env: dict[str, str] | None = No
 
 def ray_ports() -> list[str]:
     """Every port a node opens, chosen free: two Ray instances on one machine must not collide on defaults."""
-    return ["--node-manager-port", str(free_port()), "--object-manager-port", str(free_port()),
-            "--metrics-export-port", str(free_port()), "--dashboard-agent-listen-port", str(free_port()),
-            "--dashboard-agent-grpc-port", str(free_port()), "--runtime-env-agent-port", str(free_port())]
+    return [
+        "--node-manager-port",
+        str(free_port()),
+        "--object-manager-port",
+        str(free_port()),
+        "--metrics-export-port",
+        str(free_port()),
+        "--dashboard-agent-listen-port",
+        str(free_port()),
+        "--dashboard-agent-grpc-port",
+        str(free_port()),
+        "--runtime-env-agent-port",
+        str(free_port()),
+    ]
 
 
 def ray_head(directory: Path, cpus: int, resources: dict[str, float]) -> Process:
     """`ray start --head --block` on 127.0.0.1 (no dashboard, its own temp dir, fast health checks)."""
     port = free_port()
     temp = tempfile.mkdtemp(prefix="tprh", dir="/tmp")  # Unix socket paths must stay short
-    argv = [venv_bin("ray"), "start", "--head", "--block", "--port", str(port), "--node-ip-address", "127.0.0.1",
-            "--num-cpus", str(cpus), "--num-gpus", "0", "--resources", json.dumps(resources),
-            "--include-dashboard=false", "--dashboard-port", str(free_port()), "--disable-usage-stats", "--temp-dir", temp,
-            "--min-worker-port", "0", "--max-worker-port", "0",
-            "--object-store-memory", str(100 * 2**20), *ray_ports()]
+    argv = [
+        venv_bin("ray"),
+        "start",
+        "--head",
+        "--block",
+        "--port",
+        str(port),
+        "--node-ip-address",
+        "127.0.0.1",
+        "--num-cpus",
+        str(cpus),
+        "--num-gpus",
+        "0",
+        "--resources",
+        json.dumps(resources),
+        "--include-dashboard=false",
+        "--dashboard-port",
+        str(free_port()),
+        "--disable-usage-stats",
+        "--temp-dir",
+        temp,
+        "--min-worker-port",
+        "0",
+        "--max-worker-port",
+        "0",
+        "--object-store-memory",
+        str(100 * 2**20),
+        *ray_ports(),
+    ]
     node = start("ray head", argv, directory / "ray-head.log", env=ray_environ(**FAST_HEALTH_CHECKS))
     node.info.update(address=f"127.0.0.1:{port}", port=port, temp=temp)
     wait_ready(node, lambda: _listening(port) and _raylet_up(node))
@@ -135,9 +177,29 @@ def ray_head(directory: Path, cpus: int, resources: dict[str, float]) -> Process
 
 
 def ray_worker(directory: Path, address: str, cpus: int, resources: dict[str, float], name: str = "ray worker") -> Process:
-    argv = [venv_bin("ray"), "start", "--block", "--address", address, "--node-ip-address", "127.0.0.1",
-            "--num-cpus", str(cpus), "--num-gpus", "0", "--resources", json.dumps(resources), "--disable-usage-stats",
-            "--min-worker-port", "0", "--max-worker-port", "0", "--object-store-memory", str(100 * 2**20), *ray_ports()]
+    argv = [
+        venv_bin("ray"),
+        "start",
+        "--block",
+        "--address",
+        address,
+        "--node-ip-address",
+        "127.0.0.1",
+        "--num-cpus",
+        str(cpus),
+        "--num-gpus",
+        "0",
+        "--resources",
+        json.dumps(resources),
+        "--disable-usage-stats",
+        "--min-worker-port",
+        "0",
+        "--max-worker-port",
+        "0",
+        "--object-store-memory",
+        str(100 * 2**20),
+        *ray_ports(),
+    ]
     node = start(name, argv, directory / f"{name.replace(' ', '-')}.log", env=ray_environ(**FAST_HEALTH_CHECKS))
     # `ray start --block` logs this once the node has joined (its raylet registered with the GCS).
     wait_ready(node, lambda: _raylet_up(node) and "block forever" in tail(node.log, 200))
@@ -157,12 +219,13 @@ def _cmd(pid: int) -> str:
 
 def wait_for_nodes(address: str, count: int, timeout: float = 180) -> None:
     """Until the cluster lists `count` alive nodes (asked through GCS by a short-lived subprocess)."""
-    code = (f"import ray, logging; ray.init(address={address!r}, logging_level=logging.ERROR, log_to_driver=False); "
-            "print(sum(n['Alive'] for n in ray.nodes()))")
+    code = (
+        f"import ray, logging; ray.init(address={address!r}, logging_level=logging.ERROR, log_to_driver=False); "
+        "print(sum(n['Alive'] for n in ray.nodes()))"
+    )
     t0 = time.time()
     while time.time() - t0 < timeout:
-        out = subprocess.run([venv_bin("python"), "-c", code], capture_output=True, text=True, env={**os.environ, **ray_environ()},
-                             timeout=60)
+        out = subprocess.run([venv_bin("python"), "-c", code], capture_output=True, text=True, env={**os.environ, **ray_environ()}, timeout=60)
         if out.returncode == 0 and out.stdout.strip().splitlines()[-1:] == [str(count)]:
             return
         time.sleep(1)
@@ -197,7 +260,7 @@ def listening_sockets(pids: list[int]) -> set[tuple[str, int]]:
 def _address(hexaddr: str, width: int) -> str:
     if width == 8:  # IPv4, little-endian
         return socket.inet_ntop(socket.AF_INET, bytes.fromhex(hexaddr)[::-1])
-    raw = b"".join(bytes.fromhex(hexaddr[i:i + 8])[::-1] for i in range(0, 32, 8))
+    raw = b"".join(bytes.fromhex(hexaddr[i : i + 8])[::-1] for i in range(0, 32, 8))
     return socket.inet_ntop(socket.AF_INET6, raw)
 
 
@@ -219,9 +282,20 @@ def mlflow_server(directory: Path) -> Process:
     port = free_port()
     seed_root(directory)  # an already-migrated SQLite store (MLflow's migrations take long on a loaded machine)
     (directory / "mlflow.db").rename(directory / "server.db")
-    argv = [venv_bin("mlflow"), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-            "--backend-store-uri", f"sqlite:///{directory / 'server.db'}",
-            "--artifacts-destination", str(directory / "server-artifacts")]
+    argv = [
+        venv_bin("mlflow"),
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{directory / 'server.db'}",
+        "--artifacts-destination",
+        str(directory / "server-artifacts"),
+    ]
     # No job runner and its huey consumers (~10 processes, for MLflow's GenAI jobs): not used here.
     env = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     server = start("mlflow server", argv, directory / "mlflow-server.log", env=env)
@@ -254,8 +328,10 @@ def postgres_bindir() -> Path | None:
 def why_no_postgres() -> str | None:
     """None when a server can be started here, else the reason (what the test's skip says)."""
     if postgres_bindir() is None:
-        return ("no PostgreSQL server binaries (postgres, initdb): scripts/install_servers.sh installs Debian's "
-                "`postgresql` as root; install it (apt-get install postgresql) or run the tests as root")
+        return (
+            "no PostgreSQL server binaries (postgres, initdb): scripts/install_servers.sh installs Debian's "
+            "`postgresql` as root; install it (apt-get install postgresql) or run the tests as root"
+        )
     if os.geteuid() == 0:
         try:
             import pwd
@@ -281,19 +357,43 @@ def postgres_server(directory: Path) -> Process:
     port = free_port()
     log = directory / "postgres.log"
     directory.mkdir(parents=True, exist_ok=True)
-    init = subprocess.run([str(bindir / "initdb"), "-D", str(data), "-U", "tprbench", "--auth=trust", "-E", "UTF8",
-                           "--no-instructions"], capture_output=True, text=True, user=user, cwd=str(base))
+    init = subprocess.run(
+        [str(bindir / "initdb"), "-D", str(data), "-U", "tprbench", "--auth=trust", "-E", "UTF8", "--no-instructions"],
+        capture_output=True,
+        text=True,
+        user=user,
+        cwd=str(base),
+    )
     if init.returncode:
         raise RuntimeError(f"initdb failed: {init.stderr[-2000:]}")
-    argv = [str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sockets),
-            "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-            "-c", "full_page_writes=off", "-c", "max_connections=200"]
+    argv = [
+        str(bindir / "postgres"),
+        "-D",
+        str(data),
+        "-p",
+        str(port),
+        "-k",
+        str(sockets),
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "fsync=off",
+        "-c",
+        "synchronous_commit=off",
+        "-c",
+        "full_page_writes=off",
+        "-c",
+        "max_connections=200",
+    ]
     server = start("postgres", argv, log, user=user, cwd=str(base))
     server.stop_signal = signal.SIGINT
     server.info.update(port=port, base=base)
     wait_ready(server, lambda: _listening(port))
-    created = subprocess.run([str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "tprbench", "-d", "postgres",
-                              "-c", "CREATE DATABASE optuna"], capture_output=True, text=True)
+    created = subprocess.run(
+        [str(bindir / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "tprbench", "-d", "postgres", "-c", "CREATE DATABASE optuna"],
+        capture_output=True,
+        text=True,
+    )
     if created.returncode:
         raise RuntimeError(f"createdb failed: {created.stderr}")
     server.info["url"] = f"postgresql://tprbench@127.0.0.1:{port}/optuna"

@@ -85,8 +85,25 @@ def test_cli_tasks_and_train_find_it(importable, tmp_path, capsys):
     info = json.loads(capsys.readouterr().out)["tasks"][0]
     assert info["archs"] == ["plain"] and info["study_metric"] == "valid_acc"
     assert {o["name"] for o in info["options"]} == {"train_size", "eval_size", "max_len", "data_seed"}
-    code = main(["train", "--task", f"{MODULE}:Contains7", "--unit", "gru", "--dim", "8", "--epochs", "1",
-                 "--root", str(tmp_path), "--set", "train_size=64", "--set", "eval_size=16"])
+    code = main(
+        [
+            "train",
+            "--task",
+            f"{MODULE}:Contains7",
+            "--unit",
+            "gru",
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--root",
+            str(tmp_path),
+            "--set",
+            "train_size=64",
+            "--set",
+            "eval_size=16",
+        ]
+    )
     assert code == 0  # --arch defaults to the task's first architecture
 
 
@@ -134,8 +151,13 @@ def test_a_third_party_task_runs_in_a_study(plugin_dir, tmp_path):
     study = tmp_path / "thirdparty.toml"
     study.write_text(STUDY.format(module=MODULE))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plugin_dir), str(ROOT)]), RAY_TMPDIR=_short_tmp())
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "run", str(study), "--root", str(tmp_path / "runs"),
-                           "--quiet", "--num-cpus", "2"], env=env, capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "run", str(study), "--root", str(tmp_path / "runs"), "--quiet", "--num-cpus", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     from harness.record.reader import RecordReader
 
@@ -153,8 +175,23 @@ def _short_tmp() -> str:
 
 def test_doc_names_every_contract_method():
     text = DOC.read_text()
-    for name in ("prepare()", "train_batches", "eval_batches", "build_model", "loss(model, batch)", "loss_with_carry",
-                 "metrics_from_counts", "check_data()", "valid_split", "test_splits", "Options", "metrics", "defaults",
-                 "HParams", "tprbench.tasks", "aux_loss" if "aux_loss" in text else "mask"):
+    for name in (
+        "prepare()",
+        "train_batches",
+        "eval_batches",
+        "build_model",
+        "loss(model, batch)",
+        "loss_with_carry",
+        "metrics_from_counts",
+        "check_data()",
+        "valid_split",
+        "test_splits",
+        "Options",
+        "metrics",
+        "defaults",
+        "HParams",
+        "tprbench.tasks",
+        "aux_loss" if "aux_loss" in text else "mask",
+    ):
         assert name in text, name
     assert textwrap.dedent(example_code()).startswith('"""contains7')

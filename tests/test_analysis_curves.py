@@ -28,11 +28,9 @@ def test_train_score_panel_only_when_logged():
 
 
 def test_gradient_panels_beside_the_learning_curves_when_logged():
-    h = _history(["train_loss", "train_acc", "valid_acc", "grad_ratio_first_last", "grad_frac_sigma_gt_1",
-                  "grad_sigma_max_mean"])
+    h = _history(["train_loss", "train_acc", "valid_acc", "grad_ratio_first_last", "grad_frac_sigma_gt_1", "grad_sigma_max_mean"])
     keys = [k for k, _, _ in figures._panel_keys("acc", h)]
-    assert keys == ["train_loss", "train_acc", "valid_acc", "grad_ratio_first_last", "grad_frac_sigma_gt_1",
-                    "grad_sigma_max_mean"]
+    assert keys == ["train_loss", "train_acc", "valid_acc", "grad_ratio_first_last", "grad_frac_sigma_gt_1", "grad_sigma_max_mean"]
     fig = figures._draw([("logic / plain / d=64: tpru", "acc", [("8 roles", ["r1"], "-")])], h)
     axes = [ax for ax in fig.axes if ax.get_visible()]
     assert axes[3].get_yscale() == "log" and axes[4].get_yscale() == "linear"

@@ -72,7 +72,7 @@ def _run_steps(unit, x, delta_at=None, delta=None):
     """b_1..b_T by forward_carry, adding `delta` to the state right after step `delta_at`."""
     carry, outs = None, []
     for t in range(x.shape[1]):
-        out, carry = unit.forward_carry(x[:, t:t + 1], carry)
+        out, carry = unit.forward_carry(x[:, t : t + 1], carry)
         if t == delta_at:
             carry = carry + delta
             out = carry.unsqueeze(1)
@@ -118,9 +118,19 @@ def test_recorded_forward_equals_the_units_forward():
         assert "forward" not in vars(unit)  # the patch is gone
 
 
-@pytest.mark.parametrize("spec,D", [("tpru[roles=4]", 4), ("tpru-mod1[roles=4]", 4), ("tpru-mod3[roles=4,slices=2]", 4),
-                                    ("tpru-v1[roles=4]", 4), ("gru", 4), ("lstm", 8),
-                                    ("tprn[symbols=5,roles=3,role_dim=2]", 4), ("tpgn", 4 + 2 + 4 + 2)])
+@pytest.mark.parametrize(
+    "spec,D",
+    [
+        ("tpru[roles=4]", 4),
+        ("tpru-mod1[roles=4]", 4),
+        ("tpru-mod3[roles=4,slices=2]", 4),
+        ("tpru-v1[roles=4]", 4),
+        ("gru", 4),
+        ("lstm", 8),
+        ("tprn[symbols=5,roles=3,role_dim=2]", 4),
+        ("tpgn", 4 + 2 + 4 + 2),
+    ],
+)
 def test_every_unit_with_a_carry_is_analysed(spec, D):
     torch.manual_seed(4)
     unit = units.build(spec, 3, 4)
@@ -199,8 +209,7 @@ def test_recorded_forward_carry_continues_from_the_given_carry():
 def logic(tmp_path_factory):
     from tasks.registry import get_task
 
-    task = get_task("logic")({"train_size": 200, "eval_size": 64, "preset": "exam", "layers": 1}, "generated",
-                             tmp_path_factory.mktemp("cache"))
+    task = get_task("logic")({"train_size": 200, "eval_size": 64, "preset": "exam", "layers": 1}, "generated", tmp_path_factory.mktemp("cache"))
     task.prepare()
     return task
 
@@ -208,8 +217,7 @@ def logic(tmp_path_factory):
 def _train(adapter, unit, **hp):
     from tasks.training import TrainConfig, train
 
-    cfg = TrainConfig(unit=unit, arch="plain", dim=8, input_dim=8, epochs=2, seed=0,
-                      hparams={"lr": 1e-2, "batch_size": 32, **hp})
+    cfg = TrainConfig(unit=unit, arch="plain", dim=8, input_dim=8, epochs=2, seed=0, hparams={"lr": 1e-2, "batch_size": 32, **hp})
     return train(adapter, cfg)
 
 
@@ -240,8 +248,13 @@ def test_per_epoch_summary_equals_the_gradients_tool(logic):
     got = epoch_summary(model, logic, 1)
     stats = on_batches(model, encoder_layers(model)[0], logic, logic.valid_split, 1, EPOCH_BATCH_SIZE, EPOCH_MAX_PAIRS)
     s = stats.summary()
-    assert got == pytest.approx({"grad_ratio_first_last": s["grad_ratio_first_last"],
-                                 "grad_frac_sigma_gt_1": s["frac_sigma_gt_1"], "grad_sigma_max_mean": s["sigma_max_mean"]})
+    assert got == pytest.approx(
+        {
+            "grad_ratio_first_last": s["grad_ratio_first_last"],
+            "grad_frac_sigma_gt_1": s["frac_sigma_gt_1"],
+            "grad_sigma_max_mean": s["sigma_max_mean"],
+        }
+    )
 
 
 def test_a_unit_that_cannot_be_stepped_is_said_once_and_the_run_goes_on(logic, monkeypatch):

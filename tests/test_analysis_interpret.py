@@ -128,9 +128,17 @@ def test_map_treebank_reports_oov(tmp_path):
         ip.map_treebank(SimpleNamespace(name="logic"), tmp_path, "upos")
 
 
-@pytest.mark.parametrize("spec,interface", [("tpru[roles=5]", "fillers"), ("tpru[roles=4,slices=2]", "fillers"),
-                                            ("tprn[symbols=5,roles=3,role_dim=2]", "attention"), ("tpgn", "unbinding"),
-                                            ("gru", "states"), ("lstm", "states")])
+@pytest.mark.parametrize(
+    "spec,interface",
+    [
+        ("tpru[roles=5]", "fillers"),
+        ("tpru[roles=4,slices=2]", "fillers"),
+        ("tprn[symbols=5,roles=3,role_dim=2]", "attention"),
+        ("tpgn", "unbinding"),
+        ("gru", "states"),
+        ("lstm", "states"),
+    ],
+)
 def test_readout_through_each_units_interface(spec, interface):
     torch.manual_seed(0)
     unit = units.build(spec, 3, 4)

@@ -15,18 +15,34 @@ from harness.analysis.sources import AnalysisError
 from harness.analysis.words import word_map
 from tasks.analysis import filler_sets as fs
 
-VERBS = [("gave", "give", "VBD"), ("give", "give", "VB"), ("giving", "give", "VBG"), ("gives", "give", "VBZ"),
-         ("took", "take", "VBD"), ("take", "take", "VB"), ("taking", "take", "VBG"), ("takes", "take", "VBZ"),
-         ("ran", "run", "VBD"), ("run", "run", "VB"), ("running", "run", "VBG")]
+VERBS = [
+    ("gave", "give", "VBD"),
+    ("give", "give", "VB"),
+    ("giving", "give", "VBG"),
+    ("gives", "give", "VBZ"),
+    ("took", "take", "VBD"),
+    ("take", "take", "VB"),
+    ("taking", "take", "VBG"),
+    ("takes", "take", "VBZ"),
+    ("ran", "run", "VBD"),
+    ("run", "run", "VB"),
+    ("running", "run", "VBG"),
+]
 LINES = ["she {v} the bank a book .", "they {v} it to the bank .", "we {v} 2004 books ."]
 
 
 def _conllu() -> str:
     out = []
     for n, (form, lemma, xpos) in enumerate(VERBS):
-        words = [("She", "she", "PRON", "PRP"), (form, lemma, "VERB", xpos), ("the", "the", "DET", "DT"),
-                 ("bank", "bank", "NOUN", "NN"), ("2004", "2004", "NUM", "CD"), ("Zyzzyva", "zyzzyva", "PROPN", "NNP"),
-                 (".", ".", "PUNCT", ".")]
+        words = [
+            ("She", "she", "PRON", "PRP"),
+            (form, lemma, "VERB", xpos),
+            ("the", "the", "DET", "DT"),
+            ("bank", "bank", "NOUN", "NN"),
+            ("2004", "2004", "NUM", "CD"),
+            ("Zyzzyva", "zyzzyva", "PROPN", "NNP"),
+            (".", ".", "PUNCT", "."),
+        ]
         out.append(f"# sent_id = s{n}")
         out += [f"{i}\t{f}\t{lem}\t{u}\t{x}\t_\t0\tdep\t_\t_" for i, (f, lem, u, x) in enumerate(words, 1)]
         out.append("")
@@ -76,8 +92,8 @@ def test_bpe_words_are_read_at_their_last_piece(ptb, tmp_path):
     tok = Tokenizer.from_file(corpus.bpe_file)
     assert ids[0] == corpus.eos_id and positions[-1] == len(ids) - 1 and all(known)
     starts = [1] + [p + 1 for p in positions[:-1]]
-    for form, a, b in zip(forms, starts, positions):   # each word's pieces end at its position
-        assert tok.decode(ids[a:b + 1]).strip() == form
+    for form, a, b in zip(forms, starts, positions):  # each word's pieces end at its position
+        assert tok.decode(ids[a : b + 1]).strip() == form
 
 
 def test_a_task_without_words_says_why(tmp_path):
@@ -88,8 +104,7 @@ def test_a_task_without_words_says_why(tmp_path):
 
 
 def _types():
-    return fs.VerbTypes(np.arange(len(VERBS)), np.array([v[1] for v in VERBS]), np.array([v[2] for v in VERBS]),
-                        np.array([v[0] for v in VERBS]))
+    return fs.VerbTypes(np.arange(len(VERBS)), np.array([v[1] for v in VERBS]), np.array([v[2] for v in VERBS]), np.array([v[0] for v in VERBS]))
 
 
 def test_verb_types_take_each_ids_most_frequent_label():
@@ -106,9 +121,9 @@ def test_verb_types_take_each_ids_most_frequent_label():
 def test_pair_labels_by_hand():
     i, j, syn, sem = fs.pair_labels(_types())
     pairs = {(VERBS[a][0], VERBS[b][0]): (s, m) for a, b, s, m in zip(i, j, syn, sem)}
-    assert pairs[("gave", "took")] == (1, -1)     # same XPOS, different lemma: syntactic positive only
-    assert pairs[("gave", "give")] == (-1, 1)     # same lemma, different XPOS: semantic positive only
-    assert pairs[("gave", "take")] == (0, 0)      # neither: a negative of both
+    assert pairs[("gave", "took")] == (1, -1)  # same XPOS, different lemma: syntactic positive only
+    assert pairs[("gave", "give")] == (-1, 1)  # same lemma, different XPOS: semantic positive only
+    assert pairs[("gave", "take")] == (0, 0)  # neither: a negative of both
     assert fs.pair_counts(_types())["semantic_pos"] == 6 + 6 + 3
 
 
@@ -124,8 +139,7 @@ def test_filler_set_aucs_on_synthetic_sets():
     assert a1["syntactic"] == 1.0 and a2["semantic"] == 1.0
     assert abs(a1["semantic"] - 0.5) < 0.2 and abs(a2["syntactic"] - 0.5) < 0.2
     n = 150
-    big = fs.VerbTypes(np.arange(n), rng.choice(list("abcdefghij"), n), rng.choice(["VB", "VBD", "VBZ"], n),
-                       np.array(["w"] * n))
+    big = fs.VerbTypes(np.arange(n), rng.choice(list("abcdefghij"), n), rng.choice(["VB", "VBD", "VBZ"], n), np.array(["w"] * n))
     r = fs.syntax_semantics_auc(rng.standard_normal((n, 16)), big)
     assert abs(r["syntactic"] - 0.5) < 0.06 and abs(r["semantic"] - 0.5) < 0.06
 
@@ -134,8 +148,9 @@ def test_attention_thresholds_find_a_determiner_role(treebank):
     """TPRN's measure: when role 0's attention is 1 exactly on determiners, p(DET | role 0) = 1 at
     every θ; the base rate is the share of DET tokens."""
     vocab = ["<pad>", "<unk>", "she", "the", "bank", "2004", ".", *[v[0] for v in VERBS]]
-    tokens = ip.map_treebank(SimpleNamespace(name="nli", vocab=SimpleNamespace(stoi={w: i for i, w in enumerate(vocab)},
-                                                                                 itos=vocab)), treebank, "upos")
+    tokens = ip.map_treebank(
+        SimpleNamespace(name="nli", vocab=SimpleNamespace(stoi={w: i for i, w in enumerate(vocab)}, itos=vocab)), treebank, "upos"
+    )
     readings = {}
     for s in ip.SPLITS:
         det = tokens.upos[s] == "DET"
@@ -154,18 +169,46 @@ def _train(ptb, root, unit, *extra):
     from harness.cli import main
 
     run_dir = root / unit.replace("[", "_").replace("]", "").replace(",", "_").replace("=", "")
-    rc = main(["train", "--task", "lm", "--unit", unit, "--dim", "8", "--epochs", "1", "--data", str(ptb),
-               "--set", "corpus=ptb", "--set", "bptt=8", "--batch-size", "4", "--threads", "1", "--root", str(root),
-               "--run-dir", str(run_dir), *extra])
+    rc = main(
+        [
+            "train",
+            "--task",
+            "lm",
+            "--unit",
+            unit,
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--data",
+            str(ptb),
+            "--set",
+            "corpus=ptb",
+            "--set",
+            "bptt=8",
+            "--batch-size",
+            "4",
+            "--threads",
+            "1",
+            "--root",
+            str(root),
+            "--run-dir",
+            str(run_dir),
+            *extra,
+        ]
+    )
     assert rc == 0
     return run_dir
 
 
-@pytest.mark.parametrize("unit,extra,interface", [
-    ("tpru[roles=4]", ["--set", "embedding=hrr", "--set", "hrr_fillers=4", "--set", "hrr_anneal_steps=2"], "fillers"),
-    ("tprn[symbols=4,roles=3,role_dim=2]", ["--set", "bpe_vocab_size=64"], "attention"),
-    ("gru", [], "states"),
-])
+@pytest.mark.parametrize(
+    "unit,extra,interface",
+    [
+        ("tpru[roles=4]", ["--set", "embedding=hrr", "--set", "hrr_fillers=4", "--set", "hrr_anneal_steps=2"], "fillers"),
+        ("tprn[symbols=4,roles=3,role_dim=2]", ["--set", "bpe_vocab_size=64"], "attention"),
+        ("gru", [], "states"),
+    ],
+)
 def test_interpret_a_train_run_directory_of_an_lm(ptb, treebank, tmp_path, capsys, unit, extra, interface):
     """Whole path: `tprbench train` (lm) → `tprbench interpret RUN_DIR`: roles through the unit's
     own interface, HRR filler sets when the run has the HRR embedding, a one-line note without an
@@ -175,8 +218,20 @@ def test_interpret_a_train_run_directory_of_an_lm(ptb, treebank, tmp_path, capsy
     run_dir = _train(ptb, tmp_path / "runs", unit, *extra)
     assert (run_dir / "train.json").is_file()
     out = tmp_path / "out"
-    argv = ["interpret", str(run_dir), "--treebank", str(treebank), "--root", str(tmp_path / "runs"), "--out", str(out),
-            "--clusters", "3", "--word", "bank"]
+    argv = [
+        "interpret",
+        str(run_dir),
+        "--treebank",
+        str(treebank),
+        "--root",
+        str(tmp_path / "runs"),
+        "--out",
+        str(out),
+        "--clusters",
+        "3",
+        "--word",
+        "bank",
+    ]
     rc = main(argv)
     text = capsys.readouterr().out
     assert rc == 0, text
@@ -189,11 +244,11 @@ def test_interpret_a_train_run_directory_of_an_lm(ptb, treebank, tmp_path, capsy
         sets = (out / "filler_sets.md").read_text()
         assert "| filler set 1 |" in sets and "| filler set 2 |" in sets and "Pass test" in sets
     poly = (out / "polysemy.md").read_text()
-    if interface == "fillers":      # word level: the first 40 valid sentences with bank (one each), and the header
+    if interface == "fillers":  # word level: the first 40 valid sentences with bank (one each), and the header
         assert poly.count("**bank**") == 40 + 1 and "40 occurrences" in poly
     elif interface == "states":
         assert "has no discrete roles" in poly
-    else:                           # BPE: listed when bank is one piece of the run's BPE model
+    else:  # BPE: listed when bank is one piece of the run's BPE model
         assert "**bank**" in poly or "as one token" in poly
 
 

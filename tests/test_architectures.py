@@ -98,16 +98,16 @@ def test_masked_softmax_gives_zero_rows_not_nan():
 def transcribe_trilinear(w: torch.Tensor, h: torch.Tensor, u: torch.Tensor, h_len: int, u_len: int) -> torch.Tensor:
     """Seo et al. (2017) §2.4 for one context h [T, w] and query u [J, w], literally, with loops."""
     width = h.shape[1]
-    w_h, w_u, w_hu = w[:width], w[width:2 * width], w[2 * width:]
+    w_h, w_u, w_hu = w[:width], w[width : 2 * width], w[2 * width :]
     S = torch.zeros(h_len, u_len, dtype=h.dtype)
     for t in range(h_len):
         for j in range(u_len):
             S[t, j] = w_h @ h[t] + w_u @ u[j] + w_hu @ (h[t] * u[j])  # α(h, u) = wᵀ[h; u; h∘u]
     G = torch.zeros(h.shape[0], 4 * width, dtype=h.dtype)
-    b = torch.softmax(S.max(1).values, 0)                            # Q2C: softmax_t(max_j S_tj)
+    b = torch.softmax(S.max(1).values, 0)  # Q2C: softmax_t(max_j S_tj)
     h_tilde = sum(b[t] * h[t] for t in range(h_len))
     for t in range(h_len):
-        a = torch.softmax(S[t], 0)                                   # C2Q: softmax_j(S_tj)
+        a = torch.softmax(S[t], 0)  # C2Q: softmax_j(S_tj)
         u_tilde = sum(a[j] * u[j] for j in range(u_len))
         G[t] = torch.cat([h[t], u_tilde, h[t] * u_tilde, h[t] * h_tilde])
     return G
@@ -125,7 +125,7 @@ def test_trilinear_attention_matches_a_transcription_of_seo_et_al():
     mv = torch.arange(Tv) < torch.tensor(lv).unsqueeze(1)
     G = model._trilinear(hu, hv, mu, mv)
     weight = model.similarity.weight.detach()[0]
-    w_swapped = torch.cat([weight[w:2 * w], weight[:w], weight[2 * w:]])  # the v side: context v, query u
+    w_swapped = torch.cat([weight[w : 2 * w], weight[:w], weight[2 * w :]])  # the v side: context v, query u
     for i in range(B):
         expected_u = transcribe_trilinear(weight, hu[i], hv[i], lu[i], lv[i])
         expected_v = transcribe_trilinear(w_swapped, hv[i], hu[i], lv[i], lu[i])
@@ -140,8 +140,7 @@ def test_bidaf_padding_is_invisible_and_gradients_reach_every_weight(attention):
     a = torch.tensor([[3, 4, 5, 0, 0], [6, 7, 0, 0, 0]])
     b = torch.tensor([[8, 9, 0], [10, 11, 12]])
     logits = model(a, a > 0, b, b > 0)
-    longer = model(torch.cat([a, torch.zeros(2, 3, dtype=torch.long)], 1), torch.cat([a, torch.zeros(2, 3, dtype=torch.long)], 1) > 0,
-                   b, b > 0)
+    longer = model(torch.cat([a, torch.zeros(2, 3, dtype=torch.long)], 1), torch.cat([a, torch.zeros(2, 3, dtype=torch.long)], 1) > 0, b, b > 0)
     torch.testing.assert_close(logits, longer, rtol=1e-10, atol=1e-12)
     logits.sum().backward()
     missing = [n for n, p in model.named_parameters() if p.grad is None or not torch.isfinite(p.grad).all()]

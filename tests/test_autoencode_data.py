@@ -8,11 +8,13 @@ import torch
 from tasks.autoencode.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID, SentenceCorpus, collate, load_sentences
 from tasks.errors import DataError
 
-PTB_TRAIN = (" the cat sat \n"
-             " a b c d e f \n"          # 6 words: dropped when max_len = 5
-             " the <unk> dog \n"
-             " \n"                      # empty
-             " the cat \n")
+PTB_TRAIN = (
+    " the cat sat \n"
+    " a b c d e f \n"  # 6 words: dropped when max_len = 5
+    " the <unk> dog \n"
+    " \n"  # empty
+    " the cat \n"
+)
 PTB_VALID = " the bird sat \n the cat \n"
 PTB_TEST = " cat \n"
 
@@ -32,7 +34,10 @@ def test_ptb_sentences_vocabulary_and_counts(ptb_dir):
     # specials first, then train words by count (the 3, cat 2, then first seen: sat, dog); <unk> is the special
     assert c.vocab == ["<pad>", "<bos>", "<eos>", "<unk>", "the", "cat", "sat", "dog"]
     assert [c.words(s.tolist()) for s in (c["train"][i] for i in range(len(c["train"])))] == [
-        ["the", "cat", "sat"], ["the", "<unk>", "dog"], ["the", "cat"]]
+        ["the", "cat", "sat"],
+        ["the", "<unk>", "dog"],
+        ["the", "cat"],
+    ]
     assert c["train"][1].tolist() == [4, UNK_ID, 7]  # the corpus's own <unk> is our <unk>
     assert c.n_dropped == {"train": 1, "valid": 0, "test": 0}
     assert c.n_empty == {"train": 1, "valid": 0, "test": 0}
@@ -87,9 +92,7 @@ def test_split_batch_and_words_round_trip(ptb_dir):
 def test_wikitext_paragraphs_are_cut_into_sentences(tmp_path):
     d = tmp_path / "wikitext2"
     d.mkdir()
-    text = (" \n = Valkyria Chronicles = \n \n"
-            " It was 3 @.@ 5 m long . Was it ? Yes ! and more \n"
-            " = = Plot = = \n")
+    text = " \n = Valkyria Chronicles = \n \n It was 3 @.@ 5 m long . Was it ? Yes ! and more \n = = Plot = = \n"
     for split in ("train", "valid", "test"):
         (d / f"wiki.{split}.tokens").write_text(text, encoding="utf-8")
     c = load_sentences("wikitext2", data_dir=d)

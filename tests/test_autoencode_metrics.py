@@ -16,9 +16,9 @@ def test_one_sentence_counted_by_hand():
     # 3-grams "on the mat" = 1/4; 4-grams 0/3; equal lengths → BP = 1.
     b = corpus_bleu([HYP1], [REF1])
     assert b["bleu1"] == pytest.approx(5 / 6)
-    assert b["bleu2"] == pytest.approx(math.sqrt(5 / 6 * 3 / 5))            # = √0.5
+    assert b["bleu2"] == pytest.approx(math.sqrt(5 / 6 * 3 / 5))  # = √0.5
     assert b["bleu3"] == pytest.approx((5 / 6 * 3 / 5 * 1 / 4) ** (1 / 3))  # = 0.5
-    assert b["bleu4"] == 0.0                                                 # no 4-gram matches, no smoothing
+    assert b["bleu4"] == 0.0  # no 4-gram matches, no smoothing
 
 
 def test_corpus_level_pools_counts_before_dividing():

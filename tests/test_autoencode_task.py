@@ -74,8 +74,9 @@ def test_max_vocab_keeps_the_most_frequent_words(ptb_root, tmp_path):
     assert cut.describe()["train_unk_added"] == cut.n_unk_added["train"]
 
 
-@pytest.mark.parametrize("unit,conditioning", [("tpgn", "initial_carry"), ("lstm", "first_input"),
-                                               ("gru", "first_input"), ("tpru[roles=8]", "first_input")])
+@pytest.mark.parametrize(
+    "unit,conditioning", [("tpgn", "initial_carry"), ("lstm", "first_input"), ("gru", "first_input"), ("tpru[roles=8]", "first_input")]
+)
 def test_conditioning(ptb_root, tmp_path, unit, conditioning):
     task = _task(ptb_root, tmp_path, encoder_dim=7)
     model = _model(task, unit)
@@ -122,7 +123,7 @@ def test_padding_changes_neither_losses_nor_generations(ptb_root, tmp_path, unit
         alone = model(one.enc_input, one.enc_mask, one.dec_input)
         n = s.numel() + 1
         torch.testing.assert_close(logits[i, :n], alone[0], rtol=1e-10, atol=1e-10)
-        assert torch.equal(model.generate(one.enc_input, one.enc_mask, max_steps=6)[0], ids[i, : ids.shape[1]][: 6])
+        assert torch.equal(model.generate(one.enc_input, one.enc_mask, max_steps=6)[0], ids[i, : ids.shape[1]][:6])
 
 
 @pytest.mark.parametrize("unit", DECODERS)
@@ -140,8 +141,9 @@ def test_bleu_of_a_perfect_and_of_an_empty_reconstruction(ptb_root, tmp_path, mo
     model = _model(task, "gru")
 
     def copy(enc_input, enc_mask, max_steps):  # a decoder that returns the sentence and <eos>
-        return torch.cat([enc_input.masked_fill(~enc_mask, PAD_ID), torch.full((enc_input.shape[0], 1), PAD_ID)], 1) \
-            .scatter(1, enc_mask.sum(1, keepdim=True), EOS_ID)
+        return torch.cat([enc_input.masked_fill(~enc_mask, PAD_ID), torch.full((enc_input.shape[0], 1), PAD_ID)], 1).scatter(
+            1, enc_mask.sum(1, keepdim=True), EOS_ID
+        )
 
     monkeypatch.setattr(model, "generate", copy)
     assert task.bleu(model, "valid") == pytest.approx({"bleu1": 1.0, "bleu2": 1.0, "bleu3": 1.0, "bleu4": 1.0})
@@ -209,6 +211,7 @@ def test_model_is_usable_without_the_task():
 
 # -- tpgn as a drop-in for the lm task ---------------------------------------------------------
 
+
 def test_tpgn_in_the_lm_task(ptb_root, tmp_path):
     """Two stacked tpgn layers (the lm default), state carried across BPTT windows."""
     task = get_task("lm")({"corpus": "ptb", "bptt": 8}, str(ptb_root), tmp_path)
@@ -234,8 +237,7 @@ def test_the_cpu_study_compares_decoders_at_matched_weights(monkeypatch, tmp_pat
     cells = expand(load_study(Path(__file__).parent.parent / "studies" / "tpgn-cpu.toml"))
     assert {c.task for c in cells} == {"autoencode", "lm"}
     for task in ("autoencode", "lm"):
-        counts = {units.parse_spec(c.unit).name: units.param_counts(c.unit, c.input_dim, c.dim).formula
-                  for c in cells if c.task == task}
+        counts = {units.parse_spec(c.unit).name: units.param_counts(c.unit, c.input_dim, c.dim).formula for c in cells if c.task == task}
         assert set(counts) == {"tpgn", "lstm", "gru", "tpru"}
         for name, n in counts.items():
             assert abs(n / counts["tpgn"] - 1) < 0.01, (task, name, n, counts["tpgn"])

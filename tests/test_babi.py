@@ -57,15 +57,21 @@ def folder(tmp_path_factory) -> Path:
                 path = root / size / f"qa{task}_{name}_{split}.txt"
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text("\n".join(_story(rng) for _ in range(count)) + "\n")
-    (root / "en" / "qa3_three-supporting-facts_train.txt").write_text(textwrap.dedent("""\
+    (root / "en" / "qa3_three-supporting-facts_train.txt").write_text(
+        textwrap.dedent("""\
         1 Mary went to the kitchen.
         2 Where is Mary? \tkitchen\t1
-        """) * 20)
+        """)
+        * 20
+    )
     for size in ("en", "en-10k"):  # qa3: a test file in both, a train file only in 1k (as ../shared/data)
-        (root / size / "qa3_three-supporting-facts_test.txt").write_text(textwrap.dedent("""\
+        (root / size / "qa3_three-supporting-facts_test.txt").write_text(
+            textwrap.dedent("""\
             1 John went to the garden.
             2 Where is John? \tgarden\t1
-            """) * 10)
+            """)
+            * 10
+        )
     return root
 
 
@@ -85,8 +91,7 @@ def test_registered_with_its_archs_metrics_and_the_papers_single_task_defaults()
     hp = cls.resolve_hparams({})
     assert (hp.optimizer, hp.lr, hp.betas, hp.batch_size, hp.clip) == ("nadam-tf", 0.008, (0.6, 0.4), 128, 5.0)
     assert (hp.warmup_steps, hp.warmup_factor, hp.nan_restarts) == (50, 0.1, 10)
-    assert (hp.schedule, hp.threshold_metric, hp.threshold_value, hp.threshold_mode, hp.factor) == \
-           ("threshold", "valid_loss", 0.1, "below", 0.5)
+    assert (hp.schedule, hp.threshold_metric, hp.threshold_value, hp.threshold_mode, hp.factor) == ("threshold", "valid_loss", 0.1, "below", 0.5)
     assert hp.embed_init == 0.01  # the paper (the code: 0.1)
 
 
@@ -117,10 +122,15 @@ def test_summary_is_mean_error_and_failed_tasks_and_flags_the_1k_fallback(folder
 
 def test_bad_options_are_clear_errors(folder, tmp_path):
     cls = get_task("babi")
-    for options, match in (({"tasks": "0-3"}, "outside 1..20"), ({"tasks": "x"}, "cannot read 'x'"),
-                           ({"size": "2k"}, "size"), ({"valid_fraction": 0}, "valid_fraction"),
-                           ({"max_story": 0}, "max_story"), ({"tasksx": "1"}, "did you mean 'tasks'"),
-                           ({"symbol_size": 5}, "symbol_size")):
+    for options, match in (
+        ({"tasks": "0-3"}, "outside 1..20"),
+        ({"tasks": "x"}, "cannot read 'x'"),
+        ({"size": "2k"}, "size"),
+        ({"valid_fraction": 0}, "valid_fraction"),
+        ({"max_story": 0}, "max_story"),
+        ({"tasksx": "1"}, "did you mean 'tasks'"),
+        ({"symbol_size": 5}, "symbol_size"),
+    ):
         with pytest.raises(TaskError, match=match):
             cls(options, str(folder), tmp_path)
     assert cls({"tasks": 3}, str(folder), tmp_path).options.tasks == "3"  # a TOML integer reads as the task id
@@ -172,8 +182,9 @@ def _batch(task: BabiTask, n: int = 6) -> dict[str, torch.Tensor]:
     return task.babi["train"].batch(torch.arange(n))
 
 
-@pytest.mark.parametrize("arch, unit, dim", [("tpr-rnn", "tpr3[entity=4,relation=3]", 48), ("plain", "lstm", 8),
-                                             ("plain", "gru", 8), ("plain", "tpru[roles=4]", 8)])
+@pytest.mark.parametrize(
+    "arch, unit, dim", [("tpr-rnn", "tpr3[entity=4,relation=3]", 48), ("plain", "lstm", 8), ("plain", "gru", 8), ("plain", "tpru[roles=4]", 8)]
+)
 def test_padding_more_sentences_or_words_leaves_the_logits_unchanged(folder, tmp_path, arch, unit, dim):
     task = adapter(folder, tmp_path)
     torch.manual_seed(0)
@@ -209,7 +220,7 @@ def _tf_nadam(grads: list[torch.Tensor], lr: float, b1: float, b2: float, eps: f
     p, m, v, out = torch.zeros_like(grads[0]), torch.zeros_like(grads[0]), torch.zeros_like(grads[0]), []
     for t, g in enumerate(grads, 1):
         m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
-        p = p - lr * math.sqrt(1 - b2 ** t) / (1 - b1 ** t) * (b1 * m + (1 - b1) * g) / (v.sqrt() + eps)
+        p = p - lr * math.sqrt(1 - b2**t) / (1 - b1**t) * (b1 * m + (1 - b1) * g) / (v.sqrt() + eps)
         out.append(p.clone())
     return out
 
@@ -252,8 +263,18 @@ def test_warm_up_and_the_threshold_decay_set_the_learning_rate(folder, tmp_path)
 
     torch.optim.NAdam.step = step
     try:
-        result = train(task, TrainConfig("tpr3[entity=4,relation=3]", "tpr-rnn", 48, 48, epochs=2, seed=0,
-                                         hparams={"batch_size": 16, "warmup_steps": 5, "threshold_value": 100.0}))
+        result = train(
+            task,
+            TrainConfig(
+                "tpr3[entity=4,relation=3]",
+                "tpr-rnn",
+                48,
+                48,
+                epochs=2,
+                seed=0,
+                hparams={"batch_size": 16, "warmup_steps": 5, "threshold_value": 100.0},
+            ),
+        )
     finally:
         torch.optim.NAdam.step = original
     assert seen[:5] == pytest.approx([0.0008] * 5) and seen[5] == pytest.approx(0.008)  # lr/10 for 5 steps
@@ -269,8 +290,7 @@ def test_stop_value_ends_the_run_and_a_resumed_run_stops_there_too(folder, tmp_p
     (tmp_path / "run" / "result.json").unlink()
     again = train(task, cfg, tmp_path / "run")  # from the epoch-1 checkpoint: stops before epoch 2
     assert len(again.history) == 1 and again.resumed_from_epoch == 1
-    patient = train(task, TrainConfig("gru", "plain", 8, 8, epochs=6, seed=0,
-                                      hparams={"batch_size": 16, "stop_patience": 1, "lr": 1e-9}))
+    patient = train(task, TrainConfig("gru", "plain", 8, 8, epochs=6, seed=0, hparams={"batch_size": 16, "stop_patience": 1, "lr": 1e-9}))
     assert len(patient.history) < 6 and any("stop_patience" in n for n in patient.notes)
 
 
@@ -279,8 +299,9 @@ def test_stop_fields_at_their_defaults_leave_fingerprints_as_they_were(folder, t
 
     hp = get_task("logic").resolve_hparams({})
     assert "stop_value" in as_params(hp) and "stop_value" not in fingerprint_params(hp)
-    assert fingerprint_params(hp) == {k: v for k, v in as_params(hp).items()
-                                      if k not in ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start")}
+    assert fingerprint_params(hp) == {
+        k: v for k, v in as_params(hp).items() if k not in ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start")
+    }
     assert fingerprint_params(hp.model_copy(update={"stop_patience": 3}))["stop_patience"] == 3
 
 
@@ -291,12 +312,10 @@ def test_task_1_reaches_one_percent_test_error_on_cpu(tmp_path):
     with the authors' code's embedding init (±0.1: ≤ 1% after 3-4 epochs, ±0.01 needs 7-8)."""
     task = get_task("babi")({"tasks": "1"}, str(DATA), tmp_path)
     torch.manual_seed(0)
-    result = train(task, TrainConfig("tpr3", "tpr-rnn", 2250, 2250, epochs=10, seed=0,
-                                     hparams={"stop_value": 1.0, "embed_init": 0.1}))
+    result = train(task, TrainConfig("tpr3", "tpr-rnn", 2250, 2250, epochs=10, seed=0, hparams={"stop_value": 1.0, "embed_init": 0.1}))
     assert result.status == "finished"
     assert result.test["qa1"]["error"] <= 1.0, result.history
-    assert result.test["summary"] == {"mean_error": result.test["qa1"]["error"], "tasks": 1.0,
-                                      "failed": 0.0}
+    assert result.test["summary"] == {"mean_error": result.test["qa1"]["error"], "tasks": 1.0, "failed": 0.0}
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,8 +350,11 @@ def test_a_study_pairs_tpr_rnn_with_tpr3_at_its_own_size(folder):
     study = parse_study(STUDY.format(data=folder))
     cells = expand(study)
     assert [(c.arch, c.unit, c.dim) for c in cells] == [
-        ("tpr-rnn", "tpr3", 2250), ("tpr-rnn", "tpr3[entity=4,relation=3]", 48), ("plain", "lstm", 16),
-        ("plain", "gru", 16)]
+        ("tpr-rnn", "tpr3", 2250),
+        ("tpr-rnn", "tpr3[entity=4,relation=3]", 48),
+        ("plain", "lstm", 16),
+        ("plain", "gru", 16),
+    ]
     assert cells[0].label == "qa1/tpr-rnn/d2250/tpr3"
     bad = STUDY.replace('units = ["tpr3", "tpr3[entity=4,relation=3]"]', 'units = ["tpr3", "gru"]')
     with pytest.raises(StudyError, match=r"matrix\[0\].dim: required key is missing: unit 'gru' takes any size"):
@@ -374,23 +396,50 @@ def _agg_rows():
 
     def cell(label, arch, unit, dim, accs: dict[str, dict[int, float]], options, summary=None, epochs=None):
         nonlocal order
-        base = {"order": order, "cell_id": f"c{order}", "task": "babi", "task_label": label, "label": f"{label}/{arch}",
-                "arch": arch, "dim": dim, "input_dim": dim, "unit": unit, "unit_short": unit, "unit_name": unit,
-                "metric": "acc", "direction": "maximize", "seeds_wanted": 2, "seeds_finished": 2, "seeds_failed": 0,
-                "seeds_missing": 0, "task_options": json.dumps(options), "summary": json.dumps(summary or {}),
-                "roles": None, "slices": None, "params_formula": 10, "params_total": 12, "failed_seeds": "",
-                "missing_seeds": "", "failure_reasons": "", "final_params": None, "final_params_hash": "h",
-                "trials": 0, "trials_pruned": 0, "trials_failed": 0, "best_search": float("nan"), "best_trial": None,
-                "git_commits": "abc", "best_epochs": json.dumps(epochs or {})}
+        base = {
+            "order": order,
+            "cell_id": f"c{order}",
+            "task": "babi",
+            "task_label": label,
+            "label": f"{label}/{arch}",
+            "arch": arch,
+            "dim": dim,
+            "input_dim": dim,
+            "unit": unit,
+            "unit_short": unit,
+            "unit_name": unit,
+            "metric": "acc",
+            "direction": "maximize",
+            "seeds_wanted": 2,
+            "seeds_finished": 2,
+            "seeds_failed": 0,
+            "seeds_missing": 0,
+            "task_options": json.dumps(options),
+            "summary": json.dumps(summary or {}),
+            "roles": None,
+            "slices": None,
+            "params_formula": 10,
+            "params_total": 12,
+            "failed_seeds": "",
+            "missing_seeds": "",
+            "failure_reasons": "",
+            "final_params": None,
+            "final_params_hash": "h",
+            "trials": 0,
+            "trials_pruned": 0,
+            "trials_failed": 0,
+            "best_search": float("nan"),
+            "best_trial": None,
+            "git_commits": "abc",
+            "best_epochs": json.dumps(epochs or {}),
+        }
         for k, (split, by_seed) in enumerate([("valid", {0: 1.0, 1: 1.0})] + list(accs.items())):
-            rows.append({**base, "split": split, "split_order": k, "mean": 0, "std": 0, "n": len(by_seed),
-                         "by_seed": json.dumps(by_seed)})
+            rows.append({**base, "split": split, "split_order": k, "mean": 0, "std": 0, "n": len(by_seed), "by_seed": json.dumps(by_seed)})
         order += 1
 
     cell("qa1", "tpr-rnn", "tpr3", 2250, {"qa1": {0: 1.0, 1: 0.99}}, {"tasks": "1"}, epochs={0: 5, 1: 7})
     cell("qa1", "plain", "lstm", 64, {"qa1": {0: 0.5, 1: 0.6}}, {"tasks": "1"}, epochs={0: 30, 1: 41})
-    cell("qa3", "tpr-rnn", "tpr3", 2250, {"qa3": {0: 0.9, 1: 0.97}}, {"tasks": "3", "fallback_1k": True},
-         {"fallback_1k_qa3": 1.0})
+    cell("qa3", "tpr-rnn", "tpr3", 2250, {"qa3": {0: 0.9, 1: 0.97}}, {"tasks": "3", "fallback_1k": True}, {"fallback_1k_qa3": 1.0})
     cell("qa3", "plain", "lstm", 64, {"qa3": {0: 0.2}}, {"tasks": "3", "fallback_1k": True}, {"fallback_1k_qa3": 1.0})
     cell("all", "tpr-rnn", "tpr3", 2250, {"qa1": {0: 1.0}, "qa3": {0: 0.98}}, {"tasks": "1,3"}, epochs={0: 60})
     return pd.DataFrame(rows)
@@ -402,8 +451,7 @@ def test_epochs_pivot_is_each_seeds_kept_epoch_per_task_and_model():
     from harness.report.pivot import epochs_pivot
 
     columns, rows = epochs_pivot(_agg_rows())
-    assert columns == ["task", "tpr-rnn · tpr3 · d=2250 (single-task)", "plain · lstm · d=64 (single-task)",
-                       "tpr-rnn · tpr3 · d=2250 (all-task)"]
+    assert columns == ["task", "tpr-rnn · tpr3 · d=2250 (single-task)", "plain · lstm · d=64 (single-task)", "tpr-rnn · tpr3 · d=2250 (all-task)"]
     assert rows[0] == ["qa1", "6.0 ± 1.4", "35.5 ± 7.8", "60.0 ± –"]
     assert rows[1] == ["qa3¹", "–", "–", "60.0 ± –"]
 
@@ -412,8 +460,13 @@ def test_pivot_rows_are_tasks_and_the_bottom_rows_are_per_run():
     from harness.report.pivot import split_pivot
 
     columns, rows, notes = split_pivot(_agg_rows(), {"paper": {"qa3": "1.78", "mean error": "1.12 ± 1.19"}})
-    assert columns == ["task", "tpr-rnn · tpr3 · d=2250 (single-task)", "plain · lstm · d=64 (single-task)",
-                       "tpr-rnn · tpr3 · d=2250 (all-task)", "paper"]
+    assert columns == [
+        "task",
+        "tpr-rnn · tpr3 · d=2250 (single-task)",
+        "plain · lstm · d=64 (single-task)",
+        "tpr-rnn · tpr3 · d=2250 (all-task)",
+        "paper",
+    ]
     assert rows[0] == ["qa1", "0.50 ± 0.71", "45.00 ± 7.07", "0.00 ± –", "–"]
     assert rows[1] == ["qa3¹", "6.50 ± 4.95", "80.00 ± –", "2.00 ± –", "1.78"]
     # run 0: errors 0 and 10 → mean 5, one failure; run 1: 1 and 3 → mean 2, none

@@ -27,10 +27,26 @@ from tasks.errors import DataError, TaskError
 
 # stories per file: 1k train, 10k train, test (both sizes)
 STORIES = {
-    1: (200, 2000, 200), 2: (200, 2000, 200), 3: (200, None, 200), 4: (1000, 10000, 1000), 5: (200, 2000, 200),
-    6: (200, 2000, 200), 7: (200, 2000, 200), 8: (200, 2000, 200), 9: (200, 2000, 200), 10: (200, 2000, 200),
-    11: (200, 2000, 200), 12: (200, 2000, 200), 13: (200, 2000, 200), 14: (200, 2000, 200), 15: (250, 2500, 250),
-    16: (1000, 10000, 1000), 17: (125, 1250, 125), 18: (198, 1978, 199), 19: (1000, 10000, 1000), 20: (94, 933, 93),
+    1: (200, 2000, 200),
+    2: (200, 2000, 200),
+    3: (200, None, 200),
+    4: (1000, 10000, 1000),
+    5: (200, 2000, 200),
+    6: (200, 2000, 200),
+    7: (200, 2000, 200),
+    8: (200, 2000, 200),
+    9: (200, 2000, 200),
+    10: (200, 2000, 200),
+    11: (200, 2000, 200),
+    12: (200, 2000, 200),
+    13: (200, 2000, 200),
+    14: (200, 2000, 200),
+    15: (250, 2500, 250),
+    16: (1000, 10000, 1000),
+    17: (125, 1250, 125),
+    18: (198, 1978, 199),
+    19: (1000, 10000, 1000),
+    20: (94, 933, 93),
 }
 
 
@@ -72,14 +88,17 @@ def _folder(tmp_path, files: dict[str, str]):
 
 @pytest.fixture
 def small(tmp_path):
-    return _folder(tmp_path, {
-        "en-10k/qa1_single-supporting-fact_train.txt": QA1_TRAIN,
-        "en-10k/qa1_single-supporting-fact_test.txt": QA1_TEST,
-        "en-10k/qa19_path-finding_train.txt": QA19_TRAIN,
-        "en-10k/qa19_path-finding_test.txt": QA19_TEST,
-        "en/qa3_three-supporting-facts_train.txt": QA1_TRAIN,
-        "en-10k/qa3_three-supporting-facts_test.txt": QA1_TEST,
-    })
+    return _folder(
+        tmp_path,
+        {
+            "en-10k/qa1_single-supporting-fact_train.txt": QA1_TRAIN,
+            "en-10k/qa1_single-supporting-fact_test.txt": QA1_TEST,
+            "en-10k/qa19_path-finding_train.txt": QA19_TRAIN,
+            "en-10k/qa19_path-finding_test.txt": QA19_TEST,
+            "en/qa3_three-supporting-facts_train.txt": QA1_TRAIN,
+            "en-10k/qa3_three-supporting-facts_test.txt": QA1_TEST,
+        },
+    )
 
 
 def test_tokenize_keeps_punctuation_and_lowercases():
@@ -96,11 +115,14 @@ def test_read_stories_splits_stories_and_counts_preceding_statements(small):
     assert stories[0].questions[0][0] == ["where", "is", "mary", "?"]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("1 Mary moved.\nbad line\n", r"qa1_x_train.txt:2: expected '<id> <text>'"),
-    ("1 Mary moved.\n2 Where is Mary?\tkitchen\n", r":2: a question line needs question<TAB>answer<TAB>supporting ids"),
-    ("2 Mary moved.\n", r":1: the first story must start at id 1"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("1 Mary moved.\nbad line\n", r"qa1_x_train.txt:2: expected '<id> <text>'"),
+        ("1 Mary moved.\n2 Where is Mary?\tkitchen\n", r":2: a question line needs question<TAB>answer<TAB>supporting ids"),
+        ("2 Mary moved.\n", r":1: the first story must start at id 1"),
+    ],
+)
 def test_malformed_lines_name_file_and_line(tmp_path, text, message):
     path = tmp_path / "qa1_x_train.txt"
     path.write_text(text)
@@ -116,13 +138,12 @@ def test_examples_vocabulary_and_valid_carve(small):
     # vocabulary from the training examples only: "journeyed"/"kitchen" live only in the carved story
     assert "journeyed" not in data.vocab and "kitchen" not in data.vocab and data.vocab[PAD_ID] == "<pad>"
     assert data.vocab[1:] == sorted(data.vocab[1:])
-    assert data.oov["valid"] == 4 and data.oov["qa1"] == 2    # journeyed, garden, kitchen ×2 ; cellar ×2
-    assert data["valid"].answer.tolist() == [PAD_ID]          # an answer never seen in train cannot be right
-    assert data.max_words == 7                                 # "daniel went back to the hallway ." (over all files)
+    assert data.oov["valid"] == 4 and data.oov["qa1"] == 2  # journeyed, garden, kitchen ×2 ; cellar ×2
+    assert data["valid"].answer.tolist() == [PAD_ID]  # an answer never seen in train cannot be right
+    assert data.max_words == 7  # "daniel went back to the hallway ." (over all files)
     batch = data["train"].batch()
     assert batch["stories"].shape == (3, 3, 7) and batch["lengths"].tolist() == [2, 3, 1]
-    assert data.decode(batch["stories"][1].flatten()) == ("mary moved to the bathroom . john went to the hallway . "
-                                                          "daniel went back to the hallway .")
+    assert data.decode(batch["stories"][1].flatten()) == ("mary moved to the bathroom . john went to the hallway . daniel went back to the hallway .")
     assert data.decode(batch["question"][1]) == "where is daniel ?" and data.vocab[batch["answer"][1]] == "hallway"
     assert torch.all(batch["stories"][0, 2] == PAD_ID) and torch.all(batch["stories"][2, 1:] == PAD_ID)
     assert batch["task"].tolist() == [1, 1, 1]
@@ -148,7 +169,7 @@ def test_tasks_share_one_vocabulary_and_list_answers_are_one_symbol(small):
     qa19 = data["qa19"].batch()
     assert data.vocab[qa19["answer"][0]] == "n,w" and qa19["task"].tolist() == [19]
     assert len(data["train"].only_task(19)) == 1 and len(data["train"].only_task(1)) == 4
-    assert data.max_words == 11   # "how do you go from the hallway to the garden ?"
+    assert data.max_words == 11  # "how do you go from the hallway to the garden ?"
 
 
 def test_missing_10k_train_fails_naming_the_file_unless_the_1k_fallback_is_asked(small):
@@ -161,13 +182,16 @@ def test_missing_10k_train_fails_naming_the_file_unless_the_1k_fallback_is_asked
         load_babi("2", "10k", data_dir=small, fallback_1k=True)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"tasks": "0-3"}, "outside 1..20"),
-    ({"tasks": "1-x"}, "cannot read"),
-    ({"size": "100k"}, "choose one of 10k, 1k"),
-    ({"valid_fraction": 1.0}, r"must be in \[0, 1\)"),
-    ({"max_story": 0}, "max_story=0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"tasks": "0-3"}, "outside 1..20"),
+        ({"tasks": "1-x"}, "cannot read"),
+        ({"size": "100k"}, "choose one of 10k, 1k"),
+        ({"valid_fraction": 1.0}, r"must be in \[0, 1\)"),
+        ({"max_story": 0}, "max_story=0"),
+    ],
+)
 def test_bad_options_are_task_errors(small, kwargs, message):
     with pytest.raises(TaskError, match=message):
         load_babi(data_dir=small, **kwargs)
@@ -192,7 +216,7 @@ def test_cache_reloads_the_same_tensors(small, tmp_path):
         for key, value in part.to_dict().items():
             assert torch.equal(getattr(again[split], key), value), (split, key)
     other = load_babi("1,19", "10k", data_dir=small, cache_dir=tmp_path / "cache", valid_fraction=0)
-    assert "valid" not in other.splits   # options are part of the cache key
+    assert "valid" not in other.splits  # options are part of the cache key
     assert isinstance(again["train"], BabiSplit)
 
 
@@ -206,12 +230,12 @@ def test_real_1k_counts_and_task1_sizes(data_root):
         assert data.file_counts[f"qa{task}:train"] == (train_stories, 1000), task
         assert data.file_counts[f"qa{task}:test"] == (test_stories, 1000), task
         assert len(data[f"qa{task}"]) == 1000
-        carved = read_stories(data.files[f"qa{task}:train"])[-int(0.1 * train_stories + 0.5):]
+        carved = read_stories(data.files[f"qa{task}:train"])[-int(0.1 * train_stories + 0.5) :]
         assert len(data["valid"].only_task(task)) == sum(len(s.questions) for s in carved) > 0
         assert len(data["train"].only_task(task)) == 1000 - len(data["valid"].only_task(task))
-    assert data.max_words == 12 and data.oov["train"] == 0 and data.oov["qa8"] == 1   # football,apple,milk
+    assert data.max_words == 12 and data.oov["train"] == 0 and data.oov["qa8"] == 1  # football,apple,milk
     one = load_babi("1", "1k", data_dir=data_root / "babi")
-    assert one.vocab_size == 22 and one.max_words == 7    # task 1: V=22 incl. PAD, L=7 (the paper's 7,943 parameters)
+    assert one.vocab_size == 22 and one.max_words == 7  # task 1: V=22 incl. PAD, L=7 (the paper's 7,943 parameters)
 
 
 @pytest.mark.slow
@@ -227,4 +251,4 @@ def test_real_10k_counts_and_the_missing_qa3(data_root):
         assert data.file_counts[f"qa{task}:test"] == (test_stories, 1000), task
         assert len(data["train"].only_task(task)) + len(data["valid"].only_task(task)) == expected_train[1]
     assert data.oov == {split: 0 for split in data.splits}
-    assert data["train"].max_length == 130 and data["qa2"].max_length == 70   # the windows
+    assert data["train"].max_length == 130 and data["qa2"].max_length == 70  # the windows

@@ -52,8 +52,7 @@ cpus = 1
 """
 
 
-def study_text(name: str = "badinput", trials: int = 1, data: str = "generated", units: str = '["gru"]',
-               extra: str = "") -> str:
+def study_text(name: str = "badinput", trials: int = 1, data: str = "generated", units: str = '["gru"]', extra: str = "") -> str:
     return GOOD.format(name=name, trials=trials, data=data, units=units) + extra
 
 
@@ -114,16 +113,41 @@ def env(tmp_path_factory) -> Env:
     study = tmp / "badinput.toml"
     study.write_text(study_text())
     # A real study, in a subprocess so its local Ray goes away with it.
-    proc = subprocess.run(tprbench_exe() + ["run", str(study), "--root", str(root), "--quiet"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"})
+    proc = subprocess.run(
+        tprbench_exe() + ["run", str(study), "--root", str(root), "--quiet"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (root / "mlflow.db").is_file() and (root / "optuna.journal").is_file()
 
     # A one-epoch `tprbench train` run directory with a gru checkpoint.
     train_root, train_dir = tmp / "train-root", tmp / "train-run"
-    assert main(["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--run-dir", str(train_dir),
-                 "--root", str(train_root), "--set", "train_size=40", "--set", "eval_size=8"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--unit",
+                "gru",
+                "--dim",
+                "8",
+                "--epochs",
+                "1",
+                "--run-dir",
+                str(train_dir),
+                "--root",
+                str(train_root),
+                "--set",
+                "train_size=40",
+                "--set",
+                "eval_size=8",
+            ]
+        )
+        == 0
+    )
     assert (train_dir / "checkpoint.pt").is_file()
 
     e = Env(tmp, root, study, train_dir, train_root)
@@ -178,153 +202,310 @@ def study_case(id: str, text: Callable[[], str] | str, expect: str, command: str
 
 
 CASES = [
-    study_case("malformed_toml", study_text().replace("[[tasks]]", "[[tasks]"),
-               "line 7: Expected ']]' at the end of an array declaration"),
+    study_case("malformed_toml", study_text().replace("[[tasks]]", "[[tasks]"), "line 7: Expected ']]' at the end of an array declaration"),
     study_case("malformed_toml_value", study_text().replace("epochs = 1", "epochs = 1 1"), "line 5: "),
-    study_case("unknown_table", study_text(extra="\n[resource]\ncpus = 1\n"),
-               "resource: unknown key 'resource' (did you mean 'resources'?)"),
-    study_case("unknown_key", study_text().replace("seeds = 1", "seedz = 1"),
-               "study.seedz: unknown key 'seedz' (did you mean 'seeds'?)"),
-    study_case("wrong_type", study_text().replace("seeds = 1", 'seeds = "three"'),
-               "study.seeds: expected a whole number, got 'three'"),
-    study_case("wrong_type_list", study_text().replace("dim = [8]", 'dim = ["eight"]'),
-               "matrix.dim[0]: expected a whole number, got 'eight'"),
-    study_case("negative_count", study_text().replace("trials = 1", "trials = -1"),
-               "study.trials: must be >= 0, got -1"),
-    study_case("slices_do_not_divide_d", study_text(units='["tpru[roles=4,slices=3]"]'),
-               "matrix.units[0]: unit spec 'tpru[roles=4,slices=3]' with hidden size 8: slices=3 must divide "
-               "the hidden size 8"),
-    study_case("grid_slices_do_not_divide_d",
-               study_text(extra="\n[[matrix.grid]]\nunit = \"tpru\"\nroles = 4\nslices = [2, 3]\n"),
-               "matrix.grid[0]: unit spec 'tpru[roles=4,slices=3]' with hidden size 8: slices=3 must divide"),
+    study_case("unknown_table", study_text(extra="\n[resource]\ncpus = 1\n"), "resource: unknown key 'resource' (did you mean 'resources'?)"),
+    study_case("unknown_key", study_text().replace("seeds = 1", "seedz = 1"), "study.seedz: unknown key 'seedz' (did you mean 'seeds'?)"),
+    study_case("wrong_type", study_text().replace("seeds = 1", 'seeds = "three"'), "study.seeds: expected a whole number, got 'three'"),
+    study_case("wrong_type_list", study_text().replace("dim = [8]", 'dim = ["eight"]'), "matrix.dim[0]: expected a whole number, got 'eight'"),
+    study_case("negative_count", study_text().replace("trials = 1", "trials = -1"), "study.trials: must be >= 0, got -1"),
+    study_case(
+        "slices_do_not_divide_d",
+        study_text(units='["tpru[roles=4,slices=3]"]'),
+        "matrix.units[0]: unit spec 'tpru[roles=4,slices=3]' with hidden size 8: slices=3 must divide the hidden size 8",
+    ),
+    study_case(
+        "grid_slices_do_not_divide_d",
+        study_text(extra='\n[[matrix.grid]]\nunit = "tpru"\nroles = 4\nslices = [2, 3]\n'),
+        "matrix.grid[0]: unit spec 'tpru[roles=4,slices=3]' with hidden size 8: slices=3 must divide",
+    ),
     study_case("unknown_unit", study_text(units='["tprux"]'), "matrix.units[0]: unknown unit 'tprux'; did you mean 'tpru'"),
-    study_case("unknown_task", study_text().replace('name = "logic"', 'name = "logik"'),
-               "tasks[0].name: unknown task 'logik'; did you mean 'logic'"),
-    study_case("unknown_arch", study_text().replace('arch = ["plain"]', 'arch = ["plane"]'),
-               "matrix.arch[0]: task 'logic' has no architecture 'plane' (did you mean 'plain'?)"),
-    study_case("unknown_unit_option", study_text(units='["tpru[rolez=4]"]'),
-               "matrix.units[0]: unit spec 'tpru[rolez=4]': unknown option 'rolez' (did you mean 'roles'?)"),
-    study_case("bad_unit_option_value", study_text(units='["tpru[roles=many]"]'),
-               "matrix.units[0]: unit spec 'tpru[roles=many]': option roles='many' is invalid"),
-    study_case("unparsable_unit_spec", study_text(units='["tpru[roles=4"]'),
-               "matrix.units[0]: cannot parse unit spec 'tpru[roles=4'"),
-    study_case("unknown_task_option", study_text().replace("train_size = 200", "train_sise = 200"),
-               "tasks[0].options.train_sise: unknown key 'train_sise' (did you mean 'train_size'?)"),
-    study_case("bad_task_option_value", study_text().replace("train_size = 200", 'train_size = "lots"'),
-               "tasks[0].options.train_size: expected a whole number, got 'lots'"),
-    study_case("empty_search_space_with_trials",
-               study_text().replace("lr = { log_uniform = [1e-3, 1e-2] }", "lr = 1e-3"),
-               "search: empty search space but study.trials = 1"),
-    study_case("bad_distribution", study_text().replace("[1e-3, 1e-2]", "[0, 1e-2]"),
-               "search.lr.low: must be > 0 for a log-uniform range, got 0"),
-    study_case("unset_env_var_in_data", study_text(data="${TPRB_TEST_UNSET_VAR}/logic"),
-               "tasks[0].data: environment variable TPRB_TEST_UNSET_VAR is not set"),
-    study_case("import_path_unit_missing_module", study_text(units='["mymod_missing:Cell"]'),
-               "matrix.units[0]: unit import path 'mymod_missing:Cell': module 'mymod_missing' failed to import: "
-               "No module named 'mymod_missing'"),
-    study_case("import_path_unit_raises", study_text(units='["tprb_boom_unit:Cell"]'),
-               "matrix.units[0]: unit import path 'tprb_boom_unit:Cell': module 'tprb_boom_unit' failed to import: "
-               "boom while importing tprb_boom_unit"),
-    study_case("show_unknown_key", study_text().replace("seeds = 1", "seedz = 1"),
-               "study.seedz: unknown key 'seedz'", command="show"),
+    study_case("unknown_task", study_text().replace('name = "logic"', 'name = "logik"'), "tasks[0].name: unknown task 'logik'; did you mean 'logic'"),
+    study_case(
+        "unknown_arch",
+        study_text().replace('arch = ["plain"]', 'arch = ["plane"]'),
+        "matrix.arch[0]: task 'logic' has no architecture 'plane' (did you mean 'plain'?)",
+    ),
+    study_case(
+        "unknown_unit_option",
+        study_text(units='["tpru[rolez=4]"]'),
+        "matrix.units[0]: unit spec 'tpru[rolez=4]': unknown option 'rolez' (did you mean 'roles'?)",
+    ),
+    study_case(
+        "bad_unit_option_value",
+        study_text(units='["tpru[roles=many]"]'),
+        "matrix.units[0]: unit spec 'tpru[roles=many]': option roles='many' is invalid",
+    ),
+    study_case("unparsable_unit_spec", study_text(units='["tpru[roles=4"]'), "matrix.units[0]: cannot parse unit spec 'tpru[roles=4'"),
+    study_case(
+        "unknown_task_option",
+        study_text().replace("train_size = 200", "train_sise = 200"),
+        "tasks[0].options.train_sise: unknown key 'train_sise' (did you mean 'train_size'?)",
+    ),
+    study_case(
+        "bad_task_option_value",
+        study_text().replace("train_size = 200", 'train_size = "lots"'),
+        "tasks[0].options.train_size: expected a whole number, got 'lots'",
+    ),
+    study_case(
+        "empty_search_space_with_trials",
+        study_text().replace("lr = { log_uniform = [1e-3, 1e-2] }", "lr = 1e-3"),
+        "search: empty search space but study.trials = 1",
+    ),
+    study_case("bad_distribution", study_text().replace("[1e-3, 1e-2]", "[0, 1e-2]"), "search.lr.low: must be > 0 for a log-uniform range, got 0"),
+    study_case(
+        "unset_env_var_in_data", study_text(data="${TPRB_TEST_UNSET_VAR}/logic"), "tasks[0].data: environment variable TPRB_TEST_UNSET_VAR is not set"
+    ),
+    study_case(
+        "import_path_unit_missing_module",
+        study_text(units='["mymod_missing:Cell"]'),
+        "matrix.units[0]: unit import path 'mymod_missing:Cell': module 'mymod_missing' failed to import: No module named 'mymod_missing'",
+    ),
+    study_case(
+        "import_path_unit_raises",
+        study_text(units='["tprb_boom_unit:Cell"]'),
+        "matrix.units[0]: unit import path 'tprb_boom_unit:Cell': module 'tprb_boom_unit' failed to import: boom while importing tprb_boom_unit",
+    ),
+    study_case("show_unknown_key", study_text().replace("seeds = 1", "seedz = 1"), "study.seedz: unknown key 'seedz'", command="show"),
     # A data path that does not exist: found before the run directory's record is opened.
-    Case("missing_data_path",
-         lambda e: ["run", e.write("missing_data_path.toml", study_text(data="/nonexistent/tprb-logic")),
-                    "--root", str(e.root)],
-         lambda e: f"{e.tmp / 'missing_data_path.toml'}: task 'logic': logic data: directory "
-                   "/nonexistent/tprb-logic not found"),
-    Case("nonexistent_study_file", lambda e: ["run", str(e.tmp / "no-such-study.toml"), "--root", str(e.root)],
-         lambda e: f"{e.tmp / 'no-such-study.toml'}: study file not found"),
-    Case("study_file_is_a_directory", lambda e: ["run", str(e.tmp / "study-dir"), "--root", str(e.root)],
-         lambda e: f"{e.tmp / 'study-dir'}: is a directory, not a study file"),
-    Case("only_unknown_key", lambda e: ["run", str(e.study), "--root", str(e.root), "--only", "unt=gru"],
-         "--only 'unt=gru': unknown key 'unt' (did you mean 'unit'?)"),
-    Case("only_without_equals", lambda e: ["study", "show", str(e.study), "--root", str(e.root), "--only", "gru"],
-         "--only 'gru': expected KEY=GLOB"),
-    Case("report_study_without_record",
-         lambda e: ["report", "never-ran", "--root", str(e.root), "--out", str(e.tmp / "report-out")],
-         lambda e: f"study 'never-ran' has no record in sqlite:///{e.root / 'mlflow.db'}"),
-    Case("report_study_file_without_record",
-         lambda e: ["report", e.write("never_ran.toml", study_text(name="never-ran")), "--root", str(e.root),
-                    "--out", str(e.tmp / "report-out")],
-         "study 'never-ran' has no record in"),
-    Case("report_without_store",
-         lambda e: ["report", "badinput", "--root", str(e.tmp / "empty-root"), "--out", str(e.tmp / "report-out")],
-         lambda e: f"no MLflow store at sqlite:///{e.tmp / 'empty-root' / 'mlflow.db'}", touches_root=False),
-    Case("compare_study_without_record", lambda e: ["compare", "badinput", "never-ran", "--root", str(e.root)],
-         "study 'never-ran' has no record in"),
+    Case(
+        "missing_data_path",
+        lambda e: ["run", e.write("missing_data_path.toml", study_text(data="/nonexistent/tprb-logic")), "--root", str(e.root)],
+        lambda e: f"{e.tmp / 'missing_data_path.toml'}: task 'logic': logic data: directory /nonexistent/tprb-logic not found",
+    ),
+    Case(
+        "nonexistent_study_file",
+        lambda e: ["run", str(e.tmp / "no-such-study.toml"), "--root", str(e.root)],
+        lambda e: f"{e.tmp / 'no-such-study.toml'}: study file not found",
+    ),
+    Case(
+        "study_file_is_a_directory",
+        lambda e: ["run", str(e.tmp / "study-dir"), "--root", str(e.root)],
+        lambda e: f"{e.tmp / 'study-dir'}: is a directory, not a study file",
+    ),
+    Case(
+        "only_unknown_key",
+        lambda e: ["run", str(e.study), "--root", str(e.root), "--only", "unt=gru"],
+        "--only 'unt=gru': unknown key 'unt' (did you mean 'unit'?)",
+    ),
+    Case("only_without_equals", lambda e: ["study", "show", str(e.study), "--root", str(e.root), "--only", "gru"], "--only 'gru': expected KEY=GLOB"),
+    Case(
+        "report_study_without_record",
+        lambda e: ["report", "never-ran", "--root", str(e.root), "--out", str(e.tmp / "report-out")],
+        lambda e: f"study 'never-ran' has no record in sqlite:///{e.root / 'mlflow.db'}",
+    ),
+    Case(
+        "report_study_file_without_record",
+        lambda e: ["report", e.write("never_ran.toml", study_text(name="never-ran")), "--root", str(e.root), "--out", str(e.tmp / "report-out")],
+        "study 'never-ran' has no record in",
+    ),
+    Case(
+        "report_without_store",
+        lambda e: ["report", "badinput", "--root", str(e.tmp / "empty-root"), "--out", str(e.tmp / "report-out")],
+        lambda e: f"no MLflow store at sqlite:///{e.tmp / 'empty-root' / 'mlflow.db'}",
+        touches_root=False,
+    ),
+    Case("compare_study_without_record", lambda e: ["compare", "badinput", "never-ran", "--root", str(e.root)], "study 'never-ran' has no record in"),
     # Corrupt data lines: the message names file:line.
-    Case("corrupt_formula_line",
-         lambda e: ["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--data", str(e.files["bad_formula"]),
-                    "--root", str(e.train_root), "--set", "train_size=40"],
-         lambda e: f"{e.files['bad_formula'] / 'validate.txt'}:3: field B is not a formula", touches_root=False),
-    Case("corrupt_field_count",
-         lambda e: ["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--data", str(e.files["bad_fields"]),
-                    "--root", str(e.train_root), "--set", "train_size=40"],
-         lambda e: f"{e.files['bad_fields'] / 'validate.txt'}:2: expected 6 comma-separated fields A,B,E,H1,H2,H3, got 7",
-         touches_root=False),
-    Case("corrupt_label",
-         lambda e: ["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--data", str(e.files["bad_label"]),
-                    "--root", str(e.train_root), "--set", "train_size=40"],
-         lambda e: f"{e.files['bad_label'] / 'validate.txt'}:3: label E must be 0 or 1, got 'yes'", touches_root=False),
-    Case("train_missing_data_path",
-         lambda e: ["train", "--unit", "gru", "--dim", "8", "--data", "/nonexistent/tprb-logic", "--root", str(e.train_root)],
-         "logic data: directory /nonexistent/tprb-logic not found", touches_root=False),
+    Case(
+        "corrupt_formula_line",
+        lambda e: [
+            "train",
+            "--unit",
+            "gru",
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--data",
+            str(e.files["bad_formula"]),
+            "--root",
+            str(e.train_root),
+            "--set",
+            "train_size=40",
+        ],
+        lambda e: f"{e.files['bad_formula'] / 'validate.txt'}:3: field B is not a formula",
+        touches_root=False,
+    ),
+    Case(
+        "corrupt_field_count",
+        lambda e: [
+            "train",
+            "--unit",
+            "gru",
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--data",
+            str(e.files["bad_fields"]),
+            "--root",
+            str(e.train_root),
+            "--set",
+            "train_size=40",
+        ],
+        lambda e: f"{e.files['bad_fields'] / 'validate.txt'}:2: expected 6 comma-separated fields A,B,E,H1,H2,H3, got 7",
+        touches_root=False,
+    ),
+    Case(
+        "corrupt_label",
+        lambda e: [
+            "train",
+            "--unit",
+            "gru",
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--data",
+            str(e.files["bad_label"]),
+            "--root",
+            str(e.train_root),
+            "--set",
+            "train_size=40",
+        ],
+        lambda e: f"{e.files['bad_label'] / 'validate.txt'}:3: label E must be 0 or 1, got 'yes'",
+        touches_root=False,
+    ),
+    Case(
+        "train_missing_data_path",
+        lambda e: ["train", "--unit", "gru", "--dim", "8", "--data", "/nonexistent/tprb-logic", "--root", str(e.train_root)],
+        "logic data: directory /nonexistent/tprb-logic not found",
+        touches_root=False,
+    ),
     # The data root where the dataset's folder belongs: nothing generated, the folder named.
-    Case("train_data_root_for_a_dataset",
-         lambda e: ["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--data", str(e.files["data_root"]),
-                    "--root", str(e.train_root)],
-         lambda e: f"logic data: {e.files['data_root']} has none of the files the task reads (train.txt, validate.txt, "
-                   f"test_easy.txt, test_hard.txt, test_big.txt, test_massive.txt, test_exam.txt); did you mean "
-                   f"{e.files['data_root'] / 'logical_entailment'}?", touches_root=False),
-    Case("train_babi_data_root",
-         lambda e: ["train", "--task", "babi", "--unit", "gru", "--dim", "8", "--epochs", "1",
-                    "--data", str(e.files["data_root"]), "--root", str(e.train_root)],
-         lambda e: f"bAbI: {e.files['data_root']} has none of the files the task reads "
-                   f"(en/qa*_*_train.txt, en-10k/qa*_*_train.txt); did you mean {e.files['data_root'] / 'babi'}?",
-         touches_root=False),
-    Case("run_data_root_for_a_dataset",
-         lambda e: ["run", e.write("data_root.toml", study_text(data=str(e.files["data_root"]))), "--root", str(e.root)],
-         lambda e: f"{e.tmp / 'data_root.toml'}: task 'logic': logic data: {e.files['data_root']} has none of the "
-                   f"files the task reads (train.txt, validate.txt, test_easy.txt, test_hard.txt, test_big.txt, "
-                   f"test_massive.txt, test_exam.txt); did you mean {e.files['data_root'] / 'logical_entailment'}?"),
-    Case("train_unknown_task_option",
-         lambda e: ["train", "--unit", "gru", "--dim", "8", "--set", "train_sise=5", "--root", str(e.train_root)],
-         "task 'logic' options: unknown option 'train_sise' (did you mean 'train_size'?)", touches_root=False),
-    Case("train_unknown_arch",
-         lambda e: ["train", "--unit", "gru", "--dim", "8", "--arch", "plane", "--root", str(e.train_root)],
-         "task 'logic' has no architecture 'plane'", touches_root=False),
-    Case("train_unknown_task",
-         lambda e: ["train", "--unit", "gru", "--task", "logik", "--root", str(e.train_root)],
-         "unknown task 'logik'; did you mean 'logic'", touches_root=False),
-    Case("train_import_path_unit_missing",
-         lambda e: ["train", "--unit", "mymod_missing:Cell", "--root", str(e.train_root)],
-         "unit import path 'mymod_missing:Cell': module 'mymod_missing' failed to import", touches_root=False),
+    Case(
+        "train_data_root_for_a_dataset",
+        lambda e: ["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--data", str(e.files["data_root"]), "--root", str(e.train_root)],
+        lambda e: (
+            f"logic data: {e.files['data_root']} has none of the files the task reads (train.txt, validate.txt, "
+            f"test_easy.txt, test_hard.txt, test_big.txt, test_massive.txt, test_exam.txt); did you mean "
+            f"{e.files['data_root'] / 'logical_entailment'}?"
+        ),
+        touches_root=False,
+    ),
+    Case(
+        "train_babi_data_root",
+        lambda e: [
+            "train",
+            "--task",
+            "babi",
+            "--unit",
+            "gru",
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--data",
+            str(e.files["data_root"]),
+            "--root",
+            str(e.train_root),
+        ],
+        lambda e: (
+            f"bAbI: {e.files['data_root']} has none of the files the task reads "
+            f"(en/qa*_*_train.txt, en-10k/qa*_*_train.txt); did you mean {e.files['data_root'] / 'babi'}?"
+        ),
+        touches_root=False,
+    ),
+    Case(
+        "run_data_root_for_a_dataset",
+        lambda e: ["run", e.write("data_root.toml", study_text(data=str(e.files["data_root"]))), "--root", str(e.root)],
+        lambda e: (
+            f"{e.tmp / 'data_root.toml'}: task 'logic': logic data: {e.files['data_root']} has none of the "
+            f"files the task reads (train.txt, validate.txt, test_easy.txt, test_hard.txt, test_big.txt, "
+            f"test_massive.txt, test_exam.txt); did you mean {e.files['data_root'] / 'logical_entailment'}?"
+        ),
+    ),
+    Case(
+        "train_unknown_task_option",
+        lambda e: ["train", "--unit", "gru", "--dim", "8", "--set", "train_sise=5", "--root", str(e.train_root)],
+        "task 'logic' options: unknown option 'train_sise' (did you mean 'train_size'?)",
+        touches_root=False,
+    ),
+    Case(
+        "train_unknown_arch",
+        lambda e: ["train", "--unit", "gru", "--dim", "8", "--arch", "plane", "--root", str(e.train_root)],
+        "task 'logic' has no architecture 'plane'",
+        touches_root=False,
+    ),
+    Case(
+        "train_unknown_task",
+        lambda e: ["train", "--unit", "gru", "--task", "logik", "--root", str(e.train_root)],
+        "unknown task 'logik'; did you mean 'logic'",
+        touches_root=False,
+    ),
+    Case(
+        "train_import_path_unit_missing",
+        lambda e: ["train", "--unit", "mymod_missing:Cell", "--root", str(e.train_root)],
+        "unit import path 'mymod_missing:Cell': module 'mymod_missing' failed to import",
+        touches_root=False,
+    ),
     # A checkpoint from a different unit in the run directory: refused, the directory left as it was.
-    Case("checkpoint_of_another_unit",
-         lambda e: ["train", "--unit", "lstm", "--dim", "8", "--epochs", "1", "--run-dir", str(e.train_dir),
-                    "--root", str(e.train_root), "--set", "train_size=40", "--set", "eval_size=8"],
-         lambda e: f"{e.train_dir / 'checkpoint.pt'}: checkpoint belongs to a different run configuration",
-         touches_root=False),
-    Case("data_out_is_a_file", lambda e: ["data", "logic", "--out", str(e.tmp / "a-file"), "--train", "8"],
-         lambda e: f"--out {e.tmp / 'a-file'}: exists and is not a directory", touches_root=False),
-    Case("data_out_under_a_file", lambda e: ["data", "logic", "--out", str(e.tmp / "a-file" / "sub"), "--train", "8",
-                                             "--eval-size", "4", "--no-stats"],
-         lambda e: f"--out {e.tmp / 'a-file' / 'sub'}: cannot write the dataset (Not a directory", touches_root=False),
-    Case("data_negative_train", lambda e: ["data", "logic", "--out", str(e.tmp / "gen"), "--train", "-1"],
-         "argument --train: expected an integer from 0 to 1000000000, got '-1'", touches_root=False),
-    Case("bench_unknown_unit_option",
-         lambda e: ["bench", "units", "--units", "gru;tpru[rolez=3]", "--dims", "8", "--repeats", "1", "--warmup", "0"],
-         "unit spec 'tpru[rolez=3]': unknown option 'rolez' (did you mean 'roles'?)", touches_root=False),
-    Case("bench_unparsable_unit", lambda e: ["bench", "units", "--units", "tpru[roles=", "--dims", "8"],
-         "cannot parse unit spec 'tpru[roles='", touches_root=False),
-    Case("units_slices_do_not_divide_d", lambda e: ["units", "tpru[slices=3]", "--dim", "8"],
-         "unit spec 'tpru[slices=3]' with hidden size 8: slices=3 must divide the hidden size 8", touches_root=False),
-    Case("units_hrr_isometric_too_wide", lambda e: ["units", "lstm", "--dim", "8", "--hrr-fillers", "5", "--hrr-basis",
-                                                    "isometric"],
-         "--hrr-fillers 5: the isometric basis needs N·d' <= d", touches_root=False),
-    Case("tasks_unknown_task", lambda e: ["tasks", "logik"], "unknown task 'logik'; did you mean 'logic'",
-         touches_root=False),
+    Case(
+        "checkpoint_of_another_unit",
+        lambda e: [
+            "train",
+            "--unit",
+            "lstm",
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--run-dir",
+            str(e.train_dir),
+            "--root",
+            str(e.train_root),
+            "--set",
+            "train_size=40",
+            "--set",
+            "eval_size=8",
+        ],
+        lambda e: f"{e.train_dir / 'checkpoint.pt'}: checkpoint belongs to a different run configuration",
+        touches_root=False,
+    ),
+    Case(
+        "data_out_is_a_file",
+        lambda e: ["data", "logic", "--out", str(e.tmp / "a-file"), "--train", "8"],
+        lambda e: f"--out {e.tmp / 'a-file'}: exists and is not a directory",
+        touches_root=False,
+    ),
+    Case(
+        "data_out_under_a_file",
+        lambda e: ["data", "logic", "--out", str(e.tmp / "a-file" / "sub"), "--train", "8", "--eval-size", "4", "--no-stats"],
+        lambda e: f"--out {e.tmp / 'a-file' / 'sub'}: cannot write the dataset (Not a directory",
+        touches_root=False,
+    ),
+    Case(
+        "data_negative_train",
+        lambda e: ["data", "logic", "--out", str(e.tmp / "gen"), "--train", "-1"],
+        "argument --train: expected an integer from 0 to 1000000000, got '-1'",
+        touches_root=False,
+    ),
+    Case(
+        "bench_unknown_unit_option",
+        lambda e: ["bench", "units", "--units", "gru;tpru[rolez=3]", "--dims", "8", "--repeats", "1", "--warmup", "0"],
+        "unit spec 'tpru[rolez=3]': unknown option 'rolez' (did you mean 'roles'?)",
+        touches_root=False,
+    ),
+    Case(
+        "bench_unparsable_unit",
+        lambda e: ["bench", "units", "--units", "tpru[roles=", "--dims", "8"],
+        "cannot parse unit spec 'tpru[roles='",
+        touches_root=False,
+    ),
+    Case(
+        "units_slices_do_not_divide_d",
+        lambda e: ["units", "tpru[slices=3]", "--dim", "8"],
+        "unit spec 'tpru[slices=3]' with hidden size 8: slices=3 must divide the hidden size 8",
+        touches_root=False,
+    ),
+    Case(
+        "units_hrr_isometric_too_wide",
+        lambda e: ["units", "lstm", "--dim", "8", "--hrr-fillers", "5", "--hrr-basis", "isometric"],
+        "--hrr-fillers 5: the isometric basis needs N·d' <= d",
+        touches_root=False,
+    ),
+    Case("tasks_unknown_task", lambda e: ["tasks", "logik"], "unknown task 'logik'; did you mean 'logic'", touches_root=False),
 ]
 
 
@@ -388,16 +569,54 @@ def test_existing_but_unwritable_root(env: Env, capsys, tmp_path) -> None:
     assert code == 2 and err.splitlines() == [f"tprbench run: error: run directory {ro}: not writable"]
 
 
-@pytest.mark.parametrize("argv_of, expect_of", [
-    (lambda e: ["run", e.write("sub_malformed.toml", "[study\nname = 'x'\n"), "--root", str(e.root)],
-     lambda e: f"{e.tmp / 'sub_malformed.toml'}: line 1: "),
-    (lambda e: ["train", "--unit", "lstm", "--dim", "8", "--epochs", "1", "--run-dir", str(e.train_dir),
-                "--root", str(e.train_root), "--set", "train_size=40", "--set", "eval_size=8"],
-     lambda e: f"{e.train_dir / 'checkpoint.pt'}: checkpoint belongs to a different run configuration"),
-    (lambda e: ["train", "--task", "logic", "--unit", "gru", "--dim", "16", "--epochs", "1",
-                "--data", str(e.files["data_root"]), "--root", str(e.train_root)],
-     lambda e: f"did you mean {e.files['data_root'] / 'logical_entailment'}?"),
-], ids=["malformed_toml", "checkpoint_of_another_unit", "train_data_root"])
+@pytest.mark.parametrize(
+    "argv_of, expect_of",
+    [
+        (
+            lambda e: ["run", e.write("sub_malformed.toml", "[study\nname = 'x'\n"), "--root", str(e.root)],
+            lambda e: f"{e.tmp / 'sub_malformed.toml'}: line 1: ",
+        ),
+        (
+            lambda e: [
+                "train",
+                "--unit",
+                "lstm",
+                "--dim",
+                "8",
+                "--epochs",
+                "1",
+                "--run-dir",
+                str(e.train_dir),
+                "--root",
+                str(e.train_root),
+                "--set",
+                "train_size=40",
+                "--set",
+                "eval_size=8",
+            ],
+            lambda e: f"{e.train_dir / 'checkpoint.pt'}: checkpoint belongs to a different run configuration",
+        ),
+        (
+            lambda e: [
+                "train",
+                "--task",
+                "logic",
+                "--unit",
+                "gru",
+                "--dim",
+                "16",
+                "--epochs",
+                "1",
+                "--data",
+                str(e.files["data_root"]),
+                "--root",
+                str(e.train_root),
+            ],
+            lambda e: f"did you mean {e.files['data_root'] / 'logical_entailment'}?",
+        ),
+    ],
+    ids=["malformed_toml", "checkpoint_of_another_unit", "train_data_root"],
+)
 def test_bad_input_in_a_subprocess(argv_of, expect_of, env: Env) -> None:
     """The console script itself: real exit status 2, one stderr line, no traceback, nothing touched."""
     before, train_before = snapshot(env.root), snapshot(env.train_dir)

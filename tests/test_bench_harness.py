@@ -16,8 +16,7 @@ def test_bench_harness_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     from tests.ray_helpers import environ, ray_environ
 
     with environ(ray_environ()):
-        rc = main(["bench", "harness", "--nodes", "2", "--trial-seconds", "0.5", "--trials-per-node", "2",
-                   "--root", str(tmp_path)])
+        rc = main(["bench", "harness", "--nodes", "2", "--trial-seconds", "0.5", "--trials-per-node", "2", "--root", str(tmp_path)])
     out = capsys.readouterr().out
     print(out)
     assert rc == 0

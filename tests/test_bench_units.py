@@ -35,8 +35,9 @@ def test_size_rules():
 
 
 def test_bench_rows_interleaved_with_spread(tmp_path: Path):
-    rows = bench_units.bench(["gru", "lstm", "tpru", "tpru[slices=2]", "tpru[slices=3]"], [8], seq=5, batch=3, repeats=3,
-                             warmup=1, threads=[1], padded=True)
+    rows = bench_units.bench(
+        ["gru", "lstm", "tpru", "tpru[slices=2]", "tpru[slices=3]"], [8], seq=5, batch=3, repeats=3, warmup=1, threads=[1], padded=True
+    )
     by_unit = {r.unit: r for r in rows}
     assert by_unit["gru"].ratio_to_gru == 1.0 and by_unit["gru"].params_to_gru == 1.0
     for name in ("lstm", "tpru", "tpru[slices=2]"):
@@ -57,8 +58,30 @@ def test_forward_only_mode():
 
 def test_cli_table_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     out = tmp_path / "bench.json"
-    rc = main(["bench", "units", "--dims", "8", "--seq", "4", "--batch", "2", "--repeats", "2", "--warmup", "0",
-               "--threads", "1", "--units", "gru;tpru-mod1", "--json", str(out), "--clock", "cpu"])
+    rc = main(
+        [
+            "bench",
+            "units",
+            "--dims",
+            "8",
+            "--seq",
+            "4",
+            "--batch",
+            "2",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--units",
+            "gru;tpru-mod1",
+            "--json",
+            str(out),
+            "--clock",
+            "cpu",
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "× gru" in text and "IQR ms" in text and "tpru-mod1[roles=8]" in text
@@ -77,8 +100,28 @@ def test_cli_rejects_bad_dims(capsys: pytest.CaptureFixture[str]):
 @pytest.mark.slow
 def test_bench_train_tiny(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     out = tmp_path / "train.json"
-    rc = main(["bench", "train", "--dim", "8", "--train-size", "64", "--batch-size", "32", "--repeats", "1",
-               "--threads", "1", "--units", "gru;tpru", "--cache", str(tmp_path / "cache"), "--json", str(out)])
+    rc = main(
+        [
+            "bench",
+            "train",
+            "--dim",
+            "8",
+            "--train-size",
+            "64",
+            "--batch-size",
+            "32",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--units",
+            "gru;tpru",
+            "--cache",
+            str(tmp_path / "cache"),
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     rows = json.loads(out.read_text())["rows"]
     assert [r["unit"] for r in rows] == ["gru", "tpru"]

@@ -36,8 +36,9 @@ NON_NUMERIC = {"_key_value"}  # train --hp/--set KEY=VALUE: parsed and checked b
 
 
 def test_no_numeric_option_is_unbounded() -> None:
-    unbounded = [f"{' '.join(p)} {o}" for p, o, a in _options()
-                 if getattr(a.type, "__name__", "") not in NON_NUMERIC and not hasattr(a.type, "bounds")]
+    unbounded = [
+        f"{' '.join(p)} {o}" for p, o, a in _options() if getattr(a.type, "__name__", "") not in NON_NUMERIC and not hasattr(a.type, "bounds")
+    ]
     assert not unbounded, f"numeric options without a bound (harness/bounds.py): {unbounded}"
     assert len(_options()) >= 40
 

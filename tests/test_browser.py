@@ -43,16 +43,23 @@ def test_the_mlflow_ui_and_optuna_dashboard_show_the_names_a_user_reads(tmp_path
     store = build_store(tmp_path / "root")
     storage = open_storage(default_storage_url(store.root))
     for cell in CELLS:
-        described = SimpleNamespace(id=cell.id, label=cell.label, task=cell.task, arch=cell.arch, unit=cell.unit,
-                                    dim=cell.dim, metric="valid_acc", direction="maximize")
+        described = SimpleNamespace(
+            id=cell.id, label=cell.label, task=cell.task, arch=cell.arch, unit=cell.unit, dim=cell.dim, metric="valid_acc", direction="maximize"
+        )
         study = optuna.create_study(study_name=f"synth/{cell.id}", storage=storage, direction="maximize")
         describe_optuna_study(study, described, "synth")
-        study.add_trial(optuna.trial.create_trial(params={"lr": 0.01},
-                                                  distributions={"lr": optuna.distributions.FloatDistribution(1e-3, 1e-1, log=True)},
-                                                  value=0.8))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"lr": 0.01}, distributions={"lr": optuna.distributions.FloatDistribution(1e-3, 1e-1, log=True)}, value=0.8
+            )
+        )
     out = tmp_path / "img"
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / "screenshots.py"), "--root", str(store.root),
-                           "--study", "synth", "--out", str(out)], capture_output=True, text=True, timeout=800)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "screenshots.py"), "--root", str(store.root), "--study", "synth", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=800,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     for name in ("mlflow-ui.png", "optuna-dashboard.png"):
         assert (out / name).stat().st_size > 10_000, name

@@ -22,8 +22,13 @@ def test_tasks_json_lists_every_registered_task(capsys) -> None:
     assert logic["archs"] == ["plain", "bidaf"]
     assert (logic["metric"], logic["study_metric"], logic["direction"]) == ("acc", "valid_acc", "maximize")
     options = {o["name"]: o for o in logic["options"]}
-    assert options["train_size"] == {"name": "train_size", "type": "int", "default": 100000, "required": False,
-                                     "description": "generated training pairs (when the data has no train.txt)"}
+    assert options["train_size"] == {
+        "name": "train_size",
+        "type": "int",
+        "default": 100000,
+        "required": False,
+        "description": "generated training pairs (when the data has no train.txt)",
+    }
     assert options["max_len"]["type"] == "int | None" and options["max_len"]["default"] is None
     assert options["pooling"]["type"] == "'max' | 'last' | 'mean'" and options["pooling"]["default"] == "max"
     assert "validate.txt" in logic["layouts"][0]
@@ -33,8 +38,7 @@ def test_tasks_json_lists_every_registered_task(capsys) -> None:
 def test_tasks_table(capsys) -> None:
     assert main(["tasks"]) == 0
     out = capsys.readouterr().out
-    for text in ("logic", "plain, bidaf", "valid_acc", "maximize", "train_size", "100000", "svp", "[tasks.options]",
-                 "DeepMind"):
+    for text in ("logic", "plain, bidaf", "valid_acc", "maximize", "train_size", "100000", "svp", "[tasks.options]", "DeepMind"):
         assert text in out, text
 
 

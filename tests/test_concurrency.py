@@ -26,7 +26,16 @@ class _Cell:
     """The fields of a study cell that the tracker reads."""
 
     study, id, task, arch, unit, unit_canonical, dim, input_dim, label = (
-        "conc", "c0ffee000000", "logic", "plain", "gru", "gru", 8, 8, "logic/plain/d8/gru")
+        "conc",
+        "c0ffee000000",
+        "logic",
+        "plain",
+        "gru",
+        "gru",
+        8,
+        8,
+        "logic/plain/d8/gru",
+    )
     epochs, data, task_options = EPOCHS, "generated", {}
 
 
@@ -39,10 +48,20 @@ def _setup(uri: str) -> str:
 
 
 def _result(i: int) -> dict[str, Any]:
-    history = [{"epoch": e, "train_loss": 1.0 / (e + i), "train_acc": 0.5, "valid_loss": 0.9, "valid_acc": 0.5 + e / 100,
-                "lr": 1e-3, "epoch_seconds": 0.1} for e in range(1, EPOCHS + 1)]
-    return {"status": "finished", "metric": "valid_acc", "best_valid": history[-1]["valid_acc"], "best_epoch": EPOCHS,
-            "history": history, "test": {"test_easy": {"acc": 0.5, "loss": 0.7}}, "seconds": 1.0, "params_total": 100}
+    history = [
+        {"epoch": e, "train_loss": 1.0 / (e + i), "train_acc": 0.5, "valid_loss": 0.9, "valid_acc": 0.5 + e / 100, "lr": 1e-3, "epoch_seconds": 0.1}
+        for e in range(1, EPOCHS + 1)
+    ]
+    return {
+        "status": "finished",
+        "metric": "valid_acc",
+        "best_valid": history[-1]["valid_acc"],
+        "best_epoch": EPOCHS,
+        "history": history,
+        "test": {"test_easy": {"acc": 0.5, "loss": 0.7}},
+        "seconds": 1.0,
+        "params_total": 100,
+    }
 
 
 def _writer(i: int, uri: str, cell_run: str, journal: str, study_name: str, trial_id: int, barrier: Any) -> dict[str, Any]:
@@ -68,8 +87,9 @@ def _writer(i: int, uri: str, cell_run: str, journal: str, study_name: str, tria
     t0 = time.perf_counter()
     out: dict[str, Any] = {"i": i}
     try:
-        out["run_id"] = tracker.log_run(cell_run, f"c0ffee000000/trial/{i}", {"tprbench.phase": "search"},
-                                        {"lr": 1e-3, "seed": i}, WorkerResult.from_dict(_result(i)))
+        out["run_id"] = tracker.log_run(
+            cell_run, f"c0ffee000000/trial/{i}", {"tprbench.phase": "search"}, {"lr": 1e-3, "seed": i}, WorkerResult.from_dict(_result(i))
+        )
         out["mlflow_s"] = time.perf_counter() - t0
         t1 = time.perf_counter()
         for epoch in range(1, EPOCHS + 1):
@@ -86,8 +106,7 @@ def _writer(i: int, uri: str, cell_run: str, journal: str, study_name: str, tria
 @pytest.fixture(scope="module")
 def ctx():
     context = mp.get_context("forkserver")
-    context.set_forkserver_preload(["mlflow", "mlflow.store.tracking.sqlalchemy_store", "optuna", "harness.record.writer",
-                                    "harness.record.storage"])
+    context.set_forkserver_preload(["mlflow", "mlflow.store.tracking.sqlalchemy_store", "optuna", "harness.record.writer", "harness.record.storage"])
     return context
 
 
@@ -120,11 +139,13 @@ def test_eight_trials_record_at_once_without_lock_errors(ctx: Any, tmp_path: Pat
     trials = optuna.load_study(study_name=study.study_name, storage=open_storage(journal)).get_trials(deepcopy=False)
     complete = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     reports = sum(len(t.intermediate_values) for t in trials)
-    print(f"\n{N} processes at once: {len(rows)} MLflow runs recorded ({len(recs)} distinct keys, "
-          f"{sum(len(r.metrics) for r in recs.values())} metrics), errors {len(errors)}, tracker retries {retries}, "
-          f"MLflow SQL errors {len(lock_logs)}; Optuna: {len(complete)}/{N} trials complete, {reports} reports; "
-          f"MLflow {max(o.get('mlflow_s', 0) for o in outs):.2f} s, Optuna {max(o.get('optuna_s', 0) for o in outs):.2f} s "
-          f"(slowest process), wall {wall:.1f} s")
+    print(
+        f"\n{N} processes at once: {len(rows)} MLflow runs recorded ({len(recs)} distinct keys, "
+        f"{sum(len(r.metrics) for r in recs.values())} metrics), errors {len(errors)}, tracker retries {retries}, "
+        f"MLflow SQL errors {len(lock_logs)}; Optuna: {len(complete)}/{N} trials complete, {reports} reports; "
+        f"MLflow {max(o.get('mlflow_s', 0) for o in outs):.2f} s, Optuna {max(o.get('optuna_s', 0) for o in outs):.2f} s "
+        f"(slowest process), wall {wall:.1f} s"
+    )
     assert errors == [] and lock_logs == [] and retries == 0
     assert len(rows) == len(recs) == N
     assert all(r.status == "finished" and len(r.metrics) >= 7 for r in recs.values())

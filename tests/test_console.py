@@ -33,11 +33,14 @@ def _cli(argv: list[str], capsys) -> tuple[int, str, str]:
     return rc, out.out, out.err
 
 
-@pytest.mark.parametrize("argv, wanted", [
-    (["rnu", "x.toml"], "unknown command 'rnu'; did you mean 'run'?"),
-    (["study", "shwo", "x.toml"], "unknown command 'shwo'; did you mean 'show'?"),
-    (["reprot", "x"], "did you mean 'report'?"),
-])
+@pytest.mark.parametrize(
+    "argv, wanted",
+    [
+        (["rnu", "x.toml"], "unknown command 'rnu'; did you mean 'run'?"),
+        (["study", "shwo", "x.toml"], "unknown command 'shwo'; did you mean 'show'?"),
+        (["reprot", "x"], "did you mean 'report'?"),
+    ],
+)
 def test_a_misspelled_command_gets_did_you_mean(argv, wanted, capsys) -> None:
     rc, _, err = _cli(argv, capsys)
     assert rc == 2 and wanted in err, err
@@ -86,8 +89,9 @@ def test_a_missing_postgres_driver_is_one_line_with_the_install_command(tmp_path
 
     monkeypatch.setattr(dialect.PGDialect_psycopg, "import_dbapi", classmethod(no_driver))
     path = write_study(tmp_path, "nodriver", ["gru"], trials=1, seeds=1, epochs=1)
-    rc, out, err = _cli(["study", "show", str(path), "--root", str(tmp_path / "root"),
-                         "--storage", "postgresql://alice:s3cret@127.0.0.1:1/optuna"], capsys)
+    rc, out, err = _cli(
+        ["study", "show", str(path), "--root", str(tmp_path / "root"), "--storage", "postgresql://alice:s3cret@127.0.0.1:1/optuna"], capsys
+    )
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert rc == 2 and len(lines) == 1, err
     assert "the database driver is not installed" in lines[0] and "pip install 'tprbench[cluster]'" in lines[0]
@@ -106,8 +110,14 @@ def test_watch_hint_is_a_valid_command_for_each_store() -> None:
 def _state(label: str, trials_done: int, seeds_done: int):
     from harness.driver.cells import CellState
 
-    return CellState(cell=SimpleNamespace(label=label, id="0123456789ab"), study=None, trials_wanted=2, seeds_wanted=3,
-                     trials_done=trials_done, seeds_done=seeds_done)
+    return CellState(
+        cell=SimpleNamespace(label=label, id="0123456789ab"),
+        study=None,
+        trials_wanted=2,
+        seeds_wanted=3,
+        trials_done=trials_done,
+        seeds_done=seeds_done,
+    )
 
 
 def test_unattended_progress_lines_at_intervals_and_a_full_width_table(monkeypatch) -> None:
@@ -120,8 +130,7 @@ def test_unattended_progress_lines_at_intervals_and_a_full_width_table(monkeypat
     console = Console(file=buf, width=80, force_terminal=False)  # a log file: no TTY, 80 columns by default
     long = "logic/plain/d16/tpru[roles=16,slices=8,biases=code,basis_seed=12345]"
     states = [_state("logic/plain/d16/gru", 2, 3), _state(long, 1, 0)]
-    runner = SimpleNamespace(study=SimpleNamespace(name="quick"), console=console, started=time.time() - 75,
-                             run_seconds=[3.0])
+    runner = SimpleNamespace(study=SimpleNamespace(name="quick"), console=console, started=time.time() - 75, run_seconds=[3.0])
     with live_view(runner, states) as update:
         update(states, 2)
         update(states, 1)
@@ -201,8 +210,7 @@ def _committed_tables(repo: Path) -> dict[str, str] | None:
     import subprocess
 
     try:
-        ls = subprocess.run(["git", "ls-tree", "-r", "--name-only", "HEAD", "--", "reports"], cwd=repo,
-                            capture_output=True, text=True, timeout=30)
+        ls = subprocess.run(["git", "ls-tree", "-r", "--name-only", "HEAD", "--", "reports"], cwd=repo, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return None
     if ls.returncode:
@@ -211,8 +219,7 @@ def _committed_tables(repo: Path) -> dict[str, str] | None:
     for name in ls.stdout.splitlines():
         parts = name.split("/")
         if len(parts) == 3 and parts[2] == "table.md":
-            out[parts[1]] = subprocess.run(["git", "show", f"HEAD:{name}"], cwd=repo, capture_output=True, text=True,
-                                           timeout=30, check=True).stdout
+            out[parts[1]] = subprocess.run(["git", "show", f"HEAD:{name}"], cwd=repo, capture_output=True, text=True, timeout=30, check=True).stdout
     return out
 
 
@@ -240,8 +247,7 @@ def test_committed_reports_are_read_from_git_not_the_working_tree(tmp_path: Path
     import subprocess
 
     def git(*args: str) -> None:
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                       capture_output=True)
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True)
 
     table = tmp_path / "reports" / "x" / "table.md"
     table.parent.mkdir(parents=True)
@@ -263,8 +269,9 @@ def test_outputs_do_not_make_the_commit_dirty(tmp_path: Path) -> None:
     from harness.record.writer import git_commit
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                              capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True, capture_output=True, text=True
+        ).stdout.strip()
 
     for name in ("harness/x.py", "studies/s.toml", "reports/q/table.md", "records/q/record.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

@@ -32,8 +32,11 @@ pytestmark = pytest.mark.skipif(CPP is None, reason=f"the C++ extension did not 
 @pytest.fixture(autouse=True)
 def deterministic():
     """Deterministic mode with uninitialised memory NaN-filled, restored afterwards."""
-    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-             torch.utils.deterministic.fill_uninitialized_memory)
+    saved = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+        torch.utils.deterministic.fill_uninitialized_memory,
+    )
     torch.use_deterministic_algorithms(True, warn_only=False)
     torch.utils.deterministic.fill_uninitialized_memory = True
     assert torch.isnan(torch.empty(8, dtype=F64)).all()  # the mode is live: unwritten memory reads NaN
@@ -134,10 +137,8 @@ def test_tprn_cpp_equals_python_loop_and_is_reentrant(quantization, spy):
         unit = _tprn(quantization)
         out, state = unit(x, pad._mask([9, 5, 2], 9))
         windowed, last = unit.forward_carry(x[:, :4], carry)
-        loss = ((out * torch.randn(out.shape, generator=gen, dtype=F64)).sum() + state.pow(2).sum() + unit.aux_loss
-                + windowed.sin().sum() + last.sum())
-        return loss, {"out": out, "state": state, "windowed": windowed, "last": last}, \
-            {"x": x, "v0": carry, **dict(unit.named_parameters())}
+        loss = (out * torch.randn(out.shape, generator=gen, dtype=F64)).sum() + state.pow(2).sum() + unit.aux_loss + windowed.sin().sum() + last.sum()
+        return loss, {"out": out, "state": state, "windowed": windowed, "last": last}, {"x": x, "v0": carry, **dict(unit.named_parameters())}
 
     _check(build, ("tprn_forward", "tprn_backward"), spy)
 

@@ -28,8 +28,10 @@ def test_the_parent_names_the_sub_folder_that_has_them(tmp_path: Path) -> None:
     _touch(tmp_path / "root" / "logical_entailment" / "validate.txt")
     with pytest.raises(DataError) as err:
         expect_files("logic data", tmp_path / "root", ("train.txt", "validate.txt"), "generate one")
-    assert str(err.value) == (f"logic data: {tmp_path / 'root'} has none of the files the task reads (train.txt, "
-                              f"validate.txt); did you mean {tmp_path / 'root' / 'logical_entailment'}?")
+    assert str(err.value) == (
+        f"logic data: {tmp_path / 'root'} has none of the files the task reads (train.txt, "
+        f"validate.txt); did you mean {tmp_path / 'root' / 'logical_entailment'}?"
+    )
 
 
 def test_two_levels_down_and_hidden_folders_skipped(tmp_path: Path) -> None:
@@ -63,13 +65,16 @@ def test_a_data_root_one_level_too_high_is_named(tmp_path: Path) -> None:
         dataset_dir("snli", None, ("snli",), "how", root=tmp_path / "shared")
 
 
-@pytest.mark.parametrize("task, options, want", [
-    ("logic", {}, "logical_entailment"),
-    ("babi", {}, "babi"),
-    ("lm", {"corpus": "ptb"}, "ptb"),
-    ("lm", {}, "wikitext2"),
-    ("autoencode", {}, "ptb"),
-])
+@pytest.mark.parametrize(
+    "task, options, want",
+    [
+        ("logic", {}, "logical_entailment"),
+        ("babi", {}, "babi"),
+        ("lm", {"corpus": "ptb"}, "ptb"),
+        ("lm", {}, "wikitext2"),
+        ("autoencode", {}, "ptb"),
+    ],
+)
 def test_each_file_reading_task_names_its_folder(task: str, options: dict, want: str, tmp_path: Path) -> None:
     from tasks.registry import get_task
 

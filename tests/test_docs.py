@@ -58,7 +58,7 @@ def _study_names() -> dict[str, Path]:
 def test_the_readme_says_how_to_reach_tprbench() -> None:
     text = README.read_text()
     assert text.startswith("# tprbench\n\n```bash\nbash scripts/install.sh && .venv/bin/tprbench run studies/quickstart.toml")
-    everyday = text[text.index("## Everyday commands"):]
+    everyday = text[text.index("## Everyday commands") :]
     assert "source .venv/bin/activate" in everyday.split("```")[0] and ".venv/bin/tprbench" in everyday.split("```")[0]
 
 
@@ -71,7 +71,7 @@ def test_every_everyday_command_parses_and_names_studies_that_exist() -> None:
     for argv in commands:
         args = build_parser().parse_args(argv)  # SystemExit(2) on an option the CLI does not have
         n = STUDY_ARGS.get(argv[0], 1 if argv[:2] == ["study", "show"] else 0)
-        given = [a for a in argv[1 + (argv[0] == "study"):] if not a.startswith("-")][:n]
+        given = [a for a in argv[1 + (argv[0] == "study") :] if not a.startswith("-")][:n]
         for study in given:
             assert (ROOT / study).is_file() or study in names, f"{' '.join(argv)}: no study {study!r}"
         assert args.command == argv[0]
@@ -115,8 +115,10 @@ def test_quickstart_parameter_counts_are_of_the_tasks_two_layer_encoder() -> Non
     assert layers == 2
     rows = _readme_rows()
     assert len(rows) == 8
-    committed = subprocess.run(["git", "show", "HEAD:reports/quickstart/table.md"], cwd=ROOT, capture_output=True,
-                               text=True).stdout or (ROOT / "reports" / "quickstart" / "table.md").read_text()
+    committed = (
+        subprocess.run(["git", "show", "HEAD:reports/quickstart/table.md"], cwd=ROOT, capture_output=True, text=True).stdout
+        or (ROOT / "reports" / "quickstart" / "table.md").read_text()
+    )
     for row in rows:
         spec = _spec(row["unit"], row["roles"])
         one_layer = units.param_counts(spec, 16, 16).formula

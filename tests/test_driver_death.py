@@ -36,7 +36,8 @@ def _runs(root: Path) -> dict[str, tuple[str, set[str]]]:
             "SELECT r.run_uuid, r.status, k.value, coalesce(c.value, '') FROM runs r "
             "JOIN tags k ON k.run_uuid = r.run_uuid AND k.key = 'tprbench.kind' "
             "LEFT JOIN tags c ON c.run_uuid = r.run_uuid AND c.key = 'tprbench.cell_id' "
-            "WHERE k.value IN ('study', 'cell') AND r.lifecycle_stage = 'active'").fetchall()
+            "WHERE k.value IN ('study', 'cell') AND r.lifecycle_stage = 'active'"
+        ).fetchall()
         out = {}
         for run_id, status, kind, cell in rows:
             keys = {m[0] for m in con.execute("SELECT key FROM latest_metrics WHERE run_uuid = ?", (run_id,))}

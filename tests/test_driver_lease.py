@@ -58,8 +58,17 @@ def _study_run(uri: str, name: str):
 
 
 def _lease(host: str, pid: int, pid_start: str | None, heartbeat: float) -> str:
-    return json.dumps({"host": host, "pid": pid, "pid_start": pid_start, "started": heartbeat - 60,
-                       "heartbeat": heartbeat, "root": "/elsewhere/runs", "token": "other-driver"})
+    return json.dumps(
+        {
+            "host": host,
+            "pid": pid,
+            "pid_start": pid_start,
+            "started": heartbeat - 60,
+            "heartbeat": heartbeat,
+            "root": "/elsewhere/runs",
+            "token": "other-driver",
+        }
+    )
 
 
 def test_a_live_lease_refuses_a_driver_in_one_line_and_a_dead_one_does_not(tmp_path, capsys) -> None:
@@ -74,8 +83,7 @@ def test_a_live_lease_refuses_a_driver_in_one_line_and_a_dead_one_does_not(tmp_p
         tracker.set_tag(run_id, "tprbench.driver", _lease(socket.gethostname(), first.pid, process_start(first.pid), time.time()))
         capsys.readouterr()
         t0 = time.monotonic()
-        rc = main(["run", str(path), "--root", str(tmp_path / "second"), "--tracking-uri", uri, "--storage", storage,
-                   "--quiet"])
+        rc = main(["run", str(path), "--root", str(tmp_path / "second"), "--tracking-uri", uri, "--storage", storage, "--quiet"])
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if line.strip()]
         print(f"\nrefused in {time.monotonic() - t0:.1f} s: {lines[-1] if lines else ''}")

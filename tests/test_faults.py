@@ -164,8 +164,7 @@ def test_node_removed_mid_trial(cluster, reference, tmp_path: Path) -> None:
     finally:
         cluster.add_node(**cluster.node_args)  # back to two nodes for the next test
     nodes = [a["node_id"] for a in attempts(victim_dir)]
-    print(f"\nnode removed under {victim_dir.name}: attempts on {len(set(nodes))} nodes; "
-          f"driver finished {time.time() - t_kill:.1f} s after the kill")
+    print(f"\nnode removed under {victim_dir.name}: attempts on {len(set(nodes))} nodes; driver finished {time.time() - t_kill:.1f} s after the kill")
     assert len(set(nodes)) == 2 and nodes[-1] != node_id
     assert_resumed(victim_dir)
     same_as_reference(path, root, reference)
@@ -272,15 +271,17 @@ def test_tracking_store_and_journal_locked_mid_study(reference, tmp_path: Path, 
     os.unlink(lock)
     runner, summary = join(thread, box)
     retries = [e for e in runner.events if "retrying" in e]
-    print(f"\nMLflow store locked {released - held:.1f} s from {held - t0:.1f} s; driver retries: {len(retries)} "
-          f"({retries[0] if retries else '-'}); study took {time.time() - t0:.1f} s")
+    print(
+        f"\nMLflow store locked {released - held:.1f} s from {held - t0:.1f} s; driver retries: {len(retries)} "
+        f"({retries[0] if retries else '-'}); study took {time.time() - t0:.1f} s"
+    )
     assert runner.tracker is tracker and tracker.retries >= 1
     same_as_reference(path, root, reference)
 
 
-def test_unreachable_tracking_server_is_a_clear_error_then_a_rerun_completes(reference, tmp_path: Path,
-                                                                            monkeypatch: pytest.MonkeyPatch,
-                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_unreachable_tracking_server_is_a_clear_error_then_a_rerun_completes(
+    reference, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A tracking URI pointing at a stopped MLflow server: after the retry window, one line
     naming the store and what to do; nothing was dispatched; the same command with the store
     back (here: the default SQLite store) completes the study."""

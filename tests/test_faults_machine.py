@@ -124,8 +124,11 @@ def _mlflow_full() -> Exception:
             return wrapped
 
 
-@pytest.mark.parametrize("make", [lambda: OSError(errno.ENOSPC, "No space left on device", "/x/cache/data.pt"),
-                                  _sqlite_full, _mlflow_full], ids=["ENOSPC", "sqlite", "mlflow"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: OSError(errno.ENOSPC, "No space left on device", "/x/cache/data.pt"), _sqlite_full, _mlflow_full],
+    ids=["ENOSPC", "sqlite", "mlflow"],
+)
 def test_out_of_space_is_never_a_transient_outage(make) -> None:
     """A locked store is retried; a full one stops at once (no 120 s of retries)."""
     from harness.diskfull import is_disk_full
@@ -171,8 +174,7 @@ def test_full_disk_while_writing_the_data_cache_is_one_line(tmp_path: Path, monk
     assert "out of disk space" in line and "free on its filesystem" in line and "rerun the same command" in line
 
 
-def test_full_store_stops_at_once_with_one_line_and_library_logs_in_a_file(tmp_path: Path, monkeypatch,
-                                                                           capsys) -> None:
+def test_full_store_stops_at_once_with_one_line_and_library_logs_in_a_file(tmp_path: Path, monkeypatch, capsys) -> None:
     """A 3 MB filesystem: SQLite "database or disk is full" from MLflow's store. Before:
     120 s of retries and ~40 lines of SQLAlchemy tracebacks. Now: no retry, one line; MLflow's
     own log lines go to <root>/logs/libraries.log."""
@@ -202,10 +204,23 @@ def test_full_store_stops_at_once_with_one_line_and_library_logs_in_a_file(tmp_p
 def _worker_job(tmp_path: Path, run_dir: Path):
     from harness.jobs import WorkerJob
 
-    return WorkerJob(task="logic", task_options={"train_size": 40, "eval_size": 8}, data="generated", unit="gru",
-                     arch="plain", dim=8, input_dim=8, epochs=1, metric="valid_acc", direction="maximize", seed=0,
-                     hparams={"lr": 0.01, "batch_size": 8}, run_dir=str(run_dir), cache_dir=str(tmp_path / "cache"),
-                     threads=1)
+    return WorkerJob(
+        task="logic",
+        task_options={"train_size": 40, "eval_size": 8},
+        data="generated",
+        unit="gru",
+        arch="plain",
+        dim=8,
+        input_dim=8,
+        epochs=1,
+        metric="valid_acc",
+        direction="maximize",
+        seed=0,
+        hparams={"lr": 0.01, "batch_size": 8},
+        run_dir=str(run_dir),
+        cache_dir=str(tmp_path / "cache"),
+        threads=1,
+    )
 
 
 def test_a_worker_out_of_space_is_not_recorded_and_stops_the_driver(tmp_path: Path, monkeypatch) -> None:
@@ -371,10 +386,11 @@ def test_closed_pipe_is_quiet() -> None:
     import subprocess
     import sys
 
-    script = ("import sys, harness.cli as cli, harness.commands.units as u; "
-              "u.run = lambda args: [print('x' * 99) for _ in range(20000)] and 0; sys.exit(cli.main(['units']))")
-    shell = f"{sys.executable} -c \"{script}\" | head -n 1 >/dev/null; echo rc=${{PIPESTATUS[0]}} >&2"
-    proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120,
-                          cwd=Path(__file__).resolve().parents[1])
+    script = (
+        "import sys, harness.cli as cli, harness.commands.units as u; "
+        "u.run = lambda args: [print('x' * 99) for _ in range(20000)] and 0; sys.exit(cli.main(['units']))"
+    )
+    shell = f'{sys.executable} -c "{script}" | head -n 1 >/dev/null; echo rc=${{PIPESTATUS[0]}} >&2'
+    proc = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[1])
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.stderr.strip() == "rc=141", proc.stderr

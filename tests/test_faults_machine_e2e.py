@@ -19,17 +19,27 @@ REPO = Path(__file__).resolve().parents[1]
 def tprbench(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     from tests.ray_helpers import ray_environ
 
-    return subprocess.run([sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())", *argv],
-                          capture_output=True, text=True, cwd=REPO, timeout=600,
-                          env={**os.environ, **ray_environ(), "OMP_NUM_THREADS": "1", "COLUMNS": "200", **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())", *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=600,
+        env={**os.environ, **ray_environ(), "OMP_NUM_THREADS": "1", "COLUMNS": "200", **(env or {})},
+    )
 
 
 def _forget_cell(snapshot: Path, cell_id: str) -> int:
     """Make `snapshot` older than the study's end: hard-delete the cell's trial/seed runs."""
     con = sqlite3.connect(snapshot)
-    ids = [r[0] for r in con.execute("SELECT run_uuid FROM tags WHERE key = 'tprbench.cell_id' AND value = ? AND run_uuid "
-                                     "IN (SELECT run_uuid FROM tags WHERE key = 'tprbench.kind' AND value = 'run')",
-                                     (cell_id,))]
+    ids = [
+        r[0]
+        for r in con.execute(
+            "SELECT run_uuid FROM tags WHERE key = 'tprbench.cell_id' AND value = ? AND run_uuid "
+            "IN (SELECT run_uuid FROM tags WHERE key = 'tprbench.kind' AND value = 'run')",
+            (cell_id,),
+        )
+    ]
     marks = ", ".join("?" * len(ids))
     for table in ("tags", "params", "metrics", "latest_metrics", "runs"):
         con.execute(f"DELETE FROM {table} WHERE run_uuid IN ({marks})", ids)
@@ -43,10 +53,8 @@ def test_restore_from_an_older_snapshot_then_rerun_loses_nothing(tmp_path: Path)
     from tests.ray_helpers import cells_of, seed_root, write_study
 
     root = seed_root(tmp_path / "runs")
-    study = write_study(tmp_path, "restore", ["gru", "tpru[roles=4]"], trials=1, seeds=1, epochs=1, train_size=64,
-                        eval_size=16)
-    first = tprbench("run", str(study), "--root", str(root), "--num-cpus", "2", "--quiet",
-                     env={"TPRBENCH_SNAPSHOT_SECONDS": "0"})
+    study = write_study(tmp_path, "restore", ["gru", "tpru[roles=4]"], trials=1, seeds=1, epochs=1, train_size=64, eval_size=16)
+    first = tprbench("run", str(study), "--root", str(root), "--num-cpus", "2", "--quiet", env={"TPRBENCH_SNAPSHOT_SECONDS": "0"})
     assert first.returncode == 0, first.stderr[-3000:]
     snaps = record_guard.snapshots(root)
     assert snaps and record_guard.quick_check(snaps[0]) is None  # taken as cells finished and at the end

@@ -61,8 +61,8 @@ def _resolve(node: ast.Import | ast.ImportFrom, me: str, is_package: bool, known
 def _type_checking(node: ast.AST) -> bool:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
 
 
 @functools.cache
@@ -172,8 +172,7 @@ def _layer(module: str) -> int:
 
 def test_units_tasks_harness_with_no_arrow_back() -> None:
     top, inner = import_graph()
-    back = sorted(f"{m} → {t}" + (" (inside a function)" if t not in top[m] else "")
-                  for m in top for t in top[m] | inner[m] if _layer(t) > _layer(m))
+    back = sorted(f"{m} → {t}" + (" (inside a function)" if t not in top[m] else "") for m in top for t in top[m] | inner[m] if _layer(t) > _layer(m))
     assert not back, "imports against the layering units → tasks → harness:\n" + "\n".join(back)
 
 

@@ -54,8 +54,7 @@ assert not heavy, f"reading the studies imported {heavy}"
 
 def test_reading_every_study_file_imports_no_torch():
     env = {**os.environ, "TPRBENCH_DATA": os.environ.get("TPRBENCH_DATA", "/nonexistent/data")}
-    proc = subprocess.run([sys.executable, "-c", STUDY_CODE], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=env)
+    proc = subprocess.run([sys.executable, "-c", STUDY_CODE], cwd=ROOT, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -71,7 +70,6 @@ assert not heavy, f"study show imported {heavy}"
 
 
 def test_study_show_imports_no_torch(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", SHOW_CODE, str(tmp_path / "runs")], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", SHOW_CODE, str(tmp_path / "runs")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert '"study": "quickstart"' in proc.stdout and proc.stdout.count('"label"') == 8

@@ -11,8 +11,7 @@ import torch
 from tasks.errors import DataError
 from tasks.lm.data import EOS_ID, UNK_ID, batchify, bptt_batches, load_lm_corpus
 
-WIKI_TRAIN = (" \n = Valkyria Chronicles = \n \n the game is a game of the <unk> . \n"
-              " the game began in 2010 . \n \n")
+WIKI_TRAIN = " \n = Valkyria Chronicles = \n \n the game is a game of the <unk> . \n the game began in 2010 . \n \n"
 WIKI_VALID = " \n = Valkyria = \n the game of the year . \n"
 WIKI_TEST = " the game . \n"
 
@@ -21,8 +20,7 @@ WIKI_TEST = " the game . \n"
 def wiki_dir(tmp_path):
     d = tmp_path / "wikitext2"
     d.mkdir()
-    for name, text in (("wiki.train.tokens", WIKI_TRAIN), ("wiki.valid.tokens", WIKI_VALID),
-                       ("wiki.test.tokens", WIKI_TEST)):
+    for name, text in (("wiki.train.tokens", WIKI_TRAIN), ("wiki.valid.tokens", WIKI_VALID), ("wiki.test.tokens", WIKI_TEST)):
         (d / name).write_text(text, encoding="utf-8")
     return d
 
@@ -45,7 +43,7 @@ def test_word_level_every_line_gets_eos(wiki_dir, tmp_path):
     assert c.n_oov == {"train": 0, "valid": 1, "test": 0}
     # Frequency order after the specials.
     assert c.vocab[2] in ("the", "game")
-    assert c.word_perplexity("valid", 2.0) == pytest.approx(torch.e ** 2)
+    assert c.word_perplexity("valid", 2.0) == pytest.approx(torch.e**2)
 
 
 def test_alternative_names_and_ptb_layout(tmp_path):
@@ -97,8 +95,7 @@ def test_bpe(wiki_dir, tmp_path):
     assert torch.equal(again["valid"], c["valid"]) and again.n_words == c.n_words and again.bpe_file == c.bpe_file
     # Word-perplexity conversion uses tokens/words.
     nll = 1.5
-    assert c.word_perplexity("valid", nll) == pytest.approx(
-        torch.e ** (nll * c.n_tokens["valid"] / c.n_words["valid"]))
+    assert c.word_perplexity("valid", nll) == pytest.approx(torch.e ** (nll * c.n_tokens["valid"] / c.n_words["valid"]))
 
 
 def test_batchify_and_bptt():

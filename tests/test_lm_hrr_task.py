@@ -42,9 +42,11 @@ HRR = {"embedding": "hrr", "hrr_fillers": 4}
 
 # -- options ------------------------------------------------------------------------------------
 
+
 def test_hrr_options_reach_the_embedding(lm_root, tmp_path):
-    task = _task(lm_root, tmp_path, **HRR, hrr_roles=2, hrr_basis="isometric", hrr_beta=7.0, hrr_anneal_steps=11,
-                 hrr_filler_dropout=0.25, projection=False)
+    task = _task(
+        lm_root, tmp_path, **HRR, hrr_roles=2, hrr_basis="isometric", hrr_beta=7.0, hrr_anneal_steps=11, hrr_filler_dropout=0.25, projection=False
+    )
     task.prepare()
     model = task.build_model("gru", "lm", 16, 16, task.resolve_hparams({}))
     emb = model.embed
@@ -62,16 +64,19 @@ def test_default_annealing_is_the_authors_for_each_mode(lm_root, tmp_path):
     assert _task(lm_root, tmp_path, **HRR, hrr_anneal_steps=0).options.hrr_anneal() == 0
 
 
-@pytest.mark.parametrize(("options", "message"), [
-    ({"embedding": "hrr"}, "needs hrr_fillers"),
-    ({**HRR, "bpe_vocab_size": 500}, "word level only"),
-    ({"hrr_fillers": 4}, "hrr_fillers: HRR options need embedding"),
-    ({**HRR, "hrr_basis": "orthogonal"}, "hrr_basis"),
-    ({**HRR, "hrr_roles": 4, "hrr_anneal_steps": 100}, "a list of 3"),
-    ({**HRR, "hrr_roles": 3, "hrr_anneal_steps": [1, 2, 3]}, "need 2 step counts"),
-    ({**HRR, "hrr_anneal_steps": -1}, ">= 0"),
-    ({**HRR, "hrr_filler_dropout": 1.0}, "hrr_filler_dropout"),
-])
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"embedding": "hrr"}, "needs hrr_fillers"),
+        ({**HRR, "bpe_vocab_size": 500}, "word level only"),
+        ({"hrr_fillers": 4}, "hrr_fillers: HRR options need embedding"),
+        ({**HRR, "hrr_basis": "orthogonal"}, "hrr_basis"),
+        ({**HRR, "hrr_roles": 4, "hrr_anneal_steps": 100}, "a list of 3"),
+        ({**HRR, "hrr_roles": 3, "hrr_anneal_steps": [1, 2, 3]}, "need 2 step counts"),
+        ({**HRR, "hrr_anneal_steps": -1}, ">= 0"),
+        ({**HRR, "hrr_filler_dropout": 1.0}, "hrr_filler_dropout"),
+    ],
+)
 def test_bad_hrr_options_are_one_clear_error(tmp_path, options, message):
     with pytest.raises(TaskError, match=message) as err:
         get_task("lm")({"corpus": "ptb", **options}, None, tmp_path)
@@ -95,6 +100,7 @@ def test_isometric_needs_n_times_dprime_at_most_the_width(lm_root, tmp_path):
 
 # -- any unit -----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("unit", ["lstm", "tpru[roles=8]", "tprn[symbols=6,roles=3,role_dim=4]"])
 def test_hrr_lm_trains_around_any_unit(lm_root, tmp_path, unit):
     """The unit's output (width ≠ d for TPRN: symbol_dim·role_dim) is projected to d, read out by the HRR."""
@@ -117,6 +123,7 @@ def test_annealing_counts_updates_and_is_saved(lm_root, tmp_path):
 
 
 # -- the isometry loss through the training loop ---------------------------------------------------
+
 
 def _aux_seen_by_trainer(task, unit="gru"):
     """What tasks/training.py's hook adds for one training batch (modules found at build time)."""
@@ -151,6 +158,7 @@ def test_train_aux_is_logged_for_isometric_runs(lm_root, tmp_path):
 
 # -- the per-sentence mode ----------------------------------------------------------------------
 
+
 def test_split_sentences_and_batches_cover_the_stream_once():
     ids = torch.tensor([5, 6, 0, 7, 0, 8, 9, 4, 0, 3])
     sents = split_sentences(ids, 0)
@@ -181,7 +189,7 @@ def test_sentence_mode_predicts_every_token_once_and_resets_the_state(lm_root, t
     logits, _ = model(b["input"], mask=b["mask"])
     for row in range(b["input"].shape[0]):
         n = int(b["mask"][row].sum())
-        alone, _ = model(b["input"][row:row + 1, :n], mask=b["mask"][row:row + 1, :n])
+        alone, _ = model(b["input"][row : row + 1, :n], mask=b["mask"][row : row + 1, :n])
         torch.testing.assert_close(logits[row, :n], alone[0], rtol=1e-5, atol=1e-5)
     metrics = sentences.evaluate(model, "valid", 0)
     assert math.isfinite(metrics["ppl"])
@@ -196,6 +204,7 @@ def test_sentence_mode_trains_plain_and_hrr(lm_root, tmp_path):
 
 
 # -- counts ---------------------------------------------------------------------------------------
+
 
 def test_embedding_param_counts(lm_root, tmp_path):
     task = _task(lm_root, tmp_path, embedding="hrr", hrr_fillers=5, hrr_roles=2)

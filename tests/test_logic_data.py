@@ -49,6 +49,7 @@ def small_splits() -> dict[str, list[str]]:
 
 # ----------------------------------------------------------------------------- formulas
 
+
 def test_parse_print_round_trip_and_measures():
     s = "((~(((r|o)&r))>~(((y|a)|m)))&(y>(r>j)))"
     f = F.parse(s)
@@ -64,19 +65,38 @@ def test_parse_print_round_trip_and_measures():
         assert F.to_str(F.parse(g)) == g and F.ops(g) == n
 
 
-@pytest.mark.parametrize("text, canonical", [
-    ("~p", "~(p)"), ("~~p", "~(~(p))"), ("(g)", "g"), ("((p&q))", "(p&q)"), ("~(p&q)", "~((p&q))"),
-    ("~((p&q))", "~((p&q))"), ("(((a)))", "a"), ("((~(a))>(b))", "(~(a)>b)"),
-])
+@pytest.mark.parametrize(
+    "text, canonical",
+    [
+        ("~p", "~(p)"),
+        ("~~p", "~(~(p))"),
+        ("(g)", "g"),
+        ("((p&q))", "(p&q)"),
+        ("~(p&q)", "~((p&q))"),
+        ("~((p&q))", "~((p&q))"),
+        ("(((a)))", "a"),
+        ("((~(a))>(b))", "(~(a)>b)"),
+    ],
+)
 def test_parser_accepts_redundant_parentheses_and_bare_negation(text, canonical):
     assert F.is_formula(text)
     assert F.to_str(F.parse(text)) == canonical
 
 
-@pytest.mark.parametrize("text, where", [
-    ("", "empty"), ("(a&b", "column 5"), ("a&b", "column 2"), ("(a&b))", "column 6"), ("~", "column 2"),
-    ("A", "column 1"), ("(a&b&c)", "column 5"), ("(a b)", "column 3"), ("(a,b)", "column 3"),
-])
+@pytest.mark.parametrize(
+    "text, where",
+    [
+        ("", "empty"),
+        ("(a&b", "column 5"),
+        ("a&b", "column 2"),
+        ("(a&b))", "column 6"),
+        ("~", "column 2"),
+        ("A", "column 1"),
+        ("(a&b&c)", "column 5"),
+        ("(a b)", "column 3"),
+        ("(a,b)", "column 3"),
+    ],
+)
 def test_parser_errors_say_where(text, where):
     assert not F.is_formula(text)
     with pytest.raises(F.FormulaError, match=where):
@@ -131,6 +151,7 @@ def test_blocked_truth_tables_agree_with_single_block():
 
 
 # ----------------------------------------------------------------------------- generator
+
 
 def test_generator_labels_are_exact(small_splits):
     for name, lines in small_splits.items():
@@ -237,10 +258,8 @@ def test_write_dataset_files_determinism_and_cache(tmp_path):
     info = G.write_dataset(tmp_path / "x", **kw)
     assert not info.cached
     names = sorted(p.name for p in (tmp_path / "x").iterdir())
-    assert names == ["generator.json", "test_easy.txt", "test_exam.txt", "test_hard.txt", "test_massive.txt",
-                     "train.txt", "validate.txt"]
-    assert info.counts == {"test_exam": 8, "test_massive": 4, "test_hard": 8, "test_easy": 8, "validate": 8,
-                           "train": 40}
+    assert names == ["generator.json", "test_easy.txt", "test_exam.txt", "test_hard.txt", "test_massive.txt", "train.txt", "validate.txt"]
+    assert info.counts == {"test_exam": 8, "test_massive": 4, "test_hard": 8, "test_easy": 8, "validate": 8, "train": 40}
     meta = json.loads((tmp_path / "x" / "generator.json").read_text())
     assert meta["params"]["seed"] == 2 and meta["params"]["splits"]["train"]["preset"]["name"] == "easy"
     # same parameters elsewhere: byte-identical files
@@ -270,8 +289,7 @@ def test_write_dataset_excludes_files(tmp_path):
     G.write_dataset(tmp_path / "ref", train=0, seed=0, eval_size=40, eval_sizes={"test_massive": 0})
     excluded = G.alpha_keys([tmp_path / "ref"])
     assert len(excluded) == 4 * 40 + 40  # four easy/hard/big-like splits of 40 and test_exam
-    G.write_dataset(tmp_path / "new", train=400, seed=0, eval_size=40, eval_sizes={"test_massive": 0},
-                    exclude=[tmp_path / "ref"])
+    G.write_dataset(tmp_path / "new", train=400, seed=0, eval_size=40, eval_sizes={"test_massive": 0}, exclude=[tmp_path / "ref"])
     new = G.alpha_keys([tmp_path / "new"])
     assert not new & excluded
     meta = json.loads((tmp_path / "new" / "generator.json").read_text())
@@ -294,16 +312,19 @@ def test_read_split_reads_lines_and_tolerates_missing_final_newline(tmp_path):
     assert len(D.read_split(p)) == 2
 
 
-@pytest.mark.parametrize("bad, message", [
-    ("(p&q),p,1,1,1", "expected 6 comma-separated fields"),
-    ("(p&q),p,1,1,1,1,0", "expected 6 comma-separated fields"),
-    ("(p&q),p,2,1,1,1", "label E must be 0 or 1, got '2'"),
-    ("(p&q),p,,1,1,1", "label E must be 0 or 1"),
-    ("(p&q),p,1,1,x,1", "H2 must be 0 or 1"),
-    ("(p&q,p,1,1,1,1", "field A is not a formula: expected ')' at column 5"),
-    ("(p&q),P,1,1,1,1", "field B is not a formula"),
-    ("", "expected 6 comma-separated fields"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ("(p&q),p,1,1,1", "expected 6 comma-separated fields"),
+        ("(p&q),p,1,1,1,1,0", "expected 6 comma-separated fields"),
+        ("(p&q),p,2,1,1,1", "label E must be 0 or 1, got '2'"),
+        ("(p&q),p,,1,1,1", "label E must be 0 or 1"),
+        ("(p&q),p,1,1,x,1", "H2 must be 0 or 1"),
+        ("(p&q,p,1,1,1,1", "field A is not a formula: expected ')' at column 5"),
+        ("(p&q),P,1,1,1,1", "field B is not a formula"),
+        ("", "expected 6 comma-separated fields"),
+    ],
+)
 def test_read_split_errors_name_file_and_line(tmp_path, bad, message):
     p = tmp_path / "test_easy.txt"
     p.write_text(GOOD + bad + "\n" + GOOD)
@@ -334,8 +355,11 @@ def test_find_splits(tmp_path):
     (tmp_path / "root" / "logical_entailment").mkdir(parents=True)
     (tmp_path / "root" / "logical_entailment" / "train.txt").write_text(GOOD)
     # A data root is not the dataset folder: one error naming the sub-folder that is.
-    with pytest.raises(DataError, match=r"has none of the files the task reads \(train.txt, validate.txt, .*\); "
-                                        r"did you mean .*root/logical_entailment\?$"):
+    with pytest.raises(
+        DataError,
+        match=r"has none of the files the task reads \(train.txt, validate.txt, .*\); "
+        r"did you mean .*root/logical_entailment\?$",
+    ):
         D.find_splits(tmp_path / "root")
     assert list(D.find_splits(tmp_path / "root" / "logical_entailment")) == ["train"]
     with pytest.raises(DataError, match="not found"):
@@ -346,6 +370,7 @@ def test_find_splits(tmp_path):
 
 
 # ----------------------------------------------------------------------------- vocabulary, SVP, batches
+
 
 def test_vocabulary_ids():
     assert D.PAD == 0 and D.VOCAB_SIZE == 33
@@ -426,6 +451,7 @@ def test_iterate_batches_deterministic_with_fresh_svp_per_batch(small_splits):
 
 
 # ----------------------------------------------------------------------------- CLI
+
 
 def test_cli_data_logic_writes_files(tmp_path, capsys, monkeypatch):
     from harness.cli import main

@@ -19,8 +19,12 @@ pytestmark = pytest.mark.realdata
 
 # $TPRBENCH_DATA/logical_entailment/PROVENANCE.md: records and positives per split.
 EXPECTED = {
-    "validate": (5000, 2416), "test_easy": (5000, 2462), "test_hard": (5000, 2501),
-    "test_big": (1696, 848), "test_massive": (2230, 1115), "test_exam": (100, 53),
+    "validate": (5000, 2416),
+    "test_easy": (5000, 2462),
+    "test_hard": (5000, 2501),
+    "test_big": (1696, 848),
+    "test_massive": (2230, 1115),
+    "test_exam": (100, 53),
 }
 
 # $TPRBENCH_DATA/logical_entailment/STATS.md: vars per pair, operators, characters and depth per formula (mean, max), P(E=1).
@@ -97,8 +101,7 @@ def test_statistics_reproduce_stats_md(real):
 
 def test_generated_train_excludes_real_pairs(real, data_root, tmp_path):
     real_keys = {F.alpha_key(ex.a, ex.b) for exs in real.values() for ex in exs}
-    info = G.write_dataset(tmp_path / "gen", train=2000, seed=0, eval_size=0,
-                           exclude=[data_root / "logical_entailment"])
+    info = G.write_dataset(tmp_path / "gen", train=2000, seed=0, eval_size=0, exclude=[data_root / "logical_entailment"])
     assert len(info.params["exclude"]) == 6
     generated = {F.alpha_key(ex.a, ex.b) for ex in D.read_split(info.files["train"])}
     assert len(generated) == 2000

@@ -94,15 +94,49 @@ def test_a_record_without_direction_tags_is_ranked_by_the_registry():
 
     rows = []
     for order, (unit, ppl) in enumerate([("gru", 120.0), ("lstm", 95.0)]):
-        rows.append({"order": order, "split_order": 0, "split": "valid", "task": "lm", "task_label": "lm",
-                     "label": f"lm/lm/d8/{unit}", "cell_id": f"c{order}", "arch": "lm", "dim": 8, "input_dim": 8,
-                     "unit": unit, "unit_short": unit, "unit_name": unit, "roles": None, "slices": None,
-                     "metric": "ppl", "direction": None, "mean": ppl, "std": float("nan"), "n": 1,
-                     "seeds_wanted": 1, "seeds_finished": 1, "seeds_failed": 0, "seeds_missing": 0, "seeds_errored": 0,
-                     "failed_seeds": "", "missing_seeds": "", "errored_seeds": "", "failure_reasons": "",
-                     "errored_reasons": "", "params_formula": 1, "params_total": 1, "final_params": None,
-                     "final_params_hash": "h", "trials": 0, "trials_pruned": 0, "trials_failed": 0,
-                     "best_search": float("nan"), "best_trial": None})
+        rows.append(
+            {
+                "order": order,
+                "split_order": 0,
+                "split": "valid",
+                "task": "lm",
+                "task_label": "lm",
+                "label": f"lm/lm/d8/{unit}",
+                "cell_id": f"c{order}",
+                "arch": "lm",
+                "dim": 8,
+                "input_dim": 8,
+                "unit": unit,
+                "unit_short": unit,
+                "unit_name": unit,
+                "roles": None,
+                "slices": None,
+                "metric": "ppl",
+                "direction": None,
+                "mean": ppl,
+                "std": float("nan"),
+                "n": 1,
+                "seeds_wanted": 1,
+                "seeds_finished": 1,
+                "seeds_failed": 0,
+                "seeds_missing": 0,
+                "seeds_errored": 0,
+                "failed_seeds": "",
+                "missing_seeds": "",
+                "errored_seeds": "",
+                "failure_reasons": "",
+                "errored_reasons": "",
+                "params_formula": 1,
+                "params_total": 1,
+                "final_params": None,
+                "final_params_hash": "h",
+                "trials": 0,
+                "trials_pruned": 0,
+                "trials_failed": 0,
+                "best_search": float("nan"),
+                "best_trial": None,
+            }
+        )
     (sec,) = sections(pd.DataFrame(rows))
     assert sec.layout == "lm" and "valid ppl" in sec.columns
     assert sec.title.startswith("lm: perplexity (lower is better)")

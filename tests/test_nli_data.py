@@ -70,20 +70,30 @@ def test_mnli_csv_layout(mnli_dir, tmp_path):
 
 def test_mnli_jsonl_and_train_and_explicit_files(tmp_path):
     rows = [
-        {"gold_label": "entailment", "sentence1": "A b.", "sentence2": "A.", "annotator_labels": ["entailment"],
-         "genre": "fiction", "pairID": "1e"},
-        {"gold_label": "-", "sentence1": "C d.", "sentence2": "D.", "annotator_labels": ["neutral", "entailment"],
-         "genre": "fiction", "pairID": "2n"},
-        {"gold_label": "contradiction", "sentence1": "E f.", "sentence2": "G.", "annotator_labels": ["contradiction"],
-         "genre": "slate", "pairID": "3c"},
+        {"gold_label": "entailment", "sentence1": "A b.", "sentence2": "A.", "annotator_labels": ["entailment"], "genre": "fiction", "pairID": "1e"},
+        {
+            "gold_label": "-",
+            "sentence1": "C d.",
+            "sentence2": "D.",
+            "annotator_labels": ["neutral", "entailment"],
+            "genre": "fiction",
+            "pairID": "2n",
+        },
+        {
+            "gold_label": "contradiction",
+            "sentence1": "E f.",
+            "sentence2": "G.",
+            "annotator_labels": ["contradiction"],
+            "genre": "slate",
+            "pairID": "3c",
+        },
     ]
     for name in ("multinli_1.0_dev_matched.jsonl", "multinli_1.0_dev_mismatched.jsonl", "multinli_1.0_train.jsonl"):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     data = load_nli("mnli", data_dir=tmp_path, cache_dir=tmp_path / "c")
     assert list(data.splits) == ["train", "dev_matched", "dev_mismatched"]
     assert data["train"]["label"] == [0, 2] and data.dropped["train"] == 1
-    only = load_nli("mnli", files={"dev_matched": tmp_path / "multinli_1.0_dev_matched.jsonl"},
-                    cache_dir=tmp_path / "c")
+    only = load_nli("mnli", files={"dev_matched": tmp_path / "multinli_1.0_dev_matched.jsonl"}, cache_dir=tmp_path / "c")
     assert list(only.splits) == ["dev_matched"]
 
 
@@ -99,8 +109,7 @@ def test_snli_senteval_layout_and_jsonl(tmp_path):
     assert data["dev"]["label"] == [1, 0, 2]
     assert data["dev"][0]["premise"] == "Two women are embracing 0 . "
 
-    rows = [{"gold_label": "neutral", "sentence1": "A man.", "sentence2": "A person."},
-            {"gold_label": "", "sentence1": "x", "sentence2": "y"}]
+    rows = [{"gold_label": "neutral", "sentence1": "A man.", "sentence2": "A person."}, {"gold_label": "", "sentence1": "x", "sentence2": "y"}]
     for split in ("dev", "test", "train"):
         (tmp_path / f"snli_1.0_{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     data = load_nli("snli", data_dir=tmp_path, cache_dir=tmp_path / "c")
@@ -109,9 +118,9 @@ def test_snli_senteval_layout_and_jsonl(tmp_path):
 
 def test_qnli_tsv_quotes_are_text(tmp_path):
     p = tmp_path / "dev.tsv"
-    p.write_text('index\tquestion\tsentence\tlabel\n'
-                 '0\tWhat is "X?\tIt is "the" thing.\tentailment\n'
-                 '1\tWho?\tNobody "knows\tnot_entailment\n', encoding="utf-8")
+    p.write_text(
+        'index\tquestion\tsentence\tlabel\n0\tWhat is "X?\tIt is "the" thing.\tentailment\n1\tWho?\tNobody "knows\tnot_entailment\n', encoding="utf-8"
+    )
     data = load_nli("qnli", data_dir=tmp_path, cache_dir=tmp_path / "c")
     assert data.num_labels == 2 and data["dev"]["label"] == [0, 1]
     assert data["dev"][0]["premise"] == 'What is "X?' and data["dev"][1]["hypothesis"] == 'Nobody "knows'
@@ -142,8 +151,7 @@ def test_tsv_with_missing_field_names_line(tmp_path):
 
 def test_malformed_jsonl_names_line(tmp_path):
     p = tmp_path / "snli_1.0_dev.jsonl"
-    p.write_text('{"gold_label": "neutral", "sentence1": "a", "sentence2": "b"}\n'
-                 '{"gold_label": "neutral", "sentence1": "a"\n')
+    p.write_text('{"gold_label": "neutral", "sentence1": "a", "sentence2": "b"}\n{"gold_label": "neutral", "sentence1": "a"\n')
     with pytest.raises(DataError, match=r"snli_1\.0_dev\.jsonl:2: cannot parse"):
         load_nli("snli", files={"dev": p}, cache_dir=tmp_path / "c")
 
@@ -188,8 +196,25 @@ def test_no_data_root(monkeypatch):
 
 def test_tokenize():
     assert tokenize("He said, \"I don't know\" -- it's well-known: 3.5 end.") == [
-        "he", "said", ",", '"', "i", "do", "n't", "know", '"', "-", "-", "it", "'s", "well-known", ":", "3.5",
-        "end", "."]
+        "he",
+        "said",
+        ",",
+        '"',
+        "i",
+        "do",
+        "n't",
+        "know",
+        '"',
+        "-",
+        "-",
+        "it",
+        "'s",
+        "well-known",
+        ":",
+        "3.5",
+        "end",
+        ".",
+    ]
     # Already tokenised SentEval text is unchanged apart from case.
     text = "Watching ABC 's football , he ca n't vote . "
     assert tokenize(text) == text.lower().split()
@@ -221,7 +246,7 @@ def test_vocab_encode_collate(mnli_dir, tmp_path):
     assert (b["premise"][~b["premise_mask"]] == PAD).all()
     assert b["label"].tolist() == enc["label"]
     # Column-dict input (ds[i:j]) and a DataLoader give the same thing.
-    b2 = collate(enc[0:len(enc)])
+    b2 = collate(enc[0 : len(enc)])
     assert torch.equal(b2["hypothesis"], b["hypothesis"])
     loader = torch.utils.data.DataLoader(enc, batch_size=2, collate_fn=collate)
     first = next(iter(loader))
@@ -283,8 +308,7 @@ def test_real_mnli(data_root, tmp_path):
     assert collections.Counter(data["dev_matched"]["label"]) == {0: 3479, 1: 3123, 2: 3213}
     assert collections.Counter(data["dev_mismatched"]["label"]) == {0: 3463, 1: 3129, 2: 3240}
     first = data["dev_matched"][0]
-    assert first == {"premise": "The new rights are nice enough",
-                     "hypothesis": "Everyone really likes the newest benefits ", "label": 1}
+    assert first == {"premise": "The new rights are nice enough", "hypothesis": "Everyone really likes the newest benefits ", "label": 1}
     assert data["dev_mismatched"][0]["label"] == 2
 
 

@@ -34,7 +34,9 @@ def _seed_values(root: Path, unit: str, key: str = "best_valid_acc") -> list[flo
     rows = con.execute(
         "SELECT m.value FROM latest_metrics m JOIN tags u ON u.run_uuid = m.run_uuid AND u.key = 'tprbench.unit' "
         "JOIN tags p ON p.run_uuid = m.run_uuid AND p.key = 'tprbench.phase' "
-        "WHERE m.key = ? AND u.value = ? AND p.value = 'final'", (key, unit)).fetchall()
+        "WHERE m.key = ? AND u.value = ? AND p.value = 'final'",
+        (key, unit),
+    ).fetchall()
     return sorted(r[0] for r in rows)
 
 
@@ -69,27 +71,32 @@ def test_measures_and_verdicts(record, tmp_path):
     gru, lstm = _seed_values(record, "gru"), _seed_values(record, "lstm")
     assert len(gru) == 3 and len(lstm) == 3
     body = (
-        claim("gru-near", '{ select = { unit = "gru" }, metric = "best_valid_acc", scale = 100.0 }',
-              '{ rule = "within", tolerance = 0.001 }', pn=round(100 * statistics.mean(gru), 6))
-        + claim("gru-far", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
-                '{ rule = "within", tolerance = 0.001 }', pn=5.0)
+        claim(
+            "gru-near",
+            '{ select = { unit = "gru" }, metric = "best_valid_acc", scale = 100.0 }',
+            '{ rule = "within", tolerance = 0.001 }',
+            pn=round(100 * statistics.mean(gru), 6),
+        )
+        + claim("gru-far", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "within", tolerance = 0.001 }', pn=5.0)
         + claim("lstm", '{ select = { unit = "lstm" }, metric = "best_valid_acc" }', '{ rule = "at_least", value = 0.0 }')
-        + claim("gru-vs-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
-                '{ rule = "above_claim", claim = "lstm" }')
-        + claim("gru-near-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
-                '{ rule = "within_claim", claim = "lstm", tolerance = 1.0 }')
-        + claim("gru-far-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
-                '{ rule = "within_claim", claim = "lstm", tolerance = 0.0 }')
-        + claim("all-tpru", '{ select = { unit = "tpru*" }, metric = "best_valid_acc", over = "cells" }',
-                '{ rule = "at_most", value = 1.0 }')
-        + claim("count", '{ select = { unit = "*" }, metric = "best_valid_acc", over = "count_above", above = 0.7 }',
-                '{ rule = "at_most", value = 8 }')
-        + claim("needs-more", '{ select = { unit = "gru" }, metric = "best_valid_acc", over = "cells", cells = 2 }',
-                '{ rule = "at_most", value = 1.0 }')
-        + claim("no-record", '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
-                '{ rule = "at_most", value = 1.0 }', record="missing")
+        + claim("gru-vs-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "above_claim", claim = "lstm" }')
+        + claim(
+            "gru-near-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "within_claim", claim = "lstm", tolerance = 1.0 }'
+        )
+        + claim(
+            "gru-far-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "within_claim", claim = "lstm", tolerance = 0.0 }'
+        )
+        + claim("all-tpru", '{ select = { unit = "tpru*" }, metric = "best_valid_acc", over = "cells" }', '{ rule = "at_most", value = 1.0 }')
+        + claim(
+            "count", '{ select = { unit = "*" }, metric = "best_valid_acc", over = "count_above", above = 0.7 }', '{ rule = "at_most", value = 8 }'
+        )
+        + claim(
+            "needs-more", '{ select = { unit = "gru" }, metric = "best_valid_acc", over = "cells", cells = 2 }', '{ rule = "at_most", value = 1.0 }'
+        )
+        + claim("no-record", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "at_most", value = 1.0 }', record="missing")
         + '\n[[claims]]\nid = "cluster"\nseed = "004"\npaper = "P"\nwhere = "T"\nclaim = "c"\npaper_value = "1"\n'
-          'cluster = { study = "studies/quickstart.toml", estimate = "1,000 core-hours" }\n')
+        'cluster = { study = "studies/quickstart.toml", estimate = "1,000 core-hours" }\n'
+    )
     rows = {r.claim.id: r for r in evaluate(load_claims(_claims(tmp_path, body)), record)}
 
     assert rows["gru-near"].ours.value == pytest.approx(100 * statistics.mean(gru))
@@ -99,8 +106,7 @@ def test_measures_and_verdicts(record, tmp_path):
     assert rows["gru-vs-lstm"].verdict == (HELD if statistics.mean(gru) > statistics.mean(lstm) else NOT_HELD)
     assert rows["gru-near-lstm"].verdict == HELD  # accuracies differ by less than 1
     assert rows["gru-far-lstm"].verdict == (HELD if statistics.mean(gru) == statistics.mean(lstm) else NOT_HELD)
-    tpru_units = ["tpru-mod1[roles=8]", "tpru-mod2[roles=8]", "tpru-mod3[roles=8]", "tpru[roles=16]",
-                  "tpru[roles=8,slices=8]", "tpru[roles=8]"]
+    tpru_units = ["tpru-mod1[roles=8]", "tpru-mod2[roles=8]", "tpru-mod3[roles=8]", "tpru[roles=16]", "tpru[roles=8,slices=8]", "tpru[roles=8]"]
     cell_means = [statistics.mean(_seed_values(record, u)) for u in tpru_units]
     assert rows["all-tpru"].ours.value == pytest.approx(statistics.mean(cell_means))
     all_units = tpru_units + ["gru", "lstm"]
@@ -121,17 +127,22 @@ def test_written_report_is_byte_identical_and_names_its_command(record, tmp_path
     assert "`tprbench papers X`" in text and "| 000 |" in text and "5%" in text  # budget 0.5 × 0.1 × 1
 
 
-@pytest.mark.parametrize("body, message", [
-    ('[[claims]]\nid = "x"\nseed = "0"\npaper = "P"\nwhere = "W"\nclaim = "c"\npaper_value = "1"\n'
-     'cluster = { estimate = "e" }\n', "claim x: seed"),
-    (claim("a", '{ select = { unit = "gru" }, metric = "m", over = "count_above" }', '{ rule = "at_most", value = 1 }'),
-     "claim a: measure"),
-    (claim("a", '{ select = { unit = "gru" }, metric = "m" }', '{ rule = "below_claim", claim = "nope" }'),
-     "verdict.claim 'nope' is not a claim id"),
-    (claim("a", '{ select = { unit = "gru" }, metric = "m" }', '{ rule = "at_most" }'), "rule 'at_most' needs `value`"),
-    (claim("a", '{ select = { colour = "gru" }, metric = "m" }', '{ rule = "at_most", value = 1 }'),
-     "claim a: measure.select.colour"),
-])
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            '[[claims]]\nid = "x"\nseed = "0"\npaper = "P"\nwhere = "W"\nclaim = "c"\npaper_value = "1"\ncluster = { estimate = "e" }\n',
+            "claim x: seed",
+        ),
+        (claim("a", '{ select = { unit = "gru" }, metric = "m", over = "count_above" }', '{ rule = "at_most", value = 1 }'), "claim a: measure"),
+        (
+            claim("a", '{ select = { unit = "gru" }, metric = "m" }', '{ rule = "below_claim", claim = "nope" }'),
+            "verdict.claim 'nope' is not a claim id",
+        ),
+        (claim("a", '{ select = { unit = "gru" }, metric = "m" }', '{ rule = "at_most" }'), "rule 'at_most' needs `value`"),
+        (claim("a", '{ select = { colour = "gru" }, metric = "m" }', '{ rule = "at_most", value = 1 }'), "claim a: measure.select.colour"),
+    ],
+)
 def test_bad_claims_file_says_what_and_where(tmp_path, body, message):
     with pytest.raises(PapersError) as err:
         load_claims(_claims(tmp_path, body))
@@ -150,8 +161,7 @@ def test_committed_papers_report_regenerates_byte_for_byte(tmp_path):
     if not (committed / "README.md").is_file():
         pytest.skip("reports/papers/ is not committed yet")
     out = tmp_path / "papers"
-    proc = subprocess.run([sys.executable, "-m", "harness.cli", "papers", "--out", str(out)], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "papers", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     for name in ("README.md", "claims.csv"):
         assert (out / name).read_text() == (committed / name).read_text(), name
@@ -169,7 +179,8 @@ def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, t
     (run,) = con.execute(
         "SELECT u.run_uuid FROM tags u JOIN tags p ON p.run_uuid = u.run_uuid AND p.key = 'tprbench.phase' "
         "AND p.value = 'final' JOIN tags s ON s.run_uuid = u.run_uuid AND s.key = 'tprbench.seed' AND s.value = '0' "
-        "WHERE u.key = 'tprbench.unit' AND u.value = 'gru'").fetchone()
+        "WHERE u.key = 'tprbench.unit' AND u.value = 'gru'"
+    ).fetchone()
     con.execute("UPDATE tags SET value = 'paused' WHERE run_uuid = ? AND key = 'tprbench.status'", (run,))
     con.commit()
     con.close()
@@ -184,6 +195,9 @@ def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, t
 def test_a_metric_the_finished_runs_do_not_log_is_an_error_not_a_verdict(record, tmp_path):
     """A misspelt metric used to read as "nothing finished" and decide *did not hold*."""
     body = claim("typo", '{ select = { unit = "gru" }, metric = "best_valid_accuracy" }', '{ rule = "at_most", value = 1.0 }')
-    with pytest.raises(PapersError, match=r"claim typo \(\.\): metric 'best_valid_accuracy' is not in the record's "
-                                          r"finished run .*it logs: .*best_valid_acc"):
+    with pytest.raises(
+        PapersError,
+        match=r"claim typo \(\.\): metric 'best_valid_accuracy' is not in the record's "
+        r"finished run .*it logs: .*best_valid_acc",
+    ):
         evaluate(load_claims(_claims(tmp_path, body)), record)

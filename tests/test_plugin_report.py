@@ -143,10 +143,11 @@ def test_a_plugin_study_is_run_and_reported_as_declared(plugin_dir, importable, 
     study.write_text(STUDY)
     ray_tmp = _short_tmp()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(plugin_dir), str(ROOT)]), RAY_TMPDIR=ray_tmp)
-    for argv in (["run", str(study), "--root", str(tmp_path / "runs"), "--quiet", "--num-cpus", "2"],
-                 ["report", str(study), "--root", str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--no-figures"]):
-        proc = subprocess.run([sys.executable, "-m", "harness.cli", *argv], env=env, capture_output=True, text=True,
-                              timeout=360, cwd=tmp_path)
+    for argv in (
+        ["run", str(study), "--root", str(tmp_path / "runs"), "--quiet", "--num-cpus", "2"],
+        ["report", str(study), "--root", str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--no-figures"],
+    ):
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", *argv], env=env, capture_output=True, text=True, timeout=360, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     md = (tmp_path / "report" / "table.md").read_text()
@@ -154,12 +155,21 @@ def test_a_plugin_study_is_run_and_reported_as_declared(plugin_dir, importable, 
     header = next(line for line in md.splitlines() if line.startswith("| arch"))
     # the layout's unit column (beside GRU too) and its metric-named split columns
     assert [c.strip() for c in header.strip("|").split("|")] == [
-        "arch", "d", "unit", "blocks", "valid miss", "test miss", "# params", "# params (total)", "seeds"]
-    rows = {r.split("|")[3].strip(): [c.strip() for c in r.strip("|").split("|")] for r in md.splitlines()
-            if r.startswith("| plain")}
+        "arch",
+        "d",
+        "unit",
+        "blocks",
+        "valid miss",
+        "test miss",
+        "# params",
+        "# params (total)",
+        "seeds",
+    ]
+    rows = {r.split("|")[3].strip(): [c.strip() for c in r.strip("|").split("|")] for r in md.splitlines() if r.startswith("| plain")}
     assert rows["gru"][3] == "–" and rows[f"{PLUGIN}:BlockElman"][3] == "3"  # the option left the unit's spec
-    assert all(cell.split(" ± ")[0].count(".") == 1 and len(cell.split(" ± ")[0].split(".")[1]) == 2
-               for row in rows.values() for cell in row[4:6])  # two decimals, as registered
+    assert all(
+        cell.split(" ± ")[0].count(".") == 1 and len(cell.split(" ± ")[0].split(".")[1]) == 2 for row in rows.values() for cell in row[4:6]
+    )  # two decimals, as registered
 
     with open(tmp_path / "report" / "table.csv") as fh:
         table = list(csv.DictReader(fh))
@@ -187,8 +197,16 @@ def _short_tmp() -> str:
 def test_the_docs_tell_plugin_authors_how_to_declare_it():
     task_doc = (ROOT / "docs" / "adding-a-task.md").read_text()
     unit_doc = (ROOT / "docs" / "adding-a-unit.md").read_text()
-    for name in ("register_metric", "higher_is_better", "scale=", "decimals=", "report_layout", "ReportLayout",
-                 "unit_columns", "metric_in_split_columns"):
+    for name in (
+        "register_metric",
+        "higher_is_better",
+        "scale=",
+        "decimals=",
+        "report_layout",
+        "ReportLayout",
+        "unit_columns",
+        "metric_in_split_columns",
+    ):
         assert name in task_doc, name
     for name in ("REPORT_COLUMNS", "TABLE_COLUMNS", "size_against_gru"):
         assert name in unit_doc, name

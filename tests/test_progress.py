@@ -101,7 +101,9 @@ def test_generation_reports_each_split(tmp_path: Path, monkeypatch) -> None:
     with reporting(rec), per_split("generating", units={EXCLUDING: "files"}) as progress:
         write_dataset(tmp_path / "h", train=8, eval_size=0, exclude=[tmp_path / "g"], progress=progress)
     assert [(t["description"], t["unit"], t["total"]) for t in rec.tasks] == [
-        (f"generating {EXCLUDING}", "files", 7), ("generating train", "lines", 8)]
+        (f"generating {EXCLUDING}", "files", 7),
+        ("generating train", "lines", 8),
+    ]
 
 
 def test_an_epoch_reports_its_batches_and_trains_the_same(tmp_path: Path) -> None:
@@ -110,16 +112,14 @@ def test_an_epoch_reports_its_batches_and_trains_the_same(tmp_path: Path) -> Non
 
     adapter = get_task("logic")(OPTIONS, "generated", tmp_path / "cache")
     adapter.prepare()
-    cfg = TrainConfig(unit="gru", arch="plain", dim=8, input_dim=8, epochs=2, seed=0,
-                      hparams={"lr": 1e-2, "batch_size": 32})
+    cfg = TrainConfig(unit="gru", arch="plain", dim=8, input_dim=8, epochs=2, seed=0, hparams={"lr": 1e-2, "batch_size": 32})
     silent = train(adapter, cfg, tmp_path / "a")
     rec = Recorder()
     with reporting(rec):
         shown = train(adapter, cfg, tmp_path / "b")
     assert [t["description"] for t in rec.tasks] == ["epoch 1/2", "epoch 2/2"]
     assert [(t["total"], t["done"], t["examples"]) for t in rec.tasks] == [(7, 7, 200)] * 2  # 200 pairs, 32 a batch
-    assert shown.history == [{**row, "epoch_seconds": shown.history[i]["epoch_seconds"]}
-                             for i, row in enumerate(silent.history)]
+    assert shown.history == [{**row, "epoch_seconds": shown.history[i]["epoch_seconds"]} for i, row in enumerate(silent.history)]
 
 
 def test_data_of_a_study_is_reported_in_timestamped_phases(tmp_path: Path) -> None:
@@ -142,12 +142,15 @@ def test_resume_names_trials_without_a_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "c1" / "trial-0000").mkdir(parents=True)
     (tmp_path / "c1" / "trial-0000" / "checkpoint.pt").write_bytes(b"x")
     events: list[str] = []
-    st = SimpleNamespace(cell=SimpleNamespace(id="c1"), records={"c1/trial/2": SimpleNamespace(status="FINISHED")},
-                         stale=[(0, 10), (1, 11)], retried=0, continued=0)
+    st = SimpleNamespace(
+        cell=SimpleNamespace(id="c1"), records={"c1/trial/2": SimpleNamespace(status="FINISHED")}, stale=[(0, 10), (1, 11)], retried=0, continued=0
+    )
     fake = SimpleNamespace(work_dir=tmp_path, _errored=StudyRunner._errored, _say=events.append)
     StudyRunner._say_resume(fake, [st])
-    assert events == ["resuming: 1 trial(s) continue from their checkpoints, 1 unfinished trial(s) start over "
-                      "(no checkpoint written yet), 1 run(s) already recorded"]
+    assert events == [
+        "resuming: 1 trial(s) continue from their checkpoints, 1 unfinished trial(s) start over "
+        "(no checkpoint written yet), 1 run(s) already recorded"
+    ]
 
 
 def test_train_prints_at_once_and_inside_the_epoch(tmp_path: Path, capsys, monkeypatch) -> None:
@@ -158,8 +161,30 @@ def test_train_prints_at_once_and_inside_the_epoch(tmp_path: Path, capsys, monke
     from harness.cli import main
 
     monkeypatch.setenv("TPRBENCH_PROGRESS_SECONDS", "0")
-    assert main(["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--batch-size", "32", "--root", str(tmp_path),
-                 "--set", "train_size=200", "--set", "eval_size=40", "--set", "preset=exam"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--unit",
+                "gru",
+                "--dim",
+                "8",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--root",
+                str(tmp_path),
+                "--set",
+                "train_size=200",
+                "--set",
+                "eval_size=40",
+                "--set",
+                "preset=exam",
+            ]
+        )
+        == 0
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "train logic · gru · data generated: setting up"
     assert any("generating logic data: train: 0/200 lines" in ln for ln in lines), lines

@@ -93,8 +93,9 @@ def test_every_bit_flip_of_the_summary_is_rebuilt_never_used(record, monkeypatch
         assert path.read_bytes() != damaged, f"byte {position}: the damaged file was kept"
     assert len(positions) > 150
     assert would_have_used > 0, "no flip read as other numbers: the test no longer shows the danger"
-    print(f"\n{len(positions)} flips over {len(good)} bytes: all rebuilt; {would_have_used} would have been read "
-          "with other values without the digest")
+    print(
+        f"\n{len(positions)} flips over {len(good)} bytes: all rebuilt; {would_have_used} would have been read with other values without the digest"
+    )
 
 
 # -- a read-only record -------------------------------------------------------------------------
@@ -124,9 +125,11 @@ def _tree(root: Path) -> list[tuple[str, int, int]]:
 
 
 def _commands(root: Path, out: Path) -> dict[str, list[str]]:
-    return {"report": ["report", STUDY, "--root", str(root), "--out", str(out), "--no-figures"],
-            "study show": ["study", "show", str(root / "studies" / "ro.toml"), "--root", str(root), "--json"],
-            "compare": ["compare", STUDY, STUDY, "--root", str(root)]}
+    return {
+        "report": ["report", STUDY, "--root", str(root), "--out", str(out), "--no-figures"],
+        "study show": ["study", "show", str(root / "studies" / "ro.toml"), "--root", str(root), "--json"],
+        "compare": ["compare", STUDY, STUDY, "--root", str(root)],
+    }
 
 
 def _run(argv: list[str], capsys) -> tuple[str, str]:

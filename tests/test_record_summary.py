@@ -47,8 +47,7 @@ def _tables(root: Path, out: Path, monkeypatch, summary: bool) -> dict[str, byte
 
     monkeypatch.setenv("TPRBENCH_RECORD_SUMMARY", "1" if summary else "0")
     shutil.rmtree(out, ignore_errors=True)
-    write_report(_uri(root), "bench-summary", out, seeds_wanted=SEEDS, command="tprbench report bench-summary",
-                 figures=False)
+    write_report(_uri(root), "bench-summary", out, seeds_wanted=SEEDS, command="tprbench report bench-summary", figures=False)
     files = {p.name: p.read_bytes() for p in sorted(out.iterdir()) if p.is_file()}
     assert {"table.md", "table.csv", "search.csv"} <= set(files)
     return files
@@ -122,19 +121,21 @@ def _relog(root: Path, monkeypatch) -> tuple[str, str]:
     runs = reader.runs()
     row = runs[runs["phase"] == "final"].sort_values("run_key").iloc[0]
     old = reader.source.runs_by_id([(row["run_id"], row["mlflow_status"], int(row["start_time"]), None)])
-    tags = {"tprbench." + k: v[0] for k, v in old.items()
-            if not k.startswith(("param.", "metric.")) and k not in ("run_id", "mlflow_status", "start_time", "end_time")
-            and v[0] is not None}
+    tags = {
+        "tprbench." + k: v[0]
+        for k, v in old.items()
+        if not k.startswith(("param.", "metric.")) and k not in ("run_id", "mlflow_status", "start_time", "end_time") and v[0] is not None
+    }
     tags["tprbench.kind"] = "run"
     cell = reader.cell_runs([row["cell_id"]])[0]
     tags["mlflow.parentRunId"] = cell["run_id"]
-    params = {k[len("param."):]: v[0] for k, v in old.items() if k.startswith("param.") and v[0] is not None}
-    metrics = [Metric(k[len("metric."):], (0.01 if "acc" in k else v[0]), 0, 0)
-               for k, v in old.items() if k.startswith("metric.") and v[0] is not None]
+    params = {k[len("param.") :]: v[0] for k, v in old.items() if k.startswith("param.") and v[0] is not None}
+    metrics = [
+        Metric(k[len("metric.") :], (0.01 if "acc" in k else v[0]), 0, 0) for k, v in old.items() if k.startswith("metric.") and v[0] is not None
+    ]
     tracker = Tracker(_uri(root), "bench-summary", root / "mlartifacts", root=root)
     tracker.client.delete_run(row["run_id"])
-    new = BulkRun("relogged", tags, params, metrics, status="FINISHED", start_time=int(row["start_time"]) + 1,
-                  end_time=int(row["start_time"]) + 2)
+    new = BulkRun("relogged", tags, params, metrics, status="FINISHED", start_time=int(row["start_time"]) + 1, end_time=int(row["start_time"]) + 2)
     tracker.log_bulk([new])
     return row["run_id"], new.run_id
 
@@ -174,8 +175,9 @@ def test_sql_and_client_sources_give_the_same_frames(record, monkeypatch) -> Non
     pd.testing.assert_frame_equal(a[sorted(a.columns)], b[sorted(b.columns)])
     by_id = {r["run_id"]: r for r in client.cell_runs(exp, ids)}
     for run in sql.cell_runs(exp, ids):
-        assert {k: run[k] for k in ("status", "start_time", "tags", "params")} == \
-            {k: by_id[run["run_id"]][k] for k in ("status", "start_time", "tags", "params")}
+        assert {k: run[k] for k in ("status", "start_time", "tags", "params")} == {
+            k: by_id[run["run_id"]][k] for k in ("status", "start_time", "tags", "params")
+        }
     sql.close()
 
 

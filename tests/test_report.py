@@ -77,30 +77,82 @@ VALID = {
 
 def result_for(valid: float | None, task: str, seed: int, pruned: bool = False) -> dict:
     if valid is None:
-        return {"status": "failed", "reason": "loss became nan at epoch 2, step 5", "metric": "valid_acc",
-                "history": [{"epoch": 1, "train_loss": 1.0, "train_acc": 0.5, "valid_acc": 0.5, "valid_loss": 1.0,
-                             "lr": 1e-3, "epoch_seconds": 1.0}], "test": {}, "seconds": 2.0,
-                "params_formula": 1536, "params_total": 1600}
-    history = [{"epoch": e, "train_loss": 1.0 / e + seed * 0.01, "train_acc": valid - 0.1 / e, "valid_acc": valid - 0.05 * (3 - e),
-                "valid_loss": 0.5 / e, "lr": 1e-3, "epoch_seconds": 0.5 + 0.1 * seed} for e in (1, 2, 3)]
+        return {
+            "status": "failed",
+            "reason": "loss became nan at epoch 2, step 5",
+            "metric": "valid_acc",
+            "history": [{"epoch": 1, "train_loss": 1.0, "train_acc": 0.5, "valid_acc": 0.5, "valid_loss": 1.0, "lr": 1e-3, "epoch_seconds": 1.0}],
+            "test": {},
+            "seconds": 2.0,
+            "params_formula": 1536,
+            "params_total": 1600,
+        }
+    history = [
+        {
+            "epoch": e,
+            "train_loss": 1.0 / e + seed * 0.01,
+            "train_acc": valid - 0.1 / e,
+            "valid_acc": valid - 0.05 * (3 - e),
+            "valid_loss": 0.5 / e,
+            "lr": 1e-3,
+            "epoch_seconds": 0.5 + 0.1 * seed,
+        }
+        for e in (1, 2, 3)
+    ]
     if pruned:
-        return {"status": "pruned", "reason": "pruned after epoch 1", "metric": "valid_acc", "history": history[:1],
-                "best_valid": valid, "best_epoch": 1, "test": {}, "seconds": 1.0, "params_formula": 1536, "params_total": 1600}
+        return {
+            "status": "pruned",
+            "reason": "pruned after epoch 1",
+            "metric": "valid_acc",
+            "history": history[:1],
+            "best_valid": valid,
+            "best_epoch": 1,
+            "test": {},
+            "seconds": 1.0,
+            "params_formula": 1536,
+            "params_total": 1600,
+        }
     # split names as the adapters give them (logic: test_easy ... → metric test_test_easy_acc)
     splits = {"logic": tuple(f"test_{s}" for s in LOGIC_SPLITS), "nli": ("dev_matched", "dev_mismatched")}[task]
     test = {s: {"acc": valid - 0.01 * (i + 1), "loss": 0.3} for i, s in enumerate(splits)}
-    return {"status": "finished", "metric": "valid_acc", "history": history, "best_valid": valid, "best_epoch": 3,
-            "test": test, "seconds": 3.0, "params_formula": 1536, "params_total": 1600}
+    return {
+        "status": "finished",
+        "metric": "valid_acc",
+        "history": history,
+        "best_valid": valid,
+        "best_epoch": 3,
+        "test": test,
+        "seconds": 3.0,
+        "params_formula": 1536,
+        "params_total": 1600,
+    }
 
 
-def log(tracker: Tracker, cell_run: str, cell: FakeCell, phase: str, seed: int, params: dict, result: dict,
-        key: str, commit: str = COMMIT, trial: int | None = None) -> None:
+def log(
+    tracker: Tracker,
+    cell_run: str,
+    cell: FakeCell,
+    phase: str,
+    seed: int,
+    params: dict,
+    result: dict,
+    key: str,
+    commit: str = COMMIT,
+    trial: int | None = None,
+) -> None:
     """What harness.driver.runner.StudyRunner._record writes."""
     from harness.record.writer import cell_tags
 
-    tags = {PHASE: phase, TAG + "seed": seed, TAG + "git_commit": commit, TAG + "params_hash": params_hash(params),
-            TAG + "params_formula": result["params_formula"], TAG + "params_total": result["params_total"],
-            TAG + "host": "testhost", **cell_tags(cell)}
+    tags = {
+        PHASE: phase,
+        TAG + "seed": seed,
+        TAG + "git_commit": commit,
+        TAG + "params_hash": params_hash(params),
+        TAG + "params_formula": result["params_formula"],
+        TAG + "params_total": result["params_total"],
+        TAG + "host": "testhost",
+        **cell_tags(cell),
+    }
     if trial is not None:
         tags[TAG + "trial"] = trial
     tracker.log_run(cell_run, key, tags, {**params, "seed": seed}, WorkerResult(**result))  # a legacy "failed" stays as written
@@ -219,13 +271,28 @@ def test_report_files_byte_identical_and_cli(store, tmp_path, capsys, monkeypatc
     from harness.cli import main
 
     out, bench = tmp_path / "rep", tmp_path / "bench.csv"
-    bench.write_text("unit,dim,seq,batch,forward_ms,backward_ms,total_ms,ratio_to_gru,params_formula,params_total\n"
-                     "gru,16,50,64,1.0,2.0,3.0,1.0,1536,1600\ntpru[roles=16],16,50,64,2.0,4.0,6.0,2.0,1536,1600\n")
+    bench.write_text(
+        "unit,dim,seq,batch,forward_ms,backward_ms,total_ms,ratio_to_gru,params_formula,params_total\n"
+        "gru,16,50,64,1.0,2.0,3.0,1.0,1536,1600\ntpru[roles=16],16,50,64,2.0,4.0,6.0,2.0,1536,1600\n"
+    )
     argv = ["report", "synth", "--root", str(store.root), "--out", str(out), "--seeds", "3", "--bench", str(bench)]
     assert main(argv) == 0
-    names = ["table.md", "table.tex", "table.csv", "search.csv", "curves_roles.png", "curves_roles.svg",
-             "curves_slices.png", "curves_slices.svg", "speed.png", "speed.svg",
-             "units.png", "units.svg", "curves.png", "curves.svg"]  # every unit compared, learning curves with bands
+    names = [
+        "table.md",
+        "table.tex",
+        "table.csv",
+        "search.csv",
+        "curves_roles.png",
+        "curves_roles.svg",
+        "curves_slices.png",
+        "curves_slices.svg",
+        "speed.png",
+        "speed.svg",
+        "units.png",
+        "units.svg",
+        "curves.png",
+        "curves.svg",
+    ]  # every unit compared, learning curves with bands
     first = {n: (out / n).read_bytes() for n in names}
     assert main(argv) == 0
     assert {n: (out / n).read_bytes() for n in names} == first
@@ -275,8 +342,7 @@ def test_compare_studies_and_commits(store, capsys, monkeypatch):
     valid = res.frame[res.frame["split"] == "valid"].iloc[0]
     assert valid["match"] == "id" and valid["diff"] == pytest.approx(0.92 - 0.82)
     assert len(res.only_a) == 4 and not res.only_b
-    res = compare_studies({"study": "synth2", "uri": store.uri, "commit": "aaaa"},
-                          {"study": "synth2", "uri": store.uri, "commit": "bbbb"})
+    res = compare_studies({"study": "synth2", "uri": store.uri, "commit": "aaaa"}, {"study": "synth2", "uri": store.uri, "commit": "bbbb"})
     valid = res.frame[res.frame["split"] == "valid"].iloc[0]
     assert valid["mean_a"] == pytest.approx(0.72) and valid["diff"] == pytest.approx(0.20)
     assert main(["compare", "synth", "synth2", "--root", str(store.root)]) == 0
@@ -357,7 +423,7 @@ def test_a_large_table_prints_as_aligned_plain_text_and_a_small_one_through_rich
     text = out.getvalue()
     lines = text.splitlines()
     assert lines[0] == "logic: accuracy (%)" and lines[1].split() == ["unit", "valid"]
-    body = lines[3:3 + PLAIN_ROWS + 1]
+    body = lines[3 : 3 + PLAIN_ROWS + 1]
     assert [ln.split()[0] for ln in body] == [f"tpru[roles={i}]" for i in range(PLAIN_ROWS + 1)]
     assert len({len(ln) for ln in body}) == 1  # right-aligned numbers: every row as wide as the widest
     assert lines[3 + PLAIN_ROWS + 1] == "a footnote"
@@ -375,7 +441,9 @@ def test_a_split_scored_by_correlation_shows_pearson_in_an_accuracy_table() -> N
     runs = pd.DataFrame({"metric.test_senteval_MR_acc": [0.5], "metric.test_senteval_STSBenchmark_pearson": [0.41]})
     assert _scored_split("senteval_MR", "acc", runs) == ("senteval_MR", "metric.test_senteval_MR_acc")
     assert _scored_split("senteval_STSBenchmark", "acc", runs) == (
-        "senteval_STSBenchmark (pearson ×100)", "metric.test_senteval_STSBenchmark_pearson")
+        "senteval_STSBenchmark (pearson ×100)",
+        "metric.test_senteval_STSBenchmark_pearson",
+    )
     assert _scored_split("senteval_X", "acc", runs) == ("senteval_X", "metric.test_senteval_X_acc")  # nothing: a dash
 
 
@@ -403,9 +471,15 @@ def test_mean_std_gives_numpys_bits_and_records_gives_to_dicts_values() -> None:
     assert all(math.isnan(x) for x in mean_std([]))
     assert math.isnan(mean_std([1.0, float("nan")])[0])
 
-    df = pd.DataFrame({"a": pd.array([1, None, 3], dtype="Int64"), "b": [0.5, float("nan"), 2.0],
-                       "c": pd.array(["x", None, "z"], dtype="str"), "d": [{"k": 1}, None, "s"],
-                       "e": pd.array([True, None, False], dtype="boolean")})
+    df = pd.DataFrame(
+        {
+            "a": pd.array([1, None, 3], dtype="Int64"),
+            "b": [0.5, float("nan"), 2.0],
+            "c": pd.array(["x", None, "z"], dtype="str"),
+            "d": [{"k": 1}, None, "s"],
+            "e": pd.array([True, None, False], dtype="boolean"),
+        }
+    )
     want, got = df.to_dict("records"), records(df)
     assert len(want) == len(got) == 3
     for w, g in zip(want, got):
@@ -428,8 +502,7 @@ def test_figures_of_a_large_study_draw_the_baselines_and_the_best_cells() -> Non
     assert _spread(list(range(5)), MAX_LINES) == list(range(5))
     picked = _spread(list(range(2, 252)), MAX_LINES)
     assert len(picked) == MAX_LINES and picked[0] == 2 and picked[-1] == 251 and picked == sorted(picked)
-    rows = pd.DataFrame({"unit_name": ["lstm", "gru"] + ["tpru"] * 20, "mean": [0.1, 0.2] + [i / 100 for i in range(20)],
-                         "direction": "maximize"})
+    rows = pd.DataFrame({"unit_name": ["lstm", "gru"] + ["tpru"] * 20, "mean": [0.1, 0.2] + [i / 100 for i in range(20)], "direction": "maximize"})
     best = _best_rows(rows, 5)
     assert list(best["unit_name"]) == ["lstm", "gru", "tpru", "tpru", "tpru"]
     assert list(best["mean"][2:]) == [0.17, 0.18, 0.19]  # the best three, in table order

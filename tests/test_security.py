@@ -47,9 +47,12 @@ def _token_count(text: str, code: str) -> int:
     import io
     import tokenize
 
-    kept = [tok.string for tok in tokenize.generate_tokens(io.StringIO(text).readline)
-            if tok.type not in (tokenize.STRING, tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
-                                tokenize.DEDENT) and not tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1)]
+    kept = [
+        tok.string
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline)
+        if tok.type not in (tokenize.STRING, tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
+        and not tok.type == getattr(tokenize, "FSTRING_MIDDLE", -1)
+    ]
     return "".join(kept).count(code)
 
 
@@ -72,14 +75,25 @@ def test_every_torch_load_is_weights_only() -> None:
         for node, name in _calls(tree):
             if name in ("torch.load", "torch.serialization.load"):
                 calls += 1
-                ok = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True
-                         for k in node.keywords)
+                ok = any(k.arg == "weights_only" and isinstance(k.value, ast.Constant) and k.value.value is True for k in node.keywords)
                 if not ok:
                     bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
-            if name in ("pickle.load", "pickle.loads", "dill.load", "dill.loads", "cloudpickle.load",
-                        "cloudpickle.loads", "yaml.load", "torch.jit.load", "joblib.load", "numpy.load", "np.load"):
+            if name in (
+                "pickle.load",
+                "pickle.loads",
+                "dill.load",
+                "dill.loads",
+                "cloudpickle.load",
+                "cloudpickle.loads",
+                "yaml.load",
+                "torch.jit.load",
+                "joblib.load",
+                "numpy.load",
+                "np.load",
+            ):
                 if name in ("numpy.load", "np.load") and not any(
-                        k.arg == "allow_pickle" and getattr(k.value, "value", None) is True for k in node.keywords):
+                    k.arg == "allow_pickle" and getattr(k.value, "value", None) is True for k in node.keywords
+                ):
                     continue
                 bad.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
         # A token-level grep as well (strings and comments left out): a call the AST check missed shows here.
@@ -195,8 +209,27 @@ def test_cli_train_refuses_it_with_exit_2(tmp_path: Path, capsys) -> None:
     marker, run_dir = tmp_path / "MARKER", tmp_path / "run"
     run_dir.mkdir()
     _evil(run_dir / "checkpoint.pt", marker)
-    code = main(["train", "--unit", "gru", "--dim", "8", "--epochs", "1", "--run-dir", str(run_dir),
-                 "--root", str(tmp_path / "root"), "--set", "train_size=40", "--set", "eval_size=8", "--device", "cpu"])
+    code = main(
+        [
+            "train",
+            "--unit",
+            "gru",
+            "--dim",
+            "8",
+            "--epochs",
+            "1",
+            "--run-dir",
+            str(run_dir),
+            "--root",
+            str(tmp_path / "root"),
+            "--set",
+            "train_size=40",
+            "--set",
+            "eval_size=8",
+            "--device",
+            "cpu",
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and not marker.exists()
     assert err.splitlines() == [err.rstrip("\n")] and f"{run_dir / 'checkpoint.pt'}: refused to load" in err
@@ -260,8 +293,13 @@ STRING = re.compile(r'"[^"\n]*"')
 
 
 def _payloads(marker: Path) -> list[str]:
-    return [f"__import__('os').system('touch {marker}')", f"$(touch {marker})", f"`touch {marker}`",
-            f"{{{{__import__('os').system('touch {marker}')}}}}", f"!!python/object/apply:os.system ['touch {marker}']"]
+    return [
+        f"__import__('os').system('touch {marker}')",
+        f"$(touch {marker})",
+        f"`touch {marker}`",
+        f"{{{{__import__('os').system('touch {marker}')}}}}",
+        f"!!python/object/apply:os.system ['touch {marker}']",
+    ]
 
 
 def _variants(marker: Path) -> list[tuple[str, str]]:
@@ -272,7 +310,7 @@ def _variants(marker: Path) -> list[tuple[str, str]]:
     for payload in _payloads(marker):
         literal = '"' + payload.replace("\\", "\\\\") + '"'
         for match in STRING.finditer(TEMPLATE):
-            out.append((f"{match.group(0)}→payload", TEMPLATE[:match.start()] + literal + TEMPLATE[match.end():]))
+            out.append((f"{match.group(0)}→payload", TEMPLATE[: match.start()] + literal + TEMPLATE[match.end() :]))
         out.append(("all strings→payload", STRING.sub(lambda _m, lit=literal: lit, TEMPLATE)))
         out.append(("payload as a key", TEMPLATE.replace("[search]\n", f"[search]\n{literal} = 1\n")))
     return out
@@ -306,8 +344,9 @@ def test_no_study_value_is_evaluated_by_tprbench_run(tmp_path: Path, capsys, mon
     import harness.report
 
     seen = []
-    monkeypatch.setattr(harness.driver.runner.StudyRunner, "run",
-                        lambda self, **kw: seen.append(self.cells) or {"seconds": 0.0, "cells": 0, "states": {}})
+    monkeypatch.setattr(
+        harness.driver.runner.StudyRunner, "run", lambda self, **kw: seen.append(self.cells) or {"seconds": 0.0, "cells": 0, "states": {}}
+    )
     monkeypatch.setattr(harness.report, "print_summary", lambda *a, **k: None)
     marker = tmp_path / "MARKER"
     codes = []
@@ -349,7 +388,8 @@ def test_the_only_code_path_is_a_unit_import_path(tmp_path: Path, monkeypatch) -
         "        self.rnn, self.output_size = nn.GRU(input_size, hidden_size, batch_first=True), hidden_size\n"
         "    def forward(self, x, mask=None):\n"
         "        out, h = self.rnn(x)\n"
-        "        return out, h[-1]\n")
+        "        return out, h[-1]\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     text = TEMPLATE.replace('units = ["gru", "tpru[roles=4,impl=loop]"]', 'units = ["gru", "tprb_sec_unit:Cell"]')
     study = parse_study(text, tmp_path / "imp.toml")
@@ -368,8 +408,7 @@ def test_mlflow_ui_hint_binds_localhost(tmp_path: Path, capsys, monkeypatch) -> 
     import harness.driver.runner
     import harness.report
 
-    monkeypatch.setattr(harness.driver.runner.StudyRunner, "run",
-                        lambda self, **kw: {"cells": len(self.cells), "seconds": 0.0, "states": {}})
+    monkeypatch.setattr(harness.driver.runner.StudyRunner, "run", lambda self, **kw: {"cells": len(self.cells), "seconds": 0.0, "states": {}})
     monkeypatch.setattr(harness.report, "print_summary", lambda *a, **k: None)
     monkeypatch.setenv("COLUMNS", "60")  # a narrow terminal must not break the command over lines
     path = tmp_path / "s.toml"

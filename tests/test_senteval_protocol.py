@@ -18,8 +18,7 @@ def hashing_encoder(dim: int = 512):
     """Deterministic bag-of-words encoder: hashed unigram counts, L2-normalised (sklearn's murmurhash)."""
     from sklearn.feature_extraction.text import HashingVectorizer
 
-    hv = HashingVectorizer(n_features=dim, analyzer=lambda toks: [t.lower() for t in toks],
-                           alternate_sign=False, norm="l2")
+    hv = HashingVectorizer(n_features=dim, analyzer=lambda toks: [t.lower() for t in toks], alternate_sign=False, norm="l2")
 
     def encode(batch):
         batch = [s.split() if isinstance(s, str) else s for s in batch]
@@ -59,8 +58,12 @@ def write(path, lines, encoding="utf-8", bom=False):
 
 def make_senteval_tree(root, n=40, seed=0):  # noqa: C901 (one block per SentEval layout, written out as the files are)
     rng = random.Random(seed)
-    for folder, pos, neg in (("MR", "rt-polarity.pos", "rt-polarity.neg"), ("CR", "custrev.pos", "custrev.neg"),
-                             ("SUBJ", "subj.objective", "subj.subjective"), ("MPQA", "mpqa.pos", "mpqa.neg")):
+    for folder, pos, neg in (
+        ("MR", "rt-polarity.pos", "rt-polarity.neg"),
+        ("CR", "custrev.pos", "custrev.neg"),
+        ("SUBJ", "subj.objective", "subj.subjective"),
+        ("MPQA", "mpqa.pos", "mpqa.neg"),
+    ):
         write(root / folder / pos, [sentence(rng, POS) for _ in range(n)], "latin-1")
         write(root / folder / neg, [sentence(rng, NEG) for _ in range(n)], "latin-1")
     for fname, m in (("train_5500.label", 12), ("TREC_10.label", 4)):
@@ -68,10 +71,11 @@ def make_senteval_tree(root, n=40, seed=0):  # noqa: C901 (one block per SentEva
         lines[3] = lines[3].replace("movie", "sister\xf0city")  # the latin-1 byte of the real train file
         write(root / "TREC" / fname, lines, "latin-1")
     for split, m in (("train", n), ("dev", 10), ("test", 20)):
-        write(root / "SST" / "binary" / f"sentiment-{split}",
-              [f"{sentence(rng, POS)} \t1" for _ in range(m)] + [f"{sentence(rng, NEG)} \t0" for _ in range(m)])
-        fine = [f"{c} {sentence(rng, [['awful'], ['bad'], ['fine'], ['good'], ['great']][c][0:1])}"
-                for c in range(5) for _ in range(m // 2)]
+        write(
+            root / "SST" / "binary" / f"sentiment-{split}",
+            [f"{sentence(rng, POS)} \t1" for _ in range(m)] + [f"{sentence(rng, NEG)} \t0" for _ in range(m)],
+        )
+        fine = [f"{c} {sentence(rng, [['awful'], ['bad'], ['fine'], ['good'], ['great']][c][0:1])}" for c in range(5) for _ in range(m // 2)]
         write(root / "SST" / "fine" / f"sentiment-{split}", fine)
     for split, m in (("train", 60), ("test", 30)):
         rows = ["Quality\t#1 ID\t#2 ID\t#1 String\t#2 String"]
@@ -248,6 +252,7 @@ FAKE_SENTEVAL = Path(__file__).resolve().parent / "fake_senteval"
 def fake_senteval(monkeypatch):
     """tests/fake_senteval as the `senteval` package (SentEval's entry point, paths and result layout),
     for this test only: afterwards `import senteval` is what it was before (not the fake)."""
+
     def ours():
         return [m for m in sys.modules if m == "senteval" or m.startswith("senteval.")]
 
@@ -277,12 +282,17 @@ def test_real_senteval_package_path_and_results(tmp_path, fake_senteval, folder_
     else:  # a scratch folder, gone after the evaluation
         assert Path(params["task_path"]).name.startswith("tprbench-senteval-") and not Path(params["task_path"]).exists()
     assert len(prepared) == len(names)  # SentEval's do_prepare: once per task
-    assert res["MR"] == {"acc": raw["MR"]["acc"], "devacc": raw["MR"]["devacc"], "n_dev": raw["MR"]["ndev"],
-                         "n_test": raw["MR"]["ntest"]}
+    assert res["MR"] == {"acc": raw["MR"]["acc"], "devacc": raw["MR"]["devacc"], "n_dev": raw["MR"]["ndev"], "n_test": raw["MR"]["ntest"]}
     assert res["MRPC"]["f1"] == raw["MRPC"]["f1"]
     for name in ("SICKRelatedness", "STSBenchmark"):
-        assert res[name] == {"pearson": raw[name]["pearson"], "spearman": raw[name]["spearman"], "mse": raw[name]["mse"],
-                             "dev_pearson": raw[name]["devpearson"], "n_dev": 500, "n_test": 4927}
+        assert res[name] == {
+            "pearson": raw[name]["pearson"],
+            "spearman": raw[name]["spearman"],
+            "mse": raw[name]["mse"],
+            "dev_pearson": raw[name]["devpearson"],
+            "n_dev": 500,
+            "n_test": 4927,
+        }
     sts = res["STS13"]
     assert sts["pearson"] == pytest.approx(raw["STS13"]["all"]["pearson"]["wmean"])
     assert sts["spearman_mean"] == pytest.approx(raw["STS13"]["all"]["spearman"]["mean"])
@@ -306,8 +316,7 @@ def test_transfer_task_metrics_from_the_real_package_layout(tmp_path, fake_sente
 
     tree = make_senteval_tree(tmp_path / "senteval", n=12)
     res = evaluate(hashing_encoder(16), tree, tasks=["SICKRelatedness", "STS13", "MR"])
-    assert senteval_metrics(res["SICKRelatedness"]) == {"pearson": res["SICKRelatedness"]["pearson"],
-                                                        "spearman": res["SICKRelatedness"]["spearman"]}
+    assert senteval_metrics(res["SICKRelatedness"]) == {"pearson": res["SICKRelatedness"]["pearson"], "spearman": res["SICKRelatedness"]["spearman"]}
     assert senteval_metrics(res["STS13"])["pearson"] == res["STS13"]["pearson"]
     assert senteval_metrics(res["MR"])["acc"] == res["MR"]["acc"] / 100
 
@@ -316,17 +325,21 @@ def test_transfer_task_metrics_from_the_real_package_layout(tmp_path, fake_sente
 
 # Task sizes SentEval reports for the data/downstream files (STS after dropping unscored pairs).
 REAL_SIZES = {
-    "MR": {"all": 10662}, "CR": {"all": 3775}, "SUBJ": {"all": 10000}, "MPQA": {"all": 10606},
-    "SST2": {"train": 67349, "dev": 872, "test": 1821}, "SST5": {"train": 8544, "dev": 1101, "test": 2210},
-    "TREC": {"train": 5452, "test": 500}, "MRPC": {"train": 4076, "test": 1725},
+    "MR": {"all": 10662},
+    "CR": {"all": 3775},
+    "SUBJ": {"all": 10000},
+    "MPQA": {"all": 10606},
+    "SST2": {"train": 67349, "dev": 872, "test": 1821},
+    "SST5": {"train": 8544, "dev": 1101, "test": 2210},
+    "TREC": {"train": 5452, "test": 500},
+    "MRPC": {"train": 4076, "test": 1725},
     "SICKEntailment": {"train": 4500, "dev": 500, "test": 4927},
     "SICKRelatedness": {"train": 4500, "dev": 500, "test": 4927},
     "STS12": {"MSRpar": 750, "MSRvid": 750, "SMTeuroparl": 459, "surprise.OnWN": 750, "surprise.SMTnews": 399},
     "STS13": {"FNWN": 189, "headlines": 750, "OnWN": 561},
     "STS14": {"deft-forum": 450, "deft-news": 300, "headlines": 750, "images": 750, "OnWN": 750, "tweet-news": 750},
     "STS15": {"answers-forums": 375, "answers-students": 750, "belief": 375, "headlines": 750, "images": 750},
-    "STS16": {"answer-answer": 254, "headlines": 249, "plagiarism": 230, "postediting": 244,
-              "question-question": 209},
+    "STS16": {"answer-answer": 254, "headlines": 249, "plagiarism": 230, "postediting": 244, "question-question": 209},
     "STSBenchmark": {"train": 5749, "dev": 1500, "test": 1379},
 }
 

@@ -156,8 +156,13 @@ def test_a_wrong_address_fails_within_seconds_in_one_line(tmp_path: Path) -> Non
 
     path = write_study(tmp_path, "wrong", ["gru"], trials=1, seeds=1, epochs=1)
     t0 = time.time()
-    out = subprocess.run([TPRBENCH, "run", str(path), "--root", str(tmp_path / "root"), "--address", f"127.0.0.1:{free_port()}"],
-                         capture_output=True, text=True, env={**ray_environ()}, timeout=120)
+    out = subprocess.run(
+        [TPRBENCH, "run", str(path), "--root", str(tmp_path / "root"), "--address", f"127.0.0.1:{free_port()}"],
+        capture_output=True,
+        text=True,
+        env={**ray_environ()},
+        timeout=120,
+    )
     assert out.returncode == 2, out.stderr
     errors = [line for line in out.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and "no Ray cluster reachable there (Connection refused)" in errors[0], out.stderr
@@ -233,8 +238,15 @@ def test_mlflow_server_record_as_people_read_it_and_the_same_report(mlflow_srv, 
         assert cr.info.run_name == cell.label and cr.info.status == "FINISHED"
         assert cr.data.tags["mlflow.parentRunId"] == study_run.info.run_id
         m = cr.data.metrics  # summary metrics: the runs table compares cells without `tprbench report`
-        assert {"valid_acc_mean", "valid_acc_std", "test_test_easy_acc_mean", "best_search_valid_acc",
-                "params_formula", "params_total", "seeds_finished"} <= set(m), sorted(m)
+        assert {
+            "valid_acc_mean",
+            "valid_acc_std",
+            "test_test_easy_acc_mean",
+            "best_search_valid_acc",
+            "params_formula",
+            "params_total",
+            "seeds_finished",
+        } <= set(m), sorted(m)
         assert m["seeds_finished"] == 2
     trial_runs = by_kind["run"]
     assert len(trial_runs) == 2 * (2 + 2)
@@ -283,8 +295,9 @@ def pg(tmp_path_factory):
     why = why_no_postgres()
     if why:
         pytest.skip(why)
-    with running(lambda: postgres_server(tmp_path_factory.mktemp("pg")),
-                 cleanup=lambda s: shutil.rmtree(s.info["base"], ignore_errors=True)) as server:
+    with running(
+        lambda: postgres_server(tmp_path_factory.mktemp("pg")), cleanup=lambda s: shutil.rmtree(s.info["base"], ignore_errors=True)
+    ) as server:
         yield server
 
 
@@ -302,8 +315,13 @@ def test_postgres_driver_killed_then_resumed(pg, tmp_path: Path) -> None:
     finish(driver, log)
     assert "resuming:" in log.read_text()
     check_complete(path, root, storage=url)
-    out = subprocess.run([TPRBENCH, "study", "show", str(path), "--root", str(root), "--storage", url, "--json"],
-                         capture_output=True, text=True, timeout=120, env={**os.environ, **ray_environ()})  # tests.plugin_units importable
+    out = subprocess.run(
+        [TPRBENCH, "study", "show", str(path), "--root", str(root), "--storage", url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **ray_environ()},
+    )  # tests.plugin_units importable
     assert out.returncode == 0, out.stderr
     assert {r["status"] for r in json.loads(out.stdout)["cells"]} == {"done"}
 
@@ -360,8 +378,13 @@ def test_report_of_a_10k_run_record_through_an_mlflow_server(tmp_path: Path, cap
 
     def report(out: Path, *extra: str) -> float:
         t0 = time.perf_counter()
-        done = subprocess.run([TPRBENCH, "report", str(study), "--root", str(root), "--out", str(out), "--no-figures",
-                               *extra], capture_output=True, text=True, timeout=600, env=env)
+        done = subprocess.run(
+            [TPRBENCH, "report", str(study), "--root", str(root), "--out", str(out), "--no-figures", *extra],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return time.perf_counter() - t0
 
@@ -377,5 +400,7 @@ def test_report_of_a_10k_run_record_through_an_mlflow_server(tmp_path: Path, cap
     for mode in ("cold", "warm"):
         assert _report_files(tmp_path / mode) == want, mode
     with capsys.disabled():  # in the CI log, whatever pytest's capture
-        print(f"\n[record at scale] report of {case.runs:,} runs through mlflow server: cold {seconds['cold']:.1f} s, "
-              f"warm {seconds['warm']:.1f} s (load {os.getloadavg()[0]:.1f})")
+        print(
+            f"\n[record at scale] report of {case.runs:,} runs through mlflow server: cold {seconds['cold']:.1f} s, "
+            f"warm {seconds['warm']:.1f} s (load {os.getloadavg()[0]:.1f})"
+        )

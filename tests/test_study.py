@@ -118,8 +118,13 @@ def test_base_study_expands_in_file_order() -> None:
     assert (study.study.name, study.study.trials, study.study.seeds) == ("t", 2, 3)
     cells = expand(study)
     assert [c.unit for c in cells] == [
-        "lstm", "gru", "tpru[roles=8]",
-        "tpru[roles=4,slices=1]", "tpru[roles=4,slices=2]", "tpru[roles=16,slices=1]", "tpru[roles=16,slices=2]",
+        "lstm",
+        "gru",
+        "tpru[roles=8]",
+        "tpru[roles=4,slices=1]",
+        "tpru[roles=4,slices=2]",
+        "tpru[roles=16,slices=1]",
+        "tpru[roles=16,slices=2]",
     ]
     cell = cells[2]
     assert cell.label == "studytest/plain/d16/tpru[roles=8]"
@@ -185,30 +190,36 @@ def test_ids_are_stable() -> None:
     assert ids(BASE) == [c.id for c in expand(parse_study(BASE, "elsewhere/other.toml"))]
 
 
-@pytest.mark.parametrize("old,new", [
-    ("seeds = 3", "seeds = 5"),
-    ("trials = 2", "trials = 20"),
-    ('name = "t"', 'name = "another-study"'),
-    ("cpus = 1", "cpus = 4"),
-    ("gpus = 0.0", "gpus = 0.25\nmax_concurrent = 2\nretries = 0"),
-    ('kind = "median"', 'kind = "hyperband"'),
-    ("[study]", '[study]\ndescription = "words do not change results"'),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("seeds = 3", "seeds = 5"),
+        ("trials = 2", "trials = 20"),
+        ('name = "t"', 'name = "another-study"'),
+        ("cpus = 1", "cpus = 4"),
+        ("gpus = 0.0", "gpus = 0.25\nmax_concurrent = 2\nretries = 0"),
+        ('kind = "median"', 'kind = "hyperband"'),
+        ("[study]", '[study]\ndescription = "words do not change results"'),
+    ],
+)
 def test_ids_ignore_budget_name_and_resources(old: str, new: str) -> None:
     assert ids(edit(old, new)) == ids(BASE)
 
 
-@pytest.mark.parametrize("old,new", [
-    ("epochs = 3", "epochs = 4"),
-    ("dim = [16]", "dim = [32]"),
-    ('arch = ["plain"]', 'arch = ["bidaf"]'),
-    ("train_size = 100", "train_size = 101"),
-    ('data = "generated"', 'data = "/data/x"'),
-    ("lr = { log_uniform = [1e-4, 1e-2] }", "lr = { log_uniform = [1e-4, 1e-1] }"),
-    ("batch_size = 64", "batch_size = 32"),
-    ("[pruner]", "[search.defaults]\nlr = 5e-3\n\n[pruner]"),
-    ("epochs = 3", 'epochs = 3\nmetric = "valid_f1"'),
-])
+@pytest.mark.parametrize(
+    "old,new",
+    [
+        ("epochs = 3", "epochs = 4"),
+        ("dim = [16]", "dim = [32]"),
+        ('arch = ["plain"]', 'arch = ["bidaf"]'),
+        ("train_size = 100", "train_size = 101"),
+        ('data = "generated"', 'data = "/data/x"'),
+        ("lr = { log_uniform = [1e-4, 1e-2] }", "lr = { log_uniform = [1e-4, 1e-1] }"),
+        ("batch_size = 64", "batch_size = 32"),
+        ("[pruner]", "[search.defaults]\nlr = 5e-3\n\n[pruner]"),
+        ("epochs = 3", 'epochs = 3\nmetric = "valid_f1"'),
+    ],
+)
 def test_ids_change_with_what_affects_results(old: str, new: str) -> None:
     before, after = ids(BASE), ids(edit(old, new))
     assert not set(before) & set(after)
@@ -225,7 +236,7 @@ def test_id_depends_on_unit_and_explicit_default_is_the_same_unit() -> None:
 
 def test_shared_cells_share_ids_across_studies() -> None:
     small = edit('units = ["lstm", "gru", "tpru[roles=8]"]', 'units = ["gru"]').replace('name = "t"', 'name = "other"')
-    small = small[: small.index("[[matrix.grid]]")] + small[small.index("[search]"):]
+    small = small[: small.index("[[matrix.grid]]")] + small[small.index("[search]") :]
     (gru,) = cells_of(small)
     assert gru.id == next(c.id for c in cells_of(BASE) if c.unit == "gru")
 
@@ -239,60 +250,147 @@ BAD = [
     ("unknown-top-level", "[resources]", "[resource]", "resource: unknown key 'resource' (did you mean 'resources'?)"),
     ("unknown-study-key", "seeds = 3", "seed = 3", "study.seed: unknown key 'seed' (did you mean 'seeds'?)"),
     ("missing-epochs", "epochs = 3\n", "", "study.epochs: required key is missing"),
-    ("missing-tasks", '[[tasks]]\nname = "studytest"\ndata = "generated"\n[tasks.options]\ntrain_size = 100\n', "",
-     "tasks: required key is missing"),
+    ("missing-tasks", '[[tasks]]\nname = "studytest"\ndata = "generated"\n[tasks.options]\ntrain_size = 100\n', "", "tasks: required key is missing"),
     ("wrong-type-trials", "trials = 2", 'trials = "2"', "study.trials: expected a whole number, got '2'"),
     ("wrong-type-float-epochs", "epochs = 3", "epochs = 3.5", "study.epochs: expected a whole number, got 3.5"),
     ("negative-seeds", "seeds = 3", "seeds = -1", "study.seeds: must be >= 0, got -1"),
     ("negative-trials", "trials = 2", "trials = -2", "study.trials: must be >= 0, got -2"),
     ("zero-epochs", "epochs = 3", "epochs = 0", "study.epochs: must be >= 1, got 0"),
     ("bad-name", 'name = "t"', 'name = "my study"', "study.name: use only letters, digits"),
-    ("bad-direction", "[[tasks]]", 'direction = "maximise"\n\n[[tasks]]',
-     "must be one of 'maximize' or 'minimize', got 'maximise' (did you mean 'maximize'?)"),
+    (
+        "bad-direction",
+        "[[tasks]]",
+        'direction = "maximise"\n\n[[tasks]]',
+        "must be one of 'maximize' or 'minimize', got 'maximise' (did you mean 'maximize'?)",
+    ),
     ("empty-dim-list", "dim = [16]", "dim = []", "matrix.dim: must not be empty"),
     ("empty-units-list", 'units = ["lstm", "gru", "tpru[roles=8]"]', "units = []", "matrix.units: must not be empty"),
     ("zero-dim", "dim = [16]", "dim = [16, 0]", "matrix.dim[1]: must be >= 1, got 0"),
-    ("no-units", 'units = ["lstm", "gru", "tpru[roles=8]"]\n\n[[matrix.grid]]\nunit = "tpru"\nroles = [4, 16]\nslices = [1, 2]\n',
-     "", "matrix: no units"),
+    (
+        "no-units",
+        'units = ["lstm", "gru", "tpru[roles=8]"]\n\n[[matrix.grid]]\nunit = "tpru"\nroles = [4, 16]\nslices = [1, 2]\n',
+        "",
+        "matrix: no units",
+    ),
     ("unknown-unit", '"gru"', '"gur"', "matrix.units[1]: unknown unit 'gur'; did you mean 'gru'"),
-    ("unknown-unit-option", '"tpru[roles=8]"', '"tpru[role=8]"', "matrix.units[2]: unit spec 'tpru[role=8]': unknown option 'role' (did you mean 'roles'?)"),
-    ("bad-unit-option-value", '"tpru[roles=8]"', '"tpru[roles=many]"', "matrix.units[2]: unit spec 'tpru[roles=many]': option roles='many' is invalid"),
-    ("slices-not-dividing", "slices = [1, 2]", "slices = [1, 3]",
-     "matrix.grid[0]: unit spec 'tpru[roles=4,slices=3]' with hidden size 16: slices=3 must divide the hidden size 16"),
-    ("slices-not-dividing-one-dim", 'dim = [16]\nunits = ["lstm", "gru", "tpru[roles=8]"]',
-     'dim = [16, 18]\nunits = ["lstm", "gru", "tpru[roles=8]", "tpru-mod1[slices=4]"]',
-     "matrix.units[3]: unit spec 'tpru-mod1[slices=4]' with hidden size 18: slices=4 must divide the hidden size 18 (matrix.dim = 18)"),
-    ("grid-unknown-option", "slices = [1, 2]", "slics = [1, 2]", "matrix.grid[0]: unit spec 'tpru[roles=4,slics=1]': unknown option 'slics' (did you mean 'slices'?)"),
+    (
+        "unknown-unit-option",
+        '"tpru[roles=8]"',
+        '"tpru[role=8]"',
+        "matrix.units[2]: unit spec 'tpru[role=8]': unknown option 'role' (did you mean 'roles'?)",
+    ),
+    (
+        "bad-unit-option-value",
+        '"tpru[roles=8]"',
+        '"tpru[roles=many]"',
+        "matrix.units[2]: unit spec 'tpru[roles=many]': option roles='many' is invalid",
+    ),
+    (
+        "slices-not-dividing",
+        "slices = [1, 2]",
+        "slices = [1, 3]",
+        "matrix.grid[0]: unit spec 'tpru[roles=4,slices=3]' with hidden size 16: slices=3 must divide the hidden size 16",
+    ),
+    (
+        "slices-not-dividing-one-dim",
+        'dim = [16]\nunits = ["lstm", "gru", "tpru[roles=8]"]',
+        'dim = [16, 18]\nunits = ["lstm", "gru", "tpru[roles=8]", "tpru-mod1[slices=4]"]',
+        "matrix.units[3]: unit spec 'tpru-mod1[slices=4]' with hidden size 18: slices=4 must divide the hidden size 18 (matrix.dim = 18)",
+    ),
+    (
+        "grid-unknown-option",
+        "slices = [1, 2]",
+        "slics = [1, 2]",
+        "matrix.grid[0]: unit spec 'tpru[roles=4,slics=1]': unknown option 'slics' (did you mean 'slices'?)",
+    ),
     ("grid-empty-list", "slices = [1, 2]", "slices = []", "matrix.grid[0].slices: must not be empty"),
     ("grid-option-twice", 'unit = "tpru"', 'unit = "tpru[roles=8]"', "matrix.grid[0].roles: option 'roles' is given both in unit"),
     ("unknown-task", 'name = "studytest"', 'name = "studytset"', "tasks[0].name: unknown task 'studytset'; did you mean 'studytest'"),
-    ("unknown-task-option", "train_size = 100", "train_sizes = 100", "tasks[0].options.train_sizes: unknown key 'train_sizes' (did you mean 'train_size'?)"),
+    (
+        "unknown-task-option",
+        "train_size = 100",
+        "train_sizes = 100",
+        "tasks[0].options.train_sizes: unknown key 'train_sizes' (did you mean 'train_size'?)",
+    ),
     ("bad-task-option-value", "train_size = 100", 'train_size = "lots"', "tasks[0].options.train_size: "),
-    ("unknown-arch", 'arch = ["plain"]', 'arch = ["plain", "bidaff"]', "matrix.arch[1]: task 'studytest' has no architecture 'bidaff' (did you mean 'bidaf'?)"),
-    ("unset-env-var", 'data = "generated"', 'data = "${TPRB_SURELY_UNSET_VAR}/x"', "tasks[0].data: environment variable TPRB_SURELY_UNSET_VAR is not set"),
+    (
+        "unknown-arch",
+        'arch = ["plain"]',
+        'arch = ["plain", "bidaff"]',
+        "matrix.arch[1]: task 'studytest' has no architecture 'bidaff' (did you mean 'bidaf'?)",
+    ),
+    (
+        "unset-env-var",
+        'data = "generated"',
+        'data = "${TPRB_SURELY_UNSET_VAR}/x"',
+        "tasks[0].data: environment variable TPRB_SURELY_UNSET_VAR is not set",
+    ),
     ("empty-search-with-trials", "lr = { log_uniform = [1e-4, 1e-2] }\n", "", "search: empty search space but study.trials = 2"),
     ("range-low-ge-high", "lr = { log_uniform = [1e-4, 1e-2] }", "lr = { uniform = [0.3, 0.1] }", "search.lr: low must be < high, got [0.3, 0.1]"),
     ("range-low-eq-high", "lr = { log_uniform = [1e-4, 1e-2] }", "lr = { uniform = [0.1, 0.1] }", "search.lr: low must be < high"),
-    ("log-low-le-zero", "lr = { log_uniform = [1e-4, 1e-2] }", "lr = { log_uniform = [0.0, 1e-2] }", "search.lr.low: must be > 0 for a log-uniform range"),
+    (
+        "log-low-le-zero",
+        "lr = { log_uniform = [1e-4, 1e-2] }",
+        "lr = { log_uniform = [0.0, 1e-2] }",
+        "search.lr.low: must be > 0 for a log-uniform range",
+    ),
     ("int-non-integer", "batch_size = 64", "batch_size = { int = [16, 64.5] }", "search.batch_size.high: an int range needs whole numbers, got 64.5"),
-    ("int-bad-step", "batch_size = 64", "batch_size = { int = [16, 64], step = 5 }", "search.batch_size.step: high - low = 48 is not a multiple of step 5"),
-    ("unknown-distribution", "batch_size = 64", "batch_size = { choices = [32, 64] }", "search.batch_size: a distribution needs one of log_uniform, uniform, int, choice; got 'choices' (did you mean 'choice'?)"),
+    (
+        "int-bad-step",
+        "batch_size = 64",
+        "batch_size = { int = [16, 64], step = 5 }",
+        "search.batch_size.step: high - low = 48 is not a multiple of step 5",
+    ),
+    (
+        "unknown-distribution",
+        "batch_size = 64",
+        "batch_size = { choices = [32, 64] }",
+        "search.batch_size: a distribution needs one of log_uniform, uniform, int, choice; got 'choices' (did you mean 'choice'?)",
+    ),
     ("empty-choice", "batch_size = 64", "batch_size = { choice = [] }", "search.batch_size.choice: must not be empty"),
     ("plain-list-search", "batch_size = 64", "batch_size = [32, 64]", "search.batch_size: a plain list is ambiguous"),
     ("range-not-pair", "lr = { log_uniform = [1e-4, 1e-2] }", "lr = { uniform = [1e-4] }", "search.lr.uniform: expected [low, high], got [0.0001]"),
-    ("default-unknown-param", "[pruner]", "[search.defaults]\nrl = 1e-3\n\n[pruner]", "search.defaults.rl: unknown hyperparameter 'rl' (did you mean 'lr'?)"),
+    (
+        "default-unknown-param",
+        "[pruner]",
+        "[search.defaults]\nrl = 1e-3\n\n[pruner]",
+        "search.defaults.rl: unknown hyperparameter 'rl' (did you mean 'lr'?)",
+    ),
     ("default-out-of-range", "[pruner]", "[search.defaults]\nlr = 0.5\n\n[pruner]", "search.defaults.lr: 0.5 is outside the range"),
-    ("pruner-kind", 'kind = "median"', 'kind = "medain"', "pruner.kind: must be one of 'none', 'median', 'hyperband' or 'successive_halving', got 'medain' (did you mean 'median'?)"),
-    ("pruner-key-for-other-kind", 'kind = "median"', 'kind = "none"\nstartup_trials = 3', "pruner.startup_trials: only used by kind = 'median', not 'none'"),
+    (
+        "pruner-kind",
+        'kind = "median"',
+        'kind = "medain"',
+        "pruner.kind: must be one of 'none', 'median', 'hyperband' or 'successive_halving', got 'medain' (did you mean 'median'?)",
+    ),
+    (
+        "pruner-key-for-other-kind",
+        'kind = "median"',
+        'kind = "none"\nstartup_trials = 3',
+        "pruner.startup_trials: only used by kind = 'median', not 'none'",
+    ),
     ("gpus-negative", "gpus = 0.0", "gpus = -0.5", "resources.gpus: must be >= 0, got -0.5"),
     ("cpus-zero", "cpus = 1", "cpus = 0", "resources.cpus: must be > 0, got 0"),
     ("gpus-fraction-above-one", "gpus = 0.0", "gpus = 1.5", "resources.gpus: Ray takes a fraction below 1 or a whole number"),
-    ("duplicate-unit", '"tpru[roles=8]"', '"tpru[roles=4,slices=2]"',
-     "matrix.grid[0]: duplicate cells: unit 'tpru[roles=4,slices=2]' is the same unit as 'tpru[roles=4,slices=2]' from matrix.units[2]"),
-    ("duplicate-default-spelled-out", '"lstm", "gru"', '"lstm", "lstm[layers=1]"', "matrix.units[1]: duplicate cells: unit 'lstm[layers=1]' is the same unit as 'lstm' from matrix.units[0]"),
+    (
+        "duplicate-unit",
+        '"tpru[roles=8]"',
+        '"tpru[roles=4,slices=2]"',
+        "matrix.grid[0]: duplicate cells: unit 'tpru[roles=4,slices=2]' is the same unit as 'tpru[roles=4,slices=2]' from matrix.units[2]",
+    ),
+    (
+        "duplicate-default-spelled-out",
+        '"lstm", "gru"',
+        '"lstm", "lstm[layers=1]"',
+        "matrix.units[1]: duplicate cells: unit 'lstm[layers=1]' is the same unit as 'lstm' from matrix.units[0]",
+    ),
     ("duplicate-dim", "dim = [16]", "dim = [16, 16]", "matrix.dim[1]: duplicate cells: 16 is listed twice"),
-    ("duplicate-task", "[matrix]", '[[tasks]]\nname = "studytest"\n[tasks.options]\ntrain_size = 100\n\n[matrix]',
-     "tasks[1]: duplicate cells: the same task, options, data and overrides as tasks[0]"),
+    (
+        "duplicate-task",
+        "[matrix]",
+        '[[tasks]]\nname = "studytest"\n[tasks.options]\ntrain_size = 100\n\n[matrix]',
+        "tasks[1]: duplicate cells: the same task, options, data and overrides as tasks[0]",
+    ),
     ("task-label-clash", "[matrix]", '[[tasks]]\nname = "studytest"\n\n[matrix]', "tasks[1].label: task label 'studytest' is also used by tasks[0]"),
     ("unparseable-unit", '"gru"', '"gru[oops"', "matrix.units[1]: cannot parse unit spec 'gru[oops'"),
 ]
@@ -356,8 +454,7 @@ def test_parse_space_normalises_and_defaults() -> None:
     assert space["lr"] == {"kind": "log_uniform", "low": 1e-4, "high": 1e-2, "default": 1e-3}
     assert space["dropout"]["default"] == 0.25
     assert space["layers"] == {"kind": "int", "low": 1, "high": 7, "step": 2, "default": 3}
-    assert search_space.defaults(space) == {"lr": 1e-3, "dropout": 0.25, "layers": 3, "batch_size": 32,
-                                            "optimizer": "adam", "clip": 5.0}
+    assert search_space.defaults(space) == {"lr": 1e-3, "dropout": 0.25, "layers": 3, "batch_size": 32, "optimizer": "adam", "clip": 5.0}
     with_defaults, problems = search_space.parse_space(dict(SPACE_TOML, defaults={"lr": 3e-3, "batch_size": 64}))
     assert problems == []
     assert search_space.defaults(with_defaults)["lr"] == 3e-3 and search_space.defaults(with_defaults)["batch_size"] == 64
@@ -392,13 +489,16 @@ def test_suggest_replays_enqueued_defaults() -> None:
     assert search_space.suggest(study.ask(), space) == search_space.defaults(space)
 
 
-@pytest.mark.parametrize("config,cls", [
-    ({"kind": "median", "startup_trials": 1, "warmup_epochs": 2}, optuna.pruners.MedianPruner),
-    ({"kind": "hyperband", "min_epochs": 1, "reduction_factor": 3}, optuna.pruners.HyperbandPruner),
-    ({"kind": "successive_halving"}, optuna.pruners.SuccessiveHalvingPruner),
-    ({"kind": "none"}, optuna.pruners.NopPruner),
-    (None, optuna.pruners.MedianPruner),
-])
+@pytest.mark.parametrize(
+    "config,cls",
+    [
+        ({"kind": "median", "startup_trials": 1, "warmup_epochs": 2}, optuna.pruners.MedianPruner),
+        ({"kind": "hyperband", "min_epochs": 1, "reduction_factor": 3}, optuna.pruners.HyperbandPruner),
+        ({"kind": "successive_halving"}, optuna.pruners.SuccessiveHalvingPruner),
+        ({"kind": "none"}, optuna.pruners.NopPruner),
+        (None, optuna.pruners.MedianPruner),
+    ],
+)
 def test_make_pruner(config: dict | None, cls: type) -> None:
     assert isinstance(search_space.make_pruner(config, max_epochs=10), cls)
 
@@ -420,8 +520,13 @@ def test_filter_cells() -> None:
     def units(patterns: list[str]) -> list[str]:
         return sorted({c.unit for c in filter_cells(cells, patterns)})
 
-    assert units(["unit=tpru*"]) == ["tpru[roles=16,slices=1]", "tpru[roles=16,slices=2]", "tpru[roles=4,slices=1]",
-                                      "tpru[roles=4,slices=2]", "tpru[roles=8]"]
+    assert units(["unit=tpru*"]) == [
+        "tpru[roles=16,slices=1]",
+        "tpru[roles=16,slices=2]",
+        "tpru[roles=4,slices=1]",
+        "tpru[roles=4,slices=2]",
+        "tpru[roles=8]",
+    ]
     assert units(["unit=tpru[roles=8]"]) == ["tpru[roles=8]"]  # brackets are literal
     assert units(["unit=*slices=2]"]) == ["tpru[roles=16,slices=2]", "tpru[roles=4,slices=2]"]
     assert units(["unit=?ru"]) == ["gru"]
@@ -434,11 +539,14 @@ def test_filter_cells() -> None:
     assert filter_cells(cells, []) == cells
 
 
-@pytest.mark.parametrize("pattern,expected", [
-    ("units=tpru*", "--only 'units=tpru*': unknown key 'units' (did you mean 'unit'?)"),
-    ("tpru", "--only 'tpru': expected KEY=GLOB"),
-    ("=gru", "--only '=gru': expected KEY=GLOB"),
-])
+@pytest.mark.parametrize(
+    "pattern,expected",
+    [
+        ("units=tpru*", "--only 'units=tpru*': unknown key 'units' (did you mean 'unit'?)"),
+        ("tpru", "--only 'tpru': expected KEY=GLOB"),
+        ("=gru", "--only '=gru': expected KEY=GLOB"),
+    ],
+)
 def test_filter_cells_errors(pattern: str, expected: str) -> None:
     cells = cells_of(BASE)
     with pytest.raises(StudyError) as info:
@@ -579,8 +687,14 @@ units = ["gru"]
 lr = 1e-2
 """
     plain = expand(parse_study(base.format(extra="")))
-    both = expand(parse_study(base.format(extra='[[tasks]]\nname = "logic"\nlabel = "b"\nepochs = 30\n'
-                                                 'search = { lr = 2e-2, stop_patience = 5 }\n[tasks.options]\ntrain_size = 8\n')))
+    both = expand(
+        parse_study(
+            base.format(
+                extra='[[tasks]]\nname = "logic"\nlabel = "b"\nepochs = 30\n'
+                "search = { lr = 2e-2, stop_patience = 5 }\n[tasks.options]\ntrain_size = 8\n"
+            )
+        )
+    )
     a, b = both
     assert a.id == plain[0].id and (a.epochs, a.search["lr"]["value"]) == (3, 1e-2)
     assert (b.epochs, b.search["lr"]["value"], b.search["stop_patience"]["value"]) == (30, 2e-2, 5)

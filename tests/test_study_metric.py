@@ -23,8 +23,9 @@ def done(tmp_path_factory):
     base = tmp_path_factory.mktemp("metric")
     root = seed_root(base / "root")
     path = write_study(base, "byloss", ["gru"], trials=3, seeds=1, epochs=3, pruner="median")
-    path.write_text(path.read_text().replace("epochs = 3", 'epochs = 3\nmetric = "valid_loss"')
-                    .replace('kind = "median"', 'kind = "median"\nstartup_trials = 10'))
+    path.write_text(
+        path.read_text().replace("epochs = 3", 'epochs = 3\nmetric = "valid_loss"').replace('kind = "median"', 'kind = "median"\nstartup_trials = 10')
+    )
     with local_ray(2):
         runner, summary = run_study(path, root)
     return path, root, summary

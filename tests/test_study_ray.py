@@ -111,8 +111,15 @@ class TestLocal:
             assert run.info.run_name == cell.label and run.info.end_time
             assert run.info.status == ("FAILED" if unit == NAN else "FINISHED")
         gru = cell_runs[cells["gru"].id].data.metrics
-        assert {"valid_acc_mean", "valid_acc_std", "test_test_easy_acc_mean", "best_search_valid_acc",
-                "params_formula", "params_total", "seeds_finished"} <= set(gru), sorted(gru)
+        assert {
+            "valid_acc_mean",
+            "valid_acc_std",
+            "test_test_easy_acc_mean",
+            "best_search_valid_acc",
+            "params_formula",
+            "params_total",
+            "seeds_finished",
+        } <= set(gru), sorted(gru)
         assert gru["seeds_finished"] == 2
         for run in run_rows(root, "tiny"):
             tags = run.data.tags
@@ -238,8 +245,9 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
         leftovers = _end(proc)
     recorded = records(root, "killme")
     finished = results(root, "killme")  # result.json written before the kill (recorded or not)
-    print(f"\nkilled after {waited:.1f} s with {len(recorded)}/{total} runs recorded, {len(finished)} finished; "
-          f"ended leftover processes: {leftovers}")
+    print(
+        f"\nkilled after {waited:.1f} s with {len(recorded)}/{total} runs recorded, {len(finished)} finished; ended leftover processes: {leftovers}"
+    )
     assert 2 <= len(recorded) < total
     _driver_to_the_end(path, root, log, env)
     # The rerun says what it resumes, e.g. "resuming: 1 trial(s) continue from their
@@ -256,8 +264,7 @@ def _kill_then_rerun(path: Path, root: Path, log: Path, env: dict, total: int) -
     now = results(root, "killme")
     assert {k: now[k][0] for k in finished} == {k: v[0] for k, v in finished.items()}, "finished runs were retrained"
     resumed = [k for k, (_, p) in now.items() if k not in finished and '"resumed_from_epoch": 1' in p.read_text()]
-    print(f"rerun: {total - len(recorded)} runs recorded, {len(finished)} finished runs reused, "
-          f"{len(resumed)} resumed from a checkpoint")
+    print(f"rerun: {total - len(recorded)} runs recorded, {len(finished)} finished runs reused, {len(resumed)} resumed from a checkpoint")
 
 
 @pytest.mark.slow
@@ -280,7 +287,8 @@ def test_ctrl_c_ends_the_record_killed_then_rerun_finishes(tmp_path: Path) -> No
         try:
             rows = con.execute(
                 "select t.value, r.status from runs r join tags t on t.run_uuid = r.run_uuid "
-                "where t.key = 'tprbench.kind' and t.value in ('study', 'cell')").fetchall()
+                "where t.key = 'tprbench.kind' and t.value in ('study', 'cell')"
+            ).fetchall()
         finally:
             con.close()
         out: dict[str, list[str]] = defaultdict(list)
@@ -341,8 +349,7 @@ def test_fractional_gpus_pack_and_a_removed_node_loses_nothing(gpu_cluster, tmp_
     reused across GPU tasks (max_calls=0). A node removed while its trials run: they are retried
     on the other node, and every trial is recorded exactly once."""
     root = seed_root(tmp_path / "root")
-    path = write_study(tmp_path, "gpus", ["tests.plugin_units:SlowUnit[delay=0.1]", SLOW], trials=6, seeds=1,
-                       gpus=0.25)
+    path = write_study(tmp_path, "gpus", ["tests.plugin_units:SlowUnit[delay=0.1]", SLOW], trials=6, seeds=1, gpus=0.25)
     box: dict = {}
 
     def drive() -> None:
@@ -361,8 +368,9 @@ def test_fractional_gpus_pack_and_a_removed_node_loses_nothing(gpu_cluster, tmp_
         for d in dirs:
             for a in attempts(d):
                 started[a.get("node_id")].append(d)
-        victim = next((nodes[n] for n, ds in started.items()
-                       if n in nodes and len(ds) >= 2 and any(not (d / "result.json").exists() for d in ds)), None)
+        victim = next(
+            (nodes[n] for n, ds in started.items() if n in nodes and len(ds) >= 2 and any(not (d / "result.json").exists() for d in ds)), None
+        )
         if victim is not None:
             break
         assert time.time() - t0 < 180 and thread.is_alive(), box.get("error")
@@ -389,9 +397,11 @@ def test_fractional_gpus_pack_and_a_removed_node_loses_nothing(gpu_cluster, tmp_
     gpu_peak = {k: _max_overlap(v) for k, v in per_gpu.items()}
     node_peak = {k[:8]: _max_overlap(v) for k, v in per_node.items()}
     pids = [r["pid"] for r in rows]
-    print(f"\nGPU packing: peak concurrent trials per fake GPU {sorted(gpu_peak.values())}, per node {node_peak}; "
-          f"{len(rows)} runs on {len(set(pids))} worker processes; node removed after {removed_at - t0:.1f} s, "
-          f"{len(retried)} runs moved: {retried}")
+    print(
+        f"\nGPU packing: peak concurrent trials per fake GPU {sorted(gpu_peak.values())}, per node {node_peak}; "
+        f"{len(rows)} runs on {len(set(pids))} worker processes; node removed after {removed_at - t0:.1f} s, "
+        f"{len(retried)} runs moved: {retried}"
+    )
     assert max(gpu_peak.values()) <= 4
     assert max(node_peak.values()) > 1
     assert len(set(pids)) < len(rows), "every GPU task got a fresh worker: max_calls=0 not in effect"

@@ -42,8 +42,11 @@ def test_a_task_entry_runs_only_the_units_its_globs_match():
     labels = [c.label for c in expand(study)]
     tprn = str(units.parse_spec("tprn[symbols=3,roles=2,role_dim=2]"))
     assert labels == [
-        "logic/bidaf/d8/lstm", "logic/bidaf/d8/gru", f"logic/bidaf/d8/{tprn}",
-        "logic-bidaf-lstm/bidaf/d8/gru", f"logic-bidaf-lstm/bidaf/d8/{tprn}",
+        "logic/bidaf/d8/lstm",
+        "logic/bidaf/d8/gru",
+        f"logic/bidaf/d8/{tprn}",
+        "logic-bidaf-lstm/bidaf/d8/gru",
+        f"logic-bidaf-lstm/bidaf/d8/{tprn}",
     ]
     second = [c for c in expand(study) if c.task_label == "logic-bidaf-lstm"]
     assert all(c.task_options["modelling_unit"] == "lstm" for c in second)
@@ -66,8 +69,10 @@ def test_the_tprn_nli_study_has_the_four_models_of_issue_13():
     study = load_study(ROOT / "studies" / "tprn-nli-cpu.toml")
     cells = {c.label: c for c in expand(study)}
     assert study.seeds == 3 and len(cells) == 4
-    tprn, lstm, tpru = (str(units.parse_spec(s)) for s in (
-        "tprn[symbols=100,roles=20,role_dim=4,bidirectional=true]", "lstm[bidirectional=true]", "tpru[roles=32,bidirectional=true]"))
+    tprn, lstm, tpru = (
+        str(units.parse_spec(s))
+        for s in ("tprn[symbols=100,roles=20,role_dim=4,bidirectional=true]", "lstm[bidirectional=true]", "tpru[roles=32,bidirectional=true]")
+    )
     assert set(cells) == {f"nli/bidaf/d32/{lstm}", f"nli/bidaf/d32/{tprn}", f"nli/bidaf/d32/{tpru}", f"nli-tprn1/bidaf/d32/{tprn}"}
     tprn1 = cells[f"nli-tprn1/bidaf/d32/{tprn}"]
     assert tprn1.task_options["modelling_unit"] == lstm  # TPRN_1: TPRN phrase layer + LSTM modelling layer

@@ -227,8 +227,9 @@ def test_senteval_words_outside_the_training_vocabulary_get_the_runs_vectors(nli
     calls = []
     real = nli_data.vectors_for_words
     monkeypatch.setattr(nli_data, "vectors_for_words", lambda *a, **k: calls.append(a) or real(*a, **k))
-    fresh = get_task("transfer")({"max_len": 12, "vectors": str(path), "senteval_tasks": ["MR"],
-                                  "senteval_path": str(tmp_path / "senteval")}, str(nli_root), tmp_path)
+    fresh = get_task("transfer")(
+        {"max_len": 12, "vectors": str(path), "senteval_tasks": ["MR"], "senteval_path": str(tmp_path / "senteval")}, str(nli_root), tmp_path
+    )
     assert fresh.expand_for_senteval() == 2 and fresh.expand_for_senteval() == 2 and len(calls) == 1
 
 

@@ -12,14 +12,25 @@ import pytest
 from tasks.meta import TaskMeta
 from tasks.registry import TASKS, get_task, task_meta
 
-DECLARED = ("archs", "Options", "HParams", "layouts", "metric", "metrics", "report_layout", "defaults", "references",
-            "check_unit", "resolve_hparams", "metric_direction")
+DECLARED = (
+    "archs",
+    "Options",
+    "HParams",
+    "layouts",
+    "metric",
+    "metrics",
+    "report_layout",
+    "defaults",
+    "references",
+    "check_unit",
+    "resolve_hparams",
+    "metric_direction",
+)
 
 
 def _builtins() -> list[str]:
     TASKS.load_builtins()
-    return sorted(name for name, cls in TASKS.entries.items()
-                  if isinstance(cls, type) and cls.__module__.startswith("tasks."))
+    return sorted(name for name, cls in TASKS.entries.items() if isinstance(cls, type) and cls.__module__.startswith("tasks."))
 
 
 def test_every_builtin_task_has_metadata_and_no_metadata_lacks_a_task():
@@ -36,7 +47,7 @@ def test_the_adapter_subclasses_its_metadata_and_redeclares_none_of_it(name):
     assert meta.name == adapter.name == name
     # nothing between the adapter and its metadata in the MRO declares these again
     mro = adapter.__mro__
-    between = mro[:mro.index(meta)]
+    between = mro[: mro.index(meta)]
     for attr in DECLARED:
         where = [k.__qualname__ for k in between if attr in vars(k)]
         assert not where, f"{attr} of task {name!r} is declared again in {where}: declare it in tasks/{name}/meta.py"

@@ -56,11 +56,11 @@ def paper_tensors(unit):
     P = {n: p.detach().double() for n, p in unit.named_parameters()}
     T = {}
     for name, g in GATE.items():
-        T[f"W_s{name}"] = P["s_W"][g].reshape(d, d, d)          # (W·p)_ij = Σ_k W_ijk p_k
-        T[f"D_s{name}"] = -P["s_D"][g].reshape(d, d, din)       # (D·x)_ij = Σ_k D_ijk x_k
-        T[f"U_s{name}"] = P["s_U"][g].reshape(d, d, d, d)       # (U·Ŝ)_ij = Σ_kl U_ijkl Ŝ_kl
+        T[f"W_s{name}"] = P["s_W"][g].reshape(d, d, d)  # (W·p)_ij = Σ_k W_ijk p_k
+        T[f"D_s{name}"] = -P["s_D"][g].reshape(d, d, din)  # (D·x)_ij = Σ_k D_ijk x_k
+        T[f"U_s{name}"] = P["s_U"][g].reshape(d, d, d, d)  # (U·Ŝ)_ij = Σ_kl U_ijkl Ŝ_kl
         T[f"b_s{name}"] = P["s_b"][g].reshape(d, d)
-        T[f"w_u{name}"] = P["u_w"][g]                            # Ŝ w ∈ R^d
+        T[f"w_u{name}"] = P["u_w"][g]  # Ŝ w ∈ R^d
         T[f"D_u{name}"] = -P["u_D"][g]
         T[f"U_u{name}"] = P["u_U"][g]
         T[f"b_u{name}"] = P["u_b"][g]
@@ -80,17 +80,28 @@ def transcribe(unit, x, lengths, carry=None):
     finals = []
     for n in range(B):
         if carry is None:
-            S, C, p, c = (torch.zeros(d, d, dtype=torch.float64), torch.zeros(d, d, dtype=torch.float64),
-                          torch.zeros(d, dtype=torch.float64), torch.zeros(d, dtype=torch.float64))
+            S, C, p, c = (
+                torch.zeros(d, d, dtype=torch.float64),
+                torch.zeros(d, d, dtype=torch.float64),
+                torch.zeros(d, dtype=torch.float64),
+                torch.zeros(d, dtype=torch.float64),
+            )
         else:
             S, C, p, c = (t[n].double() for t in carry)
         for t in range(lengths[n]):
             e = x[n, t]  # W_e x_{t−1}: the previous word's embedding
+
             def s_gate(g, act):  # S-LSTM gate, a d×d matrix
-                return act(torch.einsum("ijk,k->ij", T[f"W_s{g}"], p) - torch.einsum("ijk,k->ij", T[f"D_s{g}"], e)
-                           + torch.einsum("ijkl,kl->ij", T[f"U_s{g}"], S) + T[f"b_s{g}"])
+                return act(
+                    torch.einsum("ijk,k->ij", T[f"W_s{g}"], p)
+                    - torch.einsum("ijk,k->ij", T[f"D_s{g}"], e)
+                    + torch.einsum("ijkl,kl->ij", T[f"U_s{g}"], S)
+                    + T[f"b_s{g}"]
+                )
+
             def u_gate(g, act):  # U-LSTM gate, a d-vector; reads Ŝ_{t−1}
                 return act(S @ T[f"w_u{g}"] - T[f"D_u{g}"] @ e + T[f"U_u{g}"] @ p + T[f"b_u{g}"])
+
             fs, is_, os_, cs = s_gate("f", sig), s_gate("i", sig), s_gate("o", sig), s_gate("c", tanh)
             fu, iu, ou, cu = u_gate("f", sig), u_gate("i", sig), u_gate("o", sig), u_gate("c", tanh)
             C = fs * C + is_ * cs
@@ -168,7 +179,7 @@ def test_block_product_equals_per_block_products(d):
         kron = torch.kron(torch.eye(d, dtype=torch.float64), S[n])  # I_d ⊗ Ŝ
         torch.testing.assert_close(f[n], kron @ u[n], rtol=1e-12, atol=1e-12)
         for k in range(d):  # f^(k) = Ŝ u^(k)
-            torch.testing.assert_close(f[n, k * d:(k + 1) * d], S[n] @ u[n, k * d:(k + 1) * d], rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(f[n, k * d : (k + 1) * d], S[n] @ u[n, k * d : (k + 1) * d], rtol=1e-12, atol=1e-12)
     eye = torch.eye(d, dtype=torch.float64).expand(3, d, d)
     torch.testing.assert_close(tpgn_module.block_unbind(eye, u), u, rtol=0, atol=0)  # Ŝ = I → f = u
 
@@ -338,9 +349,9 @@ def test_fused_and_loop_gradients_agree():
 @pytest.mark.parametrize("d,din", [(2, 3), (4, 7), (5, 1)])
 def test_param_counts(d, din):
     counts = units.param_counts("tpgn", din, d * d)
-    s_lstm = 4 * d * d * (din + d + d * d)        # D_s, W_s, U_s
-    u_lstm = 4 * (d + d * din + d * d)            # w_u, D_u, U_u
-    unbind = d ** 3                               # W_u
+    s_lstm = 4 * d * d * (din + d + d * d)  # D_s, W_s, U_s
+    u_lstm = 4 * (d + d * din + d * d)  # w_u, D_u, U_u
+    unbind = d**3  # W_u
     assert counts.formula == s_lstm + u_lstm + unbind
     assert counts.total == counts.formula + 4 * d * d + 4 * d + d * d  # + b_s, b_u (gates), b_u (unbinding)
     with_plan = units.param_counts("tpgn[plan_size=11]", din, d * d)

@@ -121,18 +121,18 @@ def _onehot(i, n=3):
 
 
 def test_write_overwrite_move_backlink_are_exact_with_one_hot_keys():
-    a, b, c = _onehot(0), _onehot(1), _onehot(2)           # entities
-    r1, r2, r3 = _onehot(0), _onehot(1), _onehot(2)        # relations
+    a, b, c = _onehot(0), _onehot(1), _onehot(2)  # entities
+    r1, r2, r3 = _onehot(0), _onehot(1), _onehot(2)  # relations
     F = torch.zeros(1, 3, 3, 3, dtype=F64)
-    F = tpr_update(F, a, b, r1, r2, r3)                     # "a r1 b"
-    assert torch.equal(retrieve(F, a, r1), b)               # written
-    assert torch.equal(retrieve(F, b, r3), a)               # backlink b → a
+    F = tpr_update(F, a, b, r1, r2, r3)  # "a r1 b"
+    assert torch.equal(retrieve(F, a, r1), b)  # written
+    assert torch.equal(retrieve(F, b, r3), a)  # backlink b → a
     assert torch.equal(retrieve(F, a, r2), torch.zeros_like(a))  # nothing moved yet (ŵ was 0)
-    F = tpr_update(F, a, c, r1, r2, r3)                     # "a r1 c" overwrites
-    assert torch.equal(retrieve(F, a, r1), c)               # overwritten
-    assert torch.equal(retrieve(F, a, r2), b)               # the old association moved to r2
-    assert torch.equal(retrieve(F, c, r3), a)               # backlink of the new one
-    assert torch.equal(retrieve(F, b, r3), a)               # the first backlink stays
+    F = tpr_update(F, a, c, r1, r2, r3)  # "a r1 c" overwrites
+    assert torch.equal(retrieve(F, a, r1), c)  # overwritten
+    assert torch.equal(retrieve(F, a, r2), b)  # the old association moved to r2
+    assert torch.equal(retrieve(F, c, r3), a)  # backlink of the new one
+    assert torch.equal(retrieve(F, b, r3), a)  # the first backlink stays
 
 
 @pytest.mark.parametrize("ops, moved, backlinked", [("w", False, False), ("wm", True, False), ("wb", False, True)])
@@ -142,7 +142,7 @@ def test_ablations_drop_their_operation(ops, moved, backlinked):
     F = torch.zeros(1, 3, 3, 3, dtype=F64)
     for target in (b, c):
         F = tpr_update(F, a, target, r1, r2 if moved else None, r3 if backlinked else None)
-    assert torch.equal(retrieve(F, a, r1), c)               # write (with overwrite) in every variant
+    assert torch.equal(retrieve(F, a, r1), c)  # write (with overwrite) in every variant
     assert torch.equal(retrieve(F, a, r2), b if moved else torch.zeros_like(b))
     assert torch.equal(retrieve(F, c, r3), a if backlinked else torch.zeros_like(a))
 
@@ -150,13 +150,13 @@ def test_ablations_drop_their_operation(ops, moved, backlinked):
 def test_non_orthogonal_keys_break_exactness():
     """Documented limit: with overlapping entity keys one association leaks into the other's retrieval."""
     a = torch.tensor([[1.0, 0.0, 0.0]], dtype=F64)
-    a2 = torch.tensor([[0.6, 0.8, 0.0]], dtype=F64)         # unit norm, cos(a, a2) = 0.6
+    a2 = torch.tensor([[0.6, 0.8, 0.0]], dtype=F64)  # unit norm, cos(a, a2) = 0.6
     b, c, r1 = _onehot(1), _onehot(2), _onehot(0)
     F = torch.zeros(1, 3, 3, 3, dtype=F64)
     F = tpr_update(F, a, b, r1)
     F = tpr_update(F, a2, c, r1)
-    assert torch.equal(retrieve(F, a2, r1), c)              # the last write is exact ...
-    assert (retrieve(F, a, r1) - b).abs().max() > 0.3       # ... the first one is no longer
+    assert torch.equal(retrieve(F, a2, r1), c)  # the last write is exact ...
+    assert (retrieve(F, a, r1) - b).abs().max() > 0.3  # ... the first one is no longer
 
 
 # --------------------------------------------------------------------------------------------
@@ -173,8 +173,7 @@ def test_retrievals_read_the_previous_memory():
     # the paper's printed order (m̂, b̂ read after W is applied) is a different recurrence
     w_hat = ref_ret(F[0], e1[0], r1[0])
     after_w = F[0] + outer3(e1[0], r1[0], e2[0] - w_hat)
-    sequential = (after_w + outer3(e1[0], r2[0], w_hat - ref_ret(after_w, e1[0], r2[0]))
-                  + outer3(e2[0], r3[0], e1[0] - ref_ret(after_w, e2[0], r3[0])))
+    sequential = after_w + outer3(e1[0], r2[0], w_hat - ref_ret(after_w, e1[0], r2[0])) + outer3(e2[0], r3[0], e1[0] - ref_ret(after_w, e2[0], r3[0]))
     assert (got - sequential).abs().max() > 1e-3
 
 
@@ -185,10 +184,13 @@ def _count(*modules) -> int:
     return sum(p.numel() for m in modules for p in m.parameters() if p.requires_grad)
 
 
-@pytest.mark.parametrize("V, S, H, E, R, L, expected", [
-    (22, 22, 22, 15, 10, 7, 7_943),        # task 1, single-task sizes (S = H = V)
-    (178, 178, 40, 90, 20, 12, 130_276),   # the authors' code, all tasks (E=90, H=40, R=20)
-])
+@pytest.mark.parametrize(
+    "V, S, H, E, R, L, expected",
+    [
+        (22, 22, 22, 15, 10, 7, 7_943),  # task 1, single-task sizes (S = H = V)
+        (178, 178, 40, 90, 20, 12, 130_276),  # the authors' code, all tasks (E=90, H=40, R=20)
+    ],
+)
 def test_whole_model_parameter_counts(V, S, H, E, R, L, expected):
     encoder = SentenceEncoder(V, S, L)
     unit = units.build(f"tpr3[entity={E},relation={R},mlp_hidden={H if H != S else 0}]", S, E * R * E)
@@ -218,7 +220,7 @@ def test_model_logits_ignore_padded_sentences_and_slot_width():
     _randomise(unit, 1)
     gen = torch.Generator().manual_seed(2)
     lengths = [4, 2, 1, 0]
-    story = torch.randint(1, V, (4, 4, 3), generator=gen)          # 3 word slots, fewer than L
+    story = torch.randint(1, V, (4, 4, 3), generator=gen)  # 3 word slots, fewer than L
     question = torch.randint(1, V, (4, 3), generator=gen)
 
     def logits(story, question, steps):
@@ -227,8 +229,13 @@ def test_model_logits_ignore_padded_sentences_and_slot_width():
 
     base = logits(story, question, 4)
     # garbage sentences behind each story's end and two more padded steps
-    longer = torch.cat([torch.where(_mask(lengths, 4).unsqueeze(-1), story, torch.randint(1, V, story.shape, generator=gen)),
-                        torch.randint(1, V, (4, 2, 3), generator=gen)], 1)
+    longer = torch.cat(
+        [
+            torch.where(_mask(lengths, 4).unsqueeze(-1), story, torch.randint(1, V, story.shape, generator=gen)),
+            torch.randint(1, V, (4, 2, 3), generator=gen),
+        ],
+        1,
+    )
     torch.testing.assert_close(logits(longer, question, 6), base, rtol=1e-12, atol=1e-12)
     # the same ids with explicit PAD slots up to L give the same sentence vectors
     wide = torch.nn.functional.pad(story, (0, L - 3))
@@ -270,7 +277,7 @@ def test_unit_matches_transcription(ops):
             torch.testing.assert_close(outputs[i, t], ref[t].reshape(-1), rtol=1e-12, atol=1e-12)
         assert torch.all(outputs[i, n:] == 0)
         torch.testing.assert_close(memory[i], ref[-1], rtol=1e-12, atol=1e-12)
-        torch.testing.assert_close(state[i], memory[i].reshape(-1), rtol=1e-12, atol=1e-12)   # padded vs packed run
+        torch.testing.assert_close(state[i], memory[i].reshape(-1), rtol=1e-12, atol=1e-12)  # padded vs packed run
 
 
 def test_packed_memory_equals_the_padded_run_for_unsorted_lengths():
@@ -286,8 +293,8 @@ def test_packed_memory_equals_the_padded_run_for_unsorted_lengths():
     for i, n in enumerate(lengths):
         if n:
             torch.testing.assert_close(memory[i], ref_unit(unit, x[i].detach(), n)[-1], rtol=1e-12, atol=1e-12)
-    grad_packed, = torch.autograd.grad(memory.square().sum(), x)
-    grad_padded, = torch.autograd.grad(state.square().sum(), x)
+    (grad_packed,) = torch.autograd.grad(memory.square().sum(), x)
+    (grad_padded,) = torch.autograd.grad(state.square().sum(), x)
     torch.testing.assert_close(grad_packed, grad_padded, rtol=1e-10, atol=1e-12)
     assert torch.all(grad_packed[~mask] == 0)
 
@@ -326,7 +333,7 @@ def test_input_and_inference_modules_match_transcription():
 def test_unit_gradcheck():
     unit = _unit(S=3, E=2, R=2, hidden=3)
     x = torch.randn(2, 3, 3, dtype=F64, generator=torch.Generator().manual_seed(6), requires_grad=True)
-    mask = _mask([2, 3], 3)   # unsorted: memory's packing reorders the batch
+    mask = _mask([2, 3], 3)  # unsorted: memory's packing reorders the batch
     params = list(unit.parameters())
 
     def fn(x, *ps):
@@ -369,7 +376,7 @@ def test_initialisation_as_the_authors_code():
     for bank, out in ((unit.entities, 15), (unit.relations, 10)):
         assert torch.all(bank.b1 == 0) and torch.all(bank.b2 == 0)
         assert bank.W1.abs().max() <= (6 / (20 + 30)) ** 0.5
-        assert bank.W1.abs().max() > 0.9 * (6 / (20 + 30)) ** 0.5      # uniform over the whole Glorot range
+        assert bank.W1.abs().max() > 0.9 * (6 / (20 + 30)) ** 0.5  # uniform over the whole Glorot range
         assert bank.W2.abs().max() <= (6 / (30 + out)) ** 0.5
     encoder = SentenceEncoder(22, 22, 7)
     assert encoder.embedding.abs().max() <= 0.01 and torch.all(encoder.positions == 1)
@@ -382,8 +389,7 @@ def test_options_and_errors():
     unit = units.build("tpr3[entity=3,relation=2]", 4, 18)
     assert unit.output_size == 18 and unit.mlp_hidden == 4 and unit.ops == "wmb"
     reps = unit.representations(torch.randn(2, 5, 4))
-    assert {k: tuple(v.shape) for k, v in reps.items()} == {"e1": (2, 5, 3), "e2": (2, 5, 3), "r1": (2, 5, 2),
-                                                              "r2": (2, 5, 2), "r3": (2, 5, 2)}
+    assert {k: tuple(v.shape) for k, v in reps.items()} == {"e1": (2, 5, 3), "e2": (2, 5, 3), "r1": (2, 5, 2), "r2": (2, 5, 2), "r3": (2, 5, 2)}
     assert set(units.build("tpr3[entity=3,relation=2,ops=wb]", 4, 18).representations(torch.randn(1, 4))) == {"e1", "e2", "r1", "r3"}
     with pytest.raises(UnitSpecError, match=r"entity·relation·entity = 15·10·15 = 2250, got 64"):
         units.resolve("tpr3", 64)

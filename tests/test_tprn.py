@@ -137,8 +137,7 @@ def test_fused_and_loop_gradients_agree():
         loss.backward()
         grads[impl] = {"x": x.grad, "v0": carry.grad, **{n: p.grad for n, p in unit.named_parameters()}}
     for key in grads["loop"]:
-        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=1e-11,
-                                   msg=lambda m, key=key: f"{key}: {m}")
+        torch.testing.assert_close(grads["fused"][key], grads["loop"][key], rtol=1e-9, atol=1e-11, msg=lambda m, key=key: f"{key}: {m}")
 
 
 # (a) binding identities ---------------------------------------------------------------------
@@ -305,6 +304,7 @@ def test_aux_losses_of_inner_units_under_the_wrappers():
     # the backward unit's penalty is that of the reversed sequences, run alone
     bwd = module.layers[0].bwd
     from units.base import lengths_from_mask, reverse_padded
+
     with torch.no_grad():
         expected = bwd.aux_loss.clone()
         bwd(reverse_padded(x, lengths_from_mask(x, mask)), mask)
@@ -325,11 +325,14 @@ def test_attention_is_logistic_not_softmax():
 
 
 # options --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("spec, message", [
-    ("tprn[role_dim=3]", "role_dim=3 must divide the hidden size 100"),
-    ("tprn[symbols=0]", "symbols and roles must be >= 1"),
-    ("tprn[quantization=-1]", "quantization must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("tprn[role_dim=3]", "role_dim=3 must divide the hidden size 100"),
+        ("tprn[symbols=0]", "symbols and roles must be >= 1"),
+        ("tprn[quantization=-1]", "quantization must be >= 0"),
+    ],
+)
 def test_bad_options_are_spec_errors(spec, message):
     with pytest.raises(units.UnitSpecError, match=message):
         units.resolve(spec, 100)
@@ -357,8 +360,7 @@ def test_aux_loss_is_declared_before_the_first_forward():
 def logic_adapter(tmp_path_factory):
     from tasks.registry import get_task
 
-    task = get_task("logic")({"train_size": 64, "eval_size": 16, "preset": "exam"}, "generated",
-                             tmp_path_factory.mktemp("cache"))
+    task = get_task("logic")({"train_size": 64, "eval_size": 16, "preset": "exam"}, "generated", tmp_path_factory.mktemp("cache"))
     task.prepare()
     return task
 
@@ -368,8 +370,7 @@ def test_the_training_loop_adds_and_logs_the_penalty(logic_adapter, quantization
     from tasks.training import TrainConfig, train
 
     unit = f"tprn[symbols=3,roles=2,role_dim=2,quantization={quantization}]"
-    result = train(logic_adapter, TrainConfig(unit=unit, arch="plain", dim=4, input_dim=4, epochs=1, seed=0,
-                                              hparams={"lr": 1e-2, "batch_size": 32}))
+    result = train(logic_adapter, TrainConfig(unit=unit, arch="plain", dim=4, input_dim=4, epochs=1, seed=0, hparams={"lr": 1e-2, "batch_size": 32}))
     assert result.status == "finished"
     aux = result.history[0]["train_aux"]
     assert (aux > 0) if quantization else (aux == 0.0)
@@ -384,8 +385,9 @@ def test_pair_models_weigh_the_penalty_per_pair_as_the_code(arch):
 
     spec = f"tprn[symbols={N_S},roles={N_R},role_dim={D_R},quantization=0.1,layers=1,bidirectional=true]"
     torch.manual_seed(0)
-    model = PairModel(spec, arch, vocab_size=11, dim=D, input_dim=DIN, classes=3, attention="trilinear",
-                      modelling_unit="lstm" if arch == "bidaf" else None).double()
+    model = PairModel(
+        spec, arch, vocab_size=11, dim=D, input_dim=DIN, classes=3, attention="trilinear", modelling_unit="lstm" if arch == "bidaf" else None
+    ).double()
     gen = torch.Generator().manual_seed(7)
     a, b = torch.randint(1, 11, (3, 5), generator=gen), torch.randint(1, 11, (3, 4), generator=gen)
     a_mask, b_mask = _mask([5, 2, 4], 5), _mask([4, 4, 1], 4)

@@ -200,8 +200,14 @@ def test_unfolded_relu2_slices_take_the_fused_step(monkeypatch, name):
 def test_fused_slices_reuse_buffers_across_calls_and_shapes(name):
     """The fused step keeps its scratch buffers between calls: calls that alternate batch size,
     roles and dtype (float32 ↔ float64) still equal the Python loop, outputs and gradients."""
-    configs = [(4, 8, torch.float64), (2, 8, torch.float64), (5, 12, torch.float32), (3, 6, torch.float64),
-               (5, 12, torch.float32), (4, 8, torch.float64)]
+    configs = [
+        (4, 8, torch.float64),
+        (2, 8, torch.float64),
+        (5, 12, torch.float32),
+        (3, 6, torch.float64),
+        (5, 12, torch.float32),
+        (4, 8, torch.float64),
+    ]
     for batch, roles, dtype in configs:
         results = []
         for use_cpp in (True, False):

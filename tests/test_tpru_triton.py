@@ -103,8 +103,7 @@ def test_cases_cover_both_kernels_and_all_score_layouts():
         unit = units.lookup(name)(DIN, D, roles=ROLES, slices=slices)
         folded = units.tpru.fold_is_cheaper(D, ROLES, slices)
         rows = D + slices * ROLES if folded else (2 * D if unit.V_b is not None else D)
-        layout = tpru_triton.Layout(D, ROLES, slices, rows, folded, unit.norm == "relu2", unit.tanh_candidate,
-                                    "ieee", tpru_triton.DEFAULT_CONFIG)
+        layout = tpru_triton.Layout(D, ROLES, slices, rows, folded, unit.norm == "relu2", unit.tanh_candidate, "ieee", tpru_triton.DEFAULT_CONFIG)
         seen.add((layout.resident, folded, rows))
     assert seen == {(True, True, D + ROLES), (False, True, D + 2 * ROLES), (False, False, 2 * D), (False, False, D)}
 
@@ -115,12 +114,20 @@ def test_cases_cover_both_kernels_and_all_score_layouts():
 def function_inputs(T, B, d, k, N, layout: str, seed: int = 0, dtype=torch.float64):
     """Inputs of TPRURecurrence; layout: folded | unfolded (W_rec = [W_b; V_b]) | identity (V_b = I)."""
     gen = torch.Generator().manual_seed(seed)
-    rand = lambda *shape, scale=1.0: (torch.randn(*shape, generator=gen, dtype=dtype) * scale)  # noqa: E731
+    rand = lambda *shape, scale=1.0: torch.randn(*shape, generator=gen, dtype=dtype) * scale  # noqa: E731
     s = d // k
     rows = {"folded": d + k * N, "unfolded": 2 * d, "identity": d}[layout]
     U = None if layout == "folded" else rand(k, s, N, scale=0.5)
-    tensors = [rand(T, B, d), rand(T, B, k, N), rand(rows, d, scale=0.4), rand(k, s, N, scale=0.5), U,
-               rand(k, N, scale=0.3), torch.tensor(0.2, dtype=dtype), rand(B, d, scale=0.3)]
+    tensors = [
+        rand(T, B, d),
+        rand(T, B, k, N),
+        rand(rows, d, scale=0.4),
+        rand(k, s, N, scale=0.5),
+        U,
+        rand(k, N, scale=0.3),
+        torch.tensor(0.2, dtype=dtype),
+        rand(B, d, scale=0.3),
+    ]
     return [t.requires_grad_() if t is not None else None for t in tensors]
 
 
@@ -136,11 +143,17 @@ def compare_functions(args, norm, tanh, config, rtol=1e-10, atol=1e-12):
         assert_same(g, w, f"gradient of input {i}", rtol, atol)
 
 
-@pytest.mark.parametrize("layout,norm,tanh", [
-    ("folded", "relu2", False), ("folded", "softmax", True),
-    ("unfolded", "softmax", False), ("unfolded", "relu2", True),
-    ("identity", "relu2", True), ("identity", "softmax", False),
-])
+@pytest.mark.parametrize(
+    "layout,norm,tanh",
+    [
+        ("folded", "relu2", False),
+        ("folded", "softmax", True),
+        ("unfolded", "softmax", False),
+        ("unfolded", "relu2", True),
+        ("identity", "relu2", True),
+        ("identity", "softmax", False),
+    ],
+)
 def test_tiled_kernel_with_many_tiles(layout, norm, tanh):
     """d = 32 in two K tiles, slices of 16 columns in one, 20 roles in two role tiles, B = 19 in
     two programs (the second one mostly padding)."""
@@ -170,11 +183,15 @@ def test_relu2_all_cut_off_gives_zero_fillers_not_nan(config):
 # --------------------------------------------------------------------------------------------
 # 3. gradcheck (float64) of the Triton Function
 # --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("layout,k,norm,tanh,config", [
-    ("folded", 1, "relu2", True, None),
-    ("folded", 2, "softmax", True, SMALL_TILES),
-    ("unfolded", 2, "relu2", False, SMALL_TILES),
-], ids=["resident-relu2-tanh", "tiled-folded-softmax-tanh", "tiled-unfolded-relu2"])
+@pytest.mark.parametrize(
+    "layout,k,norm,tanh,config",
+    [
+        ("folded", 1, "relu2", True, None),
+        ("folded", 2, "softmax", True, SMALL_TILES),
+        ("unfolded", 2, "relu2", False, SMALL_TILES),
+    ],
+    ids=["resident-relu2-tanh", "tiled-folded-softmax-tanh", "tiled-unfolded-relu2"],
+)
 def test_gradcheck(layout, k, norm, tanh, config):
     """fast_mode: a random projection of the Jacobian per input, numerical against analytical
     (the unfolded case with V_b = I differs only in where ∂z goes, checked in section 2)."""
@@ -191,7 +208,7 @@ def test_padding_never_reaches_real_tokens():
     x, mask = padded_batch(seed=4)
     outputs, state = unit(x, mask)
     for i, length in enumerate(LENGTHS):
-        alone, alone_state = unit(x[i:i + 1, :length], mask[i:i + 1, :length])
+        alone, alone_state = unit(x[i : i + 1, :length], mask[i : i + 1, :length])
         assert_same(outputs[i, :length], alone[0], f"sequence {i}")
         assert_same(state[i], alone_state[0], f"state {i}")
         assert (outputs[i, length:] == 0).all()
@@ -204,8 +221,7 @@ def test_fused_on_cpu_keeps_the_autograd_function():
 
 
 def test_unsupported_dtype_names_the_reason():
-    args = [a.detach().to(torch.bfloat16) if a is not None else None
-            for a in function_inputs(T=2, B=2, d=8, k=1, N=3, layout="folded")]
+    args = [a.detach().to(torch.bfloat16) if a is not None else None for a in function_inputs(T=2, B=2, d=8, k=1, N=3, layout="folded")]
     assert "bfloat16" in tpru_triton.unsupported_reason(*args)
     with pytest.raises(RuntimeError, match="impl=triton cannot run this call: dtype torch.bfloat16"):
         tpru_triton.select_recurrence("triton", *args)
@@ -217,8 +233,9 @@ def test_fallback_notice_is_logged_once(caplog, monkeypatch):
         for _ in range(3):
             tpru_triton._notice_once("dtype torch.bfloat16 (the kernel runs float32 and float64)")
     lines = [r.getMessage() for r in caplog.records]
-    assert lines == ["TPRU on CUDA uses the autograd-Function path, not the Triton kernel: "
-                     "dtype torch.bfloat16 (the kernel runs float32 and float64)"]
+    assert lines == [
+        "TPRU on CUDA uses the autograd-Function path, not the Triton kernel: dtype torch.bfloat16 (the kernel runs float32 and float64)"
+    ]
 
 
 def test_impl_triton_without_triton_is_a_spec_error(monkeypatch):
@@ -259,8 +276,7 @@ def test_cuda_float32_close_to_float64(name, monkeypatch):
 
 @cuda
 def test_cuda_fused_selects_the_kernel():
-    args = [a.detach().cuda().float() if a is not None else None
-            for a in function_inputs(T=2, B=2, d=8, k=1, N=3, layout="folded")]
+    args = [a.detach().cuda().float() if a is not None else None for a in function_inputs(T=2, B=2, d=8, k=1, N=3, layout="folded")]
     assert tpru_triton.select_recurrence("fused", *args) is TPRUTritonRecurrence
 
 

@@ -32,12 +32,20 @@ def _runs(tracker: Tracker, prefix: str) -> list[str]:
 
 def _seen(tracker: Tracker, run_id: str) -> dict:
     run = tracker.client.get_run(run_id)
-    history = {key: [(m.step, "nan" if math.isnan(m.value) else m.value) for m in
-                     sorted(tracker.client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))]
-               for key in run.data.metrics}
+    history = {
+        key: [
+            (m.step, "nan" if math.isnan(m.value) else m.value)
+            for m in sorted(tracker.client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
+        ]
+        for key in run.data.metrics
+    }
     latest = {k: ("nan" if math.isnan(v) else v) for k, v in run.data.metrics.items()}
-    return {"status": run.info.status, "ended": run.info.end_time is not None and run.info.end_time >= run.info.start_time,
-            "latest": latest, "history": history}
+    return {
+        "status": run.info.status,
+        "ended": run.info.end_time is not None and run.info.end_time >= run.info.start_time,
+        "latest": latest,
+        "history": history,
+    }
 
 
 def test_end_many_writes_what_the_client_writes_run_by_run(tmp_path: Path) -> None:

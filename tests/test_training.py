@@ -26,8 +26,7 @@ def adapter(tmp_path_factory):
 
 
 def config(unit="lstm", epochs=2, **hp):
-    return TrainConfig(unit=unit, arch="plain", dim=16, input_dim=16, epochs=epochs, seed=0,
-                       hparams={"lr": 1e-2, "batch_size": 32, **hp})
+    return TrainConfig(unit=unit, arch="plain", dim=16, input_dim=16, epochs=epochs, seed=0, hparams={"lr": 1e-2, "batch_size": 32, **hp})
 
 
 def test_two_epoch_run_learns_above_chance(adapter):
@@ -96,8 +95,9 @@ def test_best_model_reloads_with_the_same_scores(adapter, tmp_path):
 
 
 @pytest.mark.parametrize("arch", ["plain", "bidaf"])
-@pytest.mark.parametrize("unit", ["gru", "lstm[bidirectional=true]", "tpru[roles=4]", "tpru-v1[roles=4,slices=2]",
-                                  "tpru-mod1[roles=4,bidirectional=true,layers=2]"])
+@pytest.mark.parametrize(
+    "unit", ["gru", "lstm[bidirectional=true]", "tpru[roles=4]", "tpru-v1[roles=4,slices=2]", "tpru-mod1[roles=4,bidirectional=true,layers=2]"]
+)
 def test_architectures_take_every_unit_and_ignore_padding(arch, unit):
     torch.manual_seed(0)
     model = PairModel(unit, arch, vocab_size=10, dim=8, input_dim=6, classes=3, pooling="max").eval()

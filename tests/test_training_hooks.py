@@ -28,17 +28,16 @@ def adapter(tmp_path_factory):
 
 
 def config(epochs=2, unit="gru", **hp):
-    return TrainConfig(unit=unit, arch="plain", dim=8, input_dim=8, epochs=epochs, seed=0,
-                       hparams={"lr": 1e-2, "batch_size": 32, **hp})
+    return TrainConfig(unit=unit, arch="plain", dim=8, input_dim=8, epochs=epochs, seed=0, hparams={"lr": 1e-2, "batch_size": 32, **hp})
 
 
 # -- hyperparameters ---------------------------------------------------------------------------
 
+
 def test_defaults_reproduce_the_old_loop_and_tasks_override_them():
     logic, lm = get_task("logic"), get_task("lm")
     hp = logic.resolve_hparams({})
-    assert (hp.optimizer, hp.lr, hp.schedule, hp.lr_step, hp.lr_gamma, hp.clip, hp.batch_size) == \
-           ("adam", 1e-3, "step", 30, 0.1, 5.0, 64)
+    assert (hp.optimizer, hp.lr, hp.schedule, hp.lr_step, hp.lr_gamma, hp.clip, hp.batch_size) == ("adam", 1e-3, "step", 30, 0.1, 5.0, 64)
     assert (hp.warmup_steps, hp.nan_restarts, hp.dropout, hp.mlp_hidden) == (0, 0, 0.0, None)
     lm_hp = lm.resolve_hparams({"lr": 0.5})
     assert (lm_hp.lr, lm_hp.clip, lm_hp.batch_size, lm_hp.dropout) == (0.5, 0.25, 20, 0.2)
@@ -80,9 +79,12 @@ def test_a_checkpoint_from_before_typed_hparams_still_resumes(adapter, tmp_path)
 
 # -- the run's metric ------------------------------------------------------------------------
 
+
 def test_the_runs_metric_picks_the_best_epoch(adapter):
-    result = train(adapter, TrainConfig(unit="gru", arch="plain", dim=8, input_dim=8, epochs=3, seed=0,
-                                        hparams={"lr": 3e-2, "batch_size": 32}, metric="valid_loss"))
+    result = train(
+        adapter,
+        TrainConfig(unit="gru", arch="plain", dim=8, input_dim=8, epochs=3, seed=0, hparams={"lr": 3e-2, "batch_size": 32}, metric="valid_loss"),
+    )
     losses = [row["valid_loss"] for row in result.history]
     assert result.metric == "valid_loss" and result.direction == "minimize"
     assert result.best_valid == min(losses) and result.best_epoch == losses.index(min(losses)) + 1
@@ -99,8 +101,10 @@ def test_a_metric_the_task_does_not_log_is_rejected():
 
 # -- optimisers and schedules ----------------------------------------------------------------
 
-@pytest.mark.parametrize("name,cls", [("adam", torch.optim.Adam), ("nadam", torch.optim.NAdam),
-                                      ("sgd", torch.optim.SGD), ("adadelta", torch.optim.Adadelta)])
+
+@pytest.mark.parametrize(
+    "name,cls", [("adam", torch.optim.Adam), ("nadam", torch.optim.NAdam), ("sgd", torch.optim.SGD), ("adadelta", torch.optim.Adadelta)]
+)
 def test_each_optimizer_trains(adapter, name, cls):
     hp = HParams(optimizer=name, lr=0.5 if name in ("sgd", "adadelta") else 1e-2, betas=(0.6, 0.4), momentum=0.9)
     opt = make_optimizer([nn.Parameter(torch.zeros(2))], hp)
@@ -131,7 +135,7 @@ def test_step_schedule_with_a_delayed_start_is_zarembas():
     for _epoch in range(13):
         lrs.append(opt.param_groups[0]["lr"])
         sched.step({})
-    assert lrs == [1.0] * 4 + [0.5 ** k for k in range(1, 10)]
+    assert lrs == [1.0] * 4 + [0.5**k for k in range(1, 10)]
     opt2, restored = _schedule(lr_decay_start=4, lr_step=1, lr_gamma=0.5)
     restored.load_state_dict(sched.state_dict())  # a resumed run continues the same sequence
     assert restored.torch.last_epoch == 13
@@ -195,8 +199,7 @@ def test_nan_during_warmup_reinitialises_the_model(adapter, tmp_path, monkeypatc
 
     monkeypatch.setattr(type(adapter), "loss", nan_once)
     lines = []
-    result = train(adapter, config(epochs=1, warmup_steps=5, warmup_factor=0.1, nan_restarts=1), tmp_path,
-                   notice=lines.append)
+    result = train(adapter, config(epochs=1, warmup_steps=5, warmup_factor=0.1, nan_restarts=1), tmp_path, notice=lines.append)
     assert result.status == "finished" and len(lines) == 1 and "re-initialised (restart 1 of 1)" in lines[0]
     assert torch.load(tmp_path / CHECKPOINT, weights_only=True)["restarts"] == 1
     calls["n"] = 0
@@ -205,6 +208,7 @@ def test_nan_during_warmup_reinitialises_the_model(adapter, tmp_path, monkeypatc
 
 
 # -- auxiliary losses --------------------------------------------------------------------------
+
 
 class AuxProbe(nn.Module):
     """A module that adds ‖w‖² as an auxiliary loss on every forward of the model it sits in."""
@@ -227,7 +231,7 @@ def test_aux_losses_are_added_logged_and_absent_otherwise(adapter, monkeypatch):
         probes.append(model.probe)
 
         def set_aux(module, inputs):
-            module.probe.aux_loss = (module.probe.w ** 2).sum()
+            module.probe.aux_loss = (module.probe.w**2).sum()
 
         model.register_forward_pre_hook(set_aux)
         return model
@@ -240,6 +244,7 @@ def test_aux_losses_are_added_logged_and_absent_otherwise(adapter, monkeypatch):
 
 
 # -- determinism and masks ------------------------------------------------------------------
+
 
 def test_deterministic_mode_is_scoped_to_the_run(adapter):
     before = torch.are_deterministic_algorithms_enabled()
@@ -255,8 +260,7 @@ def test_an_op_without_a_deterministic_kernel_relaxes_instead_of_failing(adapter
     def nondeterministic(self, model, batch):
         if raised["n"] == 0:
             raised["n"] = 1
-            raise RuntimeError("index_add_cuda_ does not have a deterministic implementation, but you set "
-                               "'torch.use_deterministic_algorithms(True)'")
+            raise RuntimeError("index_add_cuda_ does not have a deterministic implementation, but you set 'torch.use_deterministic_algorithms(True)'")
         return real(self, model, batch)
 
     monkeypatch.setattr(type(adapter), "loss", nondeterministic)
@@ -281,6 +285,7 @@ def test_masks_are_checked_once_per_batch_on_the_host(adapter, monkeypatch):
 
 # -- the same in a study worker ----------------------------------------------------------------
 
+
 def test_a_worker_sets_a_corrupt_checkpoint_aside_and_reports_it(tmp_path):
     """harness.worker.run_job (what Ray runs) with a truncated checkpoint.pt in its run directory:
     the run restarts, finishes, and the note comes back with the result for the driver to log."""
@@ -290,9 +295,22 @@ def test_a_worker_sets_a_corrupt_checkpoint_aside_and_reports_it(tmp_path):
     run_dir = tmp_path / "trial-0000"
     run_dir.mkdir()
     (run_dir / CHECKPOINT).write_bytes(b"PK\x03\x04 truncated")
-    job = WorkerJob(task="logic", task_options=OPTIONS, data="generated", unit="gru", arch="plain", dim=8, input_dim=8,
-                    epochs=1, metric="valid_acc", direction="maximize", seed=0, hparams={"batch_size": 32},
-                    run_dir=str(run_dir), cache_dir=str(tmp_path / "cache"))
+    job = WorkerJob(
+        task="logic",
+        task_options=OPTIONS,
+        data="generated",
+        unit="gru",
+        arch="plain",
+        dim=8,
+        input_dim=8,
+        epochs=1,
+        metric="valid_acc",
+        direction="maximize",
+        seed=0,
+        hparams={"batch_size": 32},
+        run_dir=str(run_dir),
+        cache_dir=str(tmp_path / "cache"),
+    )
     out = run_job(job)
     assert out.status == "finished", out.reason
     assert len(out.notes) == 1 and "restarting the run" in out.notes[0]
@@ -304,8 +322,21 @@ def test_a_worker_reports_an_exception_as_errored_not_diverged(tmp_path):
     from harness.jobs import WorkerJob
     from harness.worker import run_job
 
-    job = WorkerJob(task="logic", task_options=OPTIONS, data="generated", unit="no_such_mod_xyz:Cell", arch="plain",
-                    dim=8, input_dim=8, epochs=1, metric="valid_acc", direction="maximize", seed=0, hparams={},
-                    run_dir=str(tmp_path / "run"), cache_dir=str(tmp_path / "cache"))
+    job = WorkerJob(
+        task="logic",
+        task_options=OPTIONS,
+        data="generated",
+        unit="no_such_mod_xyz:Cell",
+        arch="plain",
+        dim=8,
+        input_dim=8,
+        epochs=1,
+        metric="valid_acc",
+        direction="maximize",
+        seed=0,
+        hparams={},
+        run_dir=str(tmp_path / "run"),
+        cache_dir=str(tmp_path / "cache"),
+    )
     out = run_job(job)
     assert out.status == "errored" and "no_such_mod_xyz" in out.reason

@@ -119,8 +119,7 @@ def transcribe(unit, variant: Variant, x: torch.Tensor, lengths: list[int], bias
 # --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
-def make_unit(name: str, slices: int, impl: str = "fused", seed: int = 0, d: int = D, din: int = DIN, roles: int = ROLES,
-              biases: str = "none"):
+def make_unit(name: str, slices: int, impl: str = "fused", seed: int = 0, d: int = D, din: int = DIN, roles: int = ROLES, biases: str = "none"):
     torch.manual_seed(seed)
     # impl is passed to the class, not through the spec: see test_units_registry.py::test_impl_option_parses
     unit = units.lookup(name)(din, d, roles=roles, slices=slices, impl=impl, biases=biases).double()
@@ -279,8 +278,7 @@ def test_code_biases_count_equals_the_authors_layers():
     """tpru[biases=code] has exactly the parameters of the authors' TPRU cell: v2ru = Linear(d, 2d),
     h2fg = Linear(d, 2d), x2fg = Linear(d', 2d), bias_h, bias_x (models/TPRU.py)."""
     d, din = 64, 300
-    authors = sum(p.numel() for p in (torch.nn.Linear(d, 2 * d), torch.nn.Linear(d, 2 * d), torch.nn.Linear(din, 2 * d))
-                  for p in p.parameters()) + 2
+    authors = sum(p.numel() for p in (torch.nn.Linear(d, 2 * d), torch.nn.Linear(d, 2 * d), torch.nn.Linear(din, 2 * d)) for p in p.parameters()) + 2
     assert units.param_counts("tpru[biases=code]", din, d).total == authors
 
 
@@ -459,8 +457,7 @@ def test_init_is_nn_linear_default(name, biases):
     d, din = 256, 48
     torch.manual_seed(1)
     unit = units.build(f"{name}[roles=8,biases={biases}]", din, d)
-    fan_in = {"W_u": d, "W_r": d, "W_b": d, "V_b": d, "b_u": d, "b_r": d, "b_Wb": d, "b_Vb": d,
-              "W_x": din, "V_x": din, "b_Wx": din, "b_Vx": din}
+    fan_in = {"W_u": d, "W_r": d, "W_b": d, "V_b": d, "b_u": d, "b_r": d, "b_Wb": d, "b_Vb": d, "W_x": din, "V_x": din, "b_Wx": din, "b_Vx": din}
     for pname, p in unit.named_parameters():
         if pname in ("c_b", "c_x"):
             assert p.item() == 1.0

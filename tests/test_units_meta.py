@@ -20,8 +20,7 @@ from units.meta import TPR3Meta, UnitMeta
 def _builtins() -> list[str]:
     registry.UNITS.load_builtins()
     registry.UNITS.load_metas()
-    return sorted(name for name, cls in registry.UNITS.entries.items()
-                  if isinstance(cls, type) and cls.__module__.startswith("units."))
+    return sorted(name for name, cls in registry.UNITS.entries.items() if isinstance(cls, type) and cls.__module__.startswith("units."))
 
 
 def test_every_builtin_unit_has_metadata_and_no_metadata_lacks_a_unit():

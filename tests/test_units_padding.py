@@ -36,12 +36,21 @@ def _specs() -> list[str]:
         specs.append(base)
         for extra in ("bidirectional=true", "layers=2", "layers=2,bidirectional=true"):
             specs.append(base[:-1] + "," + extra + "]" if base.endswith("]") else f"{base}[{extra}]")
-    specs += ["tpgn[impl=loop]", "tpgn[plan_size=3]",
-              "tpru[roles=4,slices=1]", "tpru-v1[roles=3,slices=4,bidirectional=true]", "tpru[roles=4,slices=2,biases=code]",
-              "tpru-mod1[roles=4,slices=4,biases=code]", "tpru[roles=3,biases=gate,layers=2]", PLUGIN,
-              "tpr3[entity=2,relation=2,ops=w]", "tpr3[entity=2,relation=2,ops=wb,mlp_hidden=3]",
-              "tprn[symbols=3,roles=2,role_dim=4,gated=true]", "tprn[symbols=3,roles=2,role_dim=2,gated=true,layers=2,bidirectional=true]",
-              PLUGIN + "[nonlinearity=relu,bidirectional=true,layers=2]"]
+    specs += [
+        "tpgn[impl=loop]",
+        "tpgn[plan_size=3]",
+        "tpru[roles=4,slices=1]",
+        "tpru-v1[roles=3,slices=4,bidirectional=true]",
+        "tpru[roles=4,slices=2,biases=code]",
+        "tpru-mod1[roles=4,slices=4,biases=code]",
+        "tpru[roles=3,biases=gate,layers=2]",
+        PLUGIN,
+        "tpr3[entity=2,relation=2,ops=w]",
+        "tpr3[entity=2,relation=2,ops=wb,mlp_hidden=3]",
+        "tprn[symbols=3,roles=2,role_dim=4,gated=true]",
+        "tprn[symbols=3,roles=2,role_dim=2,gated=true,layers=2,bidirectional=true]",
+        PLUGIN + "[nonlinearity=relu,bidirectional=true,layers=2]",
+    ]
     return specs
 
 
@@ -222,8 +231,15 @@ def test_gradients_where_the_normalisation_clamp_holds():
 # --------------------------------------------------------------------------------------------
 # forward_carry (language modelling's truncated BPTT)
 # --------------------------------------------------------------------------------------------
-CARRY_SPECS = ["gru", "lstm", "gru[layers=2]", "tpru[roles=4,slices=2]", "tpru[roles=3,biases=code,layers=2]",
-               "tpru-v1[roles=3,slices=4]", "tpru-mod1[roles=4,biases=code]"]
+CARRY_SPECS = [
+    "gru",
+    "lstm",
+    "gru[layers=2]",
+    "tpru[roles=4,slices=2]",
+    "tpru[roles=3,biases=code,layers=2]",
+    "tpru-v1[roles=3,slices=4]",
+    "tpru-mod1[roles=4,biases=code]",
+]
 
 
 @pytest.mark.parametrize("spec", CARRY_SPECS)

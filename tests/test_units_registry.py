@@ -144,8 +144,7 @@ def test_unknown_option_lists_accepted():
 
 @pytest.mark.parametrize(
     "spec, key",
-    [("tpru[roles=abc]", "roles"), ("tpru[slices=1.5]", "slices"), ("gru[layers=two]", "layers"),
-     ("gru[bidirectional=maybe]", "bidirectional")],
+    [("tpru[roles=abc]", "roles"), ("tpru[slices=1.5]", "slices"), ("gru[layers=two]", "layers"), ("gru[bidirectional=maybe]", "bidirectional")],
 )
 def test_bad_value(spec, key):
     with pytest.raises(UnitSpecError) as info:
@@ -316,10 +315,14 @@ def clean_registry(monkeypatch):
 
 
 def test_entry_point_unit(tmp_path, monkeypatch, repo_root_importable, clean_registry, capsys):
-    _fake_distribution(tmp_path, "elman_plugin", f"""
+    _fake_distribution(
+        tmp_path,
+        "elman_plugin",
+        f"""
         [tprbench.units]
         elman = {PLUGIN}
-    """)
+    """,
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert units.ENTRY_POINT_GROUP == "tprbench.units"
     names = units.available()
@@ -339,19 +342,27 @@ def test_entry_point_unit(tmp_path, monkeypatch, repo_root_importable, clean_reg
 
 def test_entry_point_found_lazily_by_lookup(tmp_path, monkeypatch, repo_root_importable, clean_registry):
     """Looking up an unknown name reads the entry points; no call to available() first."""
-    _fake_distribution(tmp_path, "elman_plugin2", f"""
+    _fake_distribution(
+        tmp_path,
+        "elman_plugin2",
+        f"""
         [tprbench.units]
         elman-lazy = {PLUGIN}
-    """)
+    """,
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert units.lookup("elman-lazy").__name__ == "ElmanUnit"
 
 
 def test_broken_entry_point_names_itself(tmp_path, monkeypatch, clean_registry):
-    _fake_distribution(tmp_path, "broken_plugin", """
+    _fake_distribution(
+        tmp_path,
+        "broken_plugin",
+        """
         [tprbench.units]
         broken = no_such_package_xyz.cells:Cell
-    """)
+    """,
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert "broken" in units.available()  # listing never imports plug-ins, so it cannot fail
     with pytest.raises(UnitSpecError) as info:

@@ -41,8 +41,7 @@ def adapter(tmp_path_factory):
 
 
 def _config(epochs: int = 4, **hp) -> TrainConfig:
-    return TrainConfig(unit="gru", arch="plain", dim=8, input_dim=8, epochs=epochs, seed=3,
-                       hparams={"lr": 1e-2, "batch_size": 32, **hp})
+    return TrainConfig(unit="gru", arch="plain", dim=8, input_dim=8, epochs=epochs, seed=3, hparams={"lr": 1e-2, "batch_size": 32, **hp})
 
 
 def test_a_paused_run_continues_to_the_uninterrupted_end(adapter, tmp_path: Path) -> None:
@@ -146,8 +145,7 @@ def test_paused_seed_runs_are_reported_then_continued(ray_up, tmp_path: Path, ca
 
     runner, summary = run_study(path, root)  # the paused seeds continue from their checkpoints
     assert summary["states"][cell.id] == "done", summary
-    assert any(e.startswith("resuming:") and "2 paused run(s) continue from their checkpoints" in e
-               for e in runner.events), runner.events
+    assert any(e.startswith("resuming:") and "2 paused run(s) continue from their checkpoints" in e for e in runner.events), runner.events
     _same_as_straight(root, straight_root, "pause")
 
 

@@ -22,10 +22,21 @@ from .spec import parse_spec as parse_spec
 # tpru, tpr_rnn, tpgn, ...) register themselves when the registry first looks a name up: every
 # module of this package is imported then (units/plugins.py), so a new unit file needs no edit here.
 _LAZY = {
-    "build": "factory", "ParamCounts": "factory", "model_param_counts": "factory", "param_counts": "factory",
-    "RecurrentUnit": "base", "Bidirectional": "wrappers", "Stacked": "wrappers",
-    "ENTRY_POINT_GROUP": "registry", "ResolvedUnit": "registry", "available": "registry", "lookup": "registry",
-    "register_unit": "registry", "resolve": "registry", "unit_options": "registry", "unit_meta": "registry",
+    "build": "factory",
+    "ParamCounts": "factory",
+    "model_param_counts": "factory",
+    "param_counts": "factory",
+    "RecurrentUnit": "base",
+    "Bidirectional": "wrappers",
+    "Stacked": "wrappers",
+    "ENTRY_POINT_GROUP": "registry",
+    "ResolvedUnit": "registry",
+    "available": "registry",
+    "lookup": "registry",
+    "register_unit": "registry",
+    "resolve": "registry",
+    "unit_options": "registry",
+    "unit_meta": "registry",
     "constructor_options": "registry",
 }
 

@@ -26,8 +26,12 @@ def build(spec: str | UnitSpec | ResolvedUnit, input_size: int, hidden_size: int
             raise UnitSpecError(f"unit spec {str(resolved.spec)!r}: cannot build ({din}→{hidden_size}): {exc}") from exc
         if not hasattr(unit, "output_size"):
             unit.output_size = hidden_size
-        for attr, value in (("unit_name", resolved.spec.name), ("input_size", din), ("hidden_size", hidden_size),
-                            ("unit_options", dict(resolved.options))):
+        for attr, value in (
+            ("unit_name", resolved.spec.name),
+            ("input_size", din),
+            ("hidden_size", hidden_size),
+            ("unit_options", dict(resolved.options)),
+        ):
             if not hasattr(unit, attr):
                 setattr(unit, attr, value)  # what model_param_counts looks for, also on plug-in units
         return unit

@@ -125,8 +125,9 @@ class TPRNMeta(UnitMeta):
     }
 
     @classmethod
-    def check_options(cls, hidden_size: int, symbols: int = 100, roles: int = 20, role_dim: int = 10,
-                      quantization: float = 1e-5, **_: object) -> None:
+    def check_options(
+        cls, hidden_size: int, symbols: int = 100, roles: int = 20, role_dim: int = 10, quantization: float = 1e-5, **_: object
+    ) -> None:
         if symbols < 1 or roles < 1:
             raise ValueError(f"symbols and roles must be >= 1, got symbols={symbols}, roles={roles}")
         if role_dim < 1 or hidden_size % role_dim:
@@ -149,8 +150,10 @@ def plan_side(hidden_size: int) -> int:
     d = math.isqrt(max(hidden_size, 0))
     if hidden_size < 1 or d * d != hidden_size:
         lo, hi = d * d, (d + 1) ** 2
-        raise ValueError(f"tpgn needs hidden size d² (a perfect square: the plan Ŝ is d×d and f_t has d² entries), "
-                         f"got {hidden_size}; nearest: {lo} (d={d}) or {hi} (d={d + 1})")
+        raise ValueError(
+            f"tpgn needs hidden size d² (a perfect square: the plan Ŝ is d×d and f_t has d² entries), "
+            f"got {hidden_size}; nearest: {lo} (d={d}) or {hi} (d={d + 1})"
+        )
     return d
 
 
@@ -200,8 +203,7 @@ class TPR3Meta(UnitMeta):
         return cls.width(entity, relation)
 
     @classmethod
-    def check_options(cls, hidden_size: int, entity: int = 15, relation: int = 10, mlp_hidden: int = 0,
-                      ops: str = "wmb", **_: object) -> None:
+    def check_options(cls, hidden_size: int, entity: int = 15, relation: int = 10, mlp_hidden: int = 0, ops: str = "wmb", **_: object) -> None:
         if entity < 1 or relation < 1:
             raise ValueError(f"entity and relation must be >= 1, got entity={entity}, relation={relation}")
         if mlp_hidden < 0:
@@ -211,11 +213,14 @@ class TPR3Meta(UnitMeta):
         if hidden_size != cls.width(entity, relation):
             raise ValueError(
                 f"tpr3's hidden size is the size of vec(F) = entity·relation·entity = {entity}·{relation}·{entity} = "
-                f"{cls.width(entity, relation)}, got {hidden_size}: use that size or change entity/relation")
+                f"{cls.width(entity, relation)}, got {hidden_size}: use that size or change entity/relation"
+            )
 
     @classmethod
     def size_against_gru(cls, dim: int) -> tuple[dict[str, object], int]:
         """The state is vec(F), E·R·E: the E, R (R ≤ E) with E·R·E nearest d, E and R as close as possible."""
-        e, r = min(((e, r) for e in range(1, dim + 1) for r in range(1, e + 1) if e * r * e <= 2 * dim),
-                   key=lambda er: (abs(er[0] * er[1] * er[0] - dim), er[0] - er[1]))
+        e, r = min(
+            ((e, r) for e in range(1, dim + 1) for r in range(1, e + 1) if e * r * e <= 2 * dim),
+            key=lambda er: (abs(er[0] * er[1] * er[0] - dim), er[0] - er[1]),
+        )
         return {"entity": e, "relation": r}, cls.width(e, r)

@@ -48,11 +48,18 @@ class Registry:
     (with `name_import_paths`, also on a class found by import path that has no name of its own).
     """
 
-    def __init__(self, kind: str, group: str, builtins: Callable[[], Iterable[str]], error: type[Exception],
-                 base: Callable[[], type | None] = lambda: None,
-                 on_add: Callable[[type, str], None] | None = None, name_import_paths: bool = False,
-                 metas: Callable[[], Iterable[str]] = lambda: (),
-                 on_meta: Callable[[type, str], None] | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        group: str,
+        builtins: Callable[[], Iterable[str]],
+        error: type[Exception],
+        base: Callable[[], type | None] = lambda: None,
+        on_add: Callable[[type, str], None] | None = None,
+        name_import_paths: bool = False,
+        metas: Callable[[], Iterable[str]] = lambda: (),
+        on_meta: Callable[[type, str], None] | None = None,
+    ) -> None:
         self.kind, self.group, self.error = kind, group, error
         self._builtins, self._base, self._on_add = builtins, base, on_add
         self._name_import_paths = name_import_paths
@@ -163,8 +170,7 @@ class Registry:
         close = difflib.get_close_matches(name, list(self.entries), n=3, cutoff=0.5)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         skipped = "".join(f"; {m} was not loaded: {why}" for m, why in sorted(self.skipped.items()))
-        raise self.error(f"unknown {self.kind} {name!r}{hint} (available: {', '.join(sorted(self.entries)) or 'none'})"
-                         f"{skipped}")
+        raise self.error(f"unknown {self.kind} {name!r}{hint} (available: {', '.join(sorted(self.entries)) or 'none'}){skipped}")
 
     def meta(self, name: str) -> type:
         """What a study file needs to know of `name`: the torch-free metadata class of a built-in,
@@ -213,8 +219,7 @@ class Registry:
     def _check(self, cls: Any, where: str) -> None:
         base = self._base()
         if base is not None and not (isinstance(cls, type) and issubclass(cls, base)):
-            raise self.error(f"{where}: {getattr(cls, '__qualname__', cls)!r} is not a subclass of "
-                             f"{base.__module__}.{base.__qualname__}")
+            raise self.error(f"{where}: {getattr(cls, '__qualname__', cls)!r} is not a subclass of {base.__module__}.{base.__qualname__}")
 
 
 def package_modules(package: str, skip: Iterable[str] = (), pattern: str | None = None) -> list[str]:

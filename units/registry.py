@@ -46,8 +46,15 @@ def _stamp(cls: type, name: str) -> None:
 
 # Built-ins: every module of the units package, imported on the first lookup (a new unit file
 # registers itself with @register_unit; no list to edit). Listing and parsing import no torch.
-UNITS = Registry("unit", ENTRY_POINT_GROUP, builtins=lambda: package_modules("units"), error=UnitSpecError,
-                 base=_module_base, on_add=_stamp, metas=lambda: ["units.meta"])
+UNITS = Registry(
+    "unit",
+    ENTRY_POINT_GROUP,
+    builtins=lambda: package_modules("units"),
+    error=UnitSpecError,
+    base=_module_base,
+    on_add=_stamp,
+    metas=lambda: ["units.meta"],
+)
 
 
 def register_unit(name: str) -> Callable[[type], type]:
@@ -83,8 +90,7 @@ def unit_options(cls: type) -> dict[str, inspect.Parameter]:
     if _is_meta(cls):
         declared = cls.OPTIONS
         kind = inspect.Parameter.KEYWORD_ONLY
-        return {name: inspect.Parameter(name, kind, default=default, annotation=annotation)
-                for name, (annotation, default) in declared.items()}
+        return {name: inspect.Parameter(name, kind, default=default, annotation=annotation) for name, (annotation, default) in declared.items()}
     return constructor_options(cls)
 
 
@@ -99,8 +105,7 @@ def constructor_options(cls: type) -> dict[str, inspect.Parameter]:
     except Exception:  # unresolvable annotations: fall back to what the signature says
         hints = {}
     params = list(inspect.signature(cls).parameters.values())[2:]
-    return {p.name: p.replace(annotation=hints.get(p.name, p.annotation)) for p in params
-            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    return {p.name: p.replace(annotation=hints.get(p.name, p.annotation)) for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
 
 
 @functools.lru_cache(maxsize=256)

@@ -56,8 +56,7 @@ def parse_spec(text: str) -> UnitSpec:
     match = _SPEC_RE.match(text)
     if not match:
         raise UnitSpecError(
-            f"cannot parse unit spec {text!r}: expected NAME or NAME[key=value,...] "
-            "(NAME may be an import path package.module:Class)"
+            f"cannot parse unit spec {text!r}: expected NAME or NAME[key=value,...] (NAME may be an import path package.module:Class)"
         )
     opts: dict[str, str] = {}
     raw = match.group("opts")

@@ -61,8 +61,7 @@ def block_unbind(S_hat: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 class TPGN(RecurrentUnit, TPGNMeta):
     """TPGN decoder unit: x_t (previous word's embedding) → f_t = (I ⊗ Ŝ_t) u_t ∈ R^{d²}."""
 
-    def __init__(self, input_size: int, hidden_size: int, plan_size: int = 0,
-                 impl: Literal["fused", "loop"] = "fused") -> None:
+    def __init__(self, input_size: int, hidden_size: int, plan_size: int = 0, impl: Literal["fused", "loop"] = "fused") -> None:
         super().__init__(input_size, hidden_size)
         self.check_options(hidden_size, plan_size=plan_size)
         d = self.d = plan_side(hidden_size)
@@ -124,7 +123,7 @@ class TPGN(RecurrentUnit, TPGNMeta):
 
     def _unpack(self, h: torch.Tensor, c: torch.Tensor) -> Carry:
         d = self.d
-        return h[:, : d * d].unflatten(-1, (d, d)), c[:, : d * d].unflatten(-1, (d, d)), h[:, d * d:], c[:, d * d:]
+        return h[:, : d * d].unflatten(-1, (d, d)), c[:, : d * d].unflatten(-1, (d, d)), h[:, d * d :], c[:, d * d :]
 
     @staticmethod
     def _cell(x_proj: torch.Tensor, h: torch.Tensor, c: torch.Tensor, W_hh: torch.Tensor):
@@ -141,8 +140,9 @@ class TPGN(RecurrentUnit, TPGNMeta):
             # torch.lstm is the kernel nn.LSTM runs (cuDNN on GPU, a C++ loop on CPU). Called with our
             # assembled tensors (bias_hh = 0: the paper has one bias per gate) so the structured
             # parameters get the gradients; an nn.LSTM module would hold a second, dead copy.
-            hs, h_T, c_T = torch.lstm(x, (h.unsqueeze(0), c.unsqueeze(0)), (W_ih, W_hh, bias, torch.zeros_like(bias)),
-                                      True, 1, 0.0, self.training, False, True)
+            hs, h_T, c_T = torch.lstm(
+                x, (h.unsqueeze(0), c.unsqueeze(0)), (W_ih, W_hh, bias, torch.zeros_like(bias)), True, 1, 0.0, self.training, False, True
+            )
             return hs, h_T[0], c_T[0]
         x_proj = F.linear(x, W_ih, bias)  # hoisted: every step's input projection in one matmul
         outs = []
@@ -154,12 +154,11 @@ class TPGN(RecurrentUnit, TPGNMeta):
     def _read_out(self, hs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(u_t, f_t) from h_t = [vec Ŝ_t; p_t], for any leading shape: u = tanh(W_u p + b_u), f = (I ⊗ Ŝ) u."""
         d = self.d
-        u = torch.tanh(F.linear(hs[..., d * d:], self.unbind_W, self.unbind_b))
+        u = torch.tanh(F.linear(hs[..., d * d :], self.unbind_W, self.unbind_b))
         return u, block_unbind(hs[..., : d * d].unflatten(-1, (d, d)), u)
 
     # -- the unit interface -----------------------------------------------------------------------
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                carry: Carry | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, carry: Carry | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """f_t for every step [B, T, d²] (zero at padding) and f at each sequence's last real token.
 
         `carry` starts the recurrence (e.g. `initial_carry(z)`); None = zeros."""
@@ -180,8 +179,7 @@ class TPGN(RecurrentUnit, TPGNMeta):
         h, c = self._cell(F.linear(x_t, W_ih, bias), h, c, W_hh)
         return self._read_out(h)[1], self._unpack(h, c)
 
-    def unbinding(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                  carry: Carry | None = None) -> torch.Tensor:
+    def unbinding(self, x: torch.Tensor, mask: torch.Tensor | None = None, carry: Carry | None = None) -> torch.Tensor:
         """The unbinding vectors u_t [B, T, d²] (zero at padding): what the paper's POS analysis reads (§5.3)."""
         lengths = lengths_from_mask(x, mask)
         hs, _, _ = self._recur(x, carry)
@@ -191,8 +189,9 @@ class TPGN(RecurrentUnit, TPGNMeta):
         """The carry that starts generation from a plan vector z [B, plan_size]: (Ŝ_0, C_0) = Linear(z),
         p_0 = c̃_0 = 0 (docs/ARCHITECTURE.md, TPGN: how the paper's image feature initialises S)."""
         if self.plan is None:
-            raise ValueError("tpgn was built without a plan projection; build it with plan_size=N "
-                             "(N = the size of the plan vectors) to use initial_carry")
+            raise ValueError(
+                "tpgn was built without a plan projection; build it with plan_size=N (N = the size of the plan vectors) to use initial_carry"
+            )
         if z.dim() != 2 or z.shape[-1] != self.plan_size:
             raise ValueError(f"initial_carry expects z of shape [B, {self.plan_size}], got {tuple(z.shape)}")
         d = self.d

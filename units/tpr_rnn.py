@@ -47,8 +47,9 @@ def retrieve(F: torch.Tensor, a: torch.Tensor, rho: torch.Tensor) -> torch.Tenso
     return torch.einsum("be,br,berf->bf", a, rho, F)
 
 
-def tpr_update(F: torch.Tensor, e1: torch.Tensor, e2: torch.Tensor, r1: torch.Tensor,
-               r2: torch.Tensor | None = None, r3: torch.Tensor | None = None) -> torch.Tensor:
+def tpr_update(
+    F: torch.Tensor, e1: torch.Tensor, e2: torch.Tensor, r1: torch.Tensor, r2: torch.Tensor | None = None, r3: torch.Tensor | None = None
+) -> torch.Tensor:
     """F_t from F_{t−1}: write, plus move when r2 is given, plus backlink when r3 is given.
 
     All retrievals read F_{t−1} (the authors' tpr_rnn_graph.py; the paper's eq. 11/13 write F_t).
@@ -60,16 +61,16 @@ def tpr_update(F: torch.Tensor, e1: torch.Tensor, e2: torch.Tensor, r1: torch.Te
     # F contracted with each entity key over its first axis, in one matmul: [B, keys, R, E]
     read = torch.bmm(keys, flat).view(B, keys.shape[1], R, E)
     by_e1_rel = torch.stack([r1, r2], 1) if r2 is not None else r1.unsqueeze(1)
-    hats = torch.bmm(by_e1_rel, read[:, 0])                                # ŵ (and m̂)   [B, 1|2, E]
+    hats = torch.bmm(by_e1_rel, read[:, 0])  # ŵ (and m̂)   [B, 1|2, E]
     w_hat = hats[:, 0]
-    by_e1 = r1.unsqueeze(2) * (e2 - w_hat).unsqueeze(1)                   # r1 ⊗ (e2 − ŵ)      [B,R,E]
+    by_e1 = r1.unsqueeze(2) * (e2 - w_hat).unsqueeze(1)  # r1 ⊗ (e2 − ŵ)      [B,R,E]
     if r2 is not None:
-        by_e1 = by_e1 + r2.unsqueeze(2) * (w_hat - hats[:, 1]).unsqueeze(1)   # + r2 ⊗ (ŵ − m̂)
+        by_e1 = by_e1 + r2.unsqueeze(2) * (w_hat - hats[:, 1]).unsqueeze(1)  # + r2 ⊗ (ŵ − m̂)
     if r3 is None:
-        delta = e1.unsqueeze(2) * by_e1.reshape(B, 1, R * E)              # e1 ⊗ (…)
+        delta = e1.unsqueeze(2) * by_e1.reshape(B, 1, R * E)  # e1 ⊗ (…)
     else:
         b_hat = torch.bmm(r3.unsqueeze(1), read[:, 1]).squeeze(1)
-        by_e2 = r3.unsqueeze(2) * (e1 - b_hat).unsqueeze(1)               # r3 ⊗ (e1 − b̂)
+        by_e2 = r3.unsqueeze(2) * (e1 - b_hat).unsqueeze(1)  # r3 ⊗ (e1 − b̂)
         # e1 ⊗ by_e1 + e2 ⊗ by_e2 as one [B,E,2] × [B,2,R·E] matmul
         delta = torch.bmm(keys.transpose(1, 2), torch.stack([by_e1, by_e2], 1).reshape(B, 2, R * E))
     return (flat + delta).view(B, E, R, E)
@@ -84,8 +85,7 @@ class TPR3Recurrence(torch.autograd.Function):
     @staticmethod
     def forward(ctx, e1, e2, r1, r2, r3, F0, lengths):
         empty = e1.new_empty(0)
-        args = (e1, e2, r1, empty if r2 is None else r2, empty if r3 is None else r3, F0,
-                empty.long() if lengths is None else lengths)
+        args = (e1, e2, r1, empty if r2 is None else r2, empty if r3 is None else r3, F0, empty.long() if lengths is None else lengths)
         outs, hats = tpru_ext.ops().tpr3_forward(*args)
         ctx.ops = (r2 is not None, r3 is not None)
         ctx.save_for_backward(*args, outs, hats)
@@ -94,8 +94,7 @@ class TPR3Recurrence(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_outs):
         e1, e2, r1, r2, r3, F0, lengths, outs, hats = ctx.saved_tensors
-        d_e1, d_e2, d_r1, d_r2, d_r3, d_F0 = tpru_ext.ops().tpr3_backward(
-            grad_outs, e1, e2, r1, r2, r3, F0, lengths, outs, hats)
+        d_e1, d_e2, d_r1, d_r2, d_r3, d_F0 = tpru_ext.ops().tpr3_backward(grad_outs, e1, e2, r1, r2, r3, F0, lengths, outs, hats)
         move, back = ctx.ops
         return d_e1, d_e2, d_r1, d_r2 if move else None, d_r3 if back else None, d_F0, None
 
@@ -158,7 +157,7 @@ class TPR3(RecurrentUnit, TPR3Meta):
         self.check_options(hidden_size, entity=entity, relation=relation, mlp_hidden=mlp_hidden, ops=ops)
         self.entity, self.relation, self.ops = entity, relation, ops
         self.mlp_hidden = mlp_hidden or input_size
-        self.entities = MLPBank(2, input_size, self.mlp_hidden, entity)                 # e1, e2
+        self.entities = MLPBank(2, input_size, self.mlp_hidden, entity)  # e1, e2
         self.relations = MLPBank(self.relation_count(ops), input_size, self.mlp_hidden, relation)  # r1 [, r2] [, r3]
 
     # -- options and counts ---------------------------------------------------------------------
@@ -170,13 +169,13 @@ class TPR3(RecurrentUnit, TPR3Meta):
     # width, implied_hidden_size, check_options: TPR3Meta's (units/meta.py), read by study files without torch
 
     @classmethod
-    def formula_params(cls, input_size: int, hidden_size: int, entity: int = 15, relation: int = 10,
-                       mlp_hidden: int = 0, ops: str = "wmb", **options: object) -> int:
+    def formula_params(
+        cls, input_size: int, hidden_size: int, entity: int = 15, relation: int = 10, mlp_hidden: int = 0, ops: str = "wmb", **options: object
+    ) -> int:
         """Every parameter of the update module, biases included: the paper counts whole models
         that way (Schlag & Schmidhuber 2018: 7,943 at task-1 sizes)."""
         hidden = mlp_hidden or input_size
-        return (MLPBank.params(2, input_size, hidden, entity)
-                + MLPBank.params(cls.relation_count(ops), input_size, hidden, relation))
+        return MLPBank.params(2, input_size, hidden, entity) + MLPBank.params(cls.relation_count(ops), input_size, hidden, relation)
 
     # -- the equations --------------------------------------------------------------------------
     def representations(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -194,8 +193,9 @@ class TPR3(RecurrentUnit, TPR3Meta):
             out["r3"] = r[..., k, :]
         return out
 
-    def _run(self, x: torch.Tensor, lengths: torch.Tensor | None, F: torch.Tensor | None,
-             keep_outputs: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
+    def _run(
+        self, x: torch.Tensor, lengths: torch.Tensor | None, F: torch.Tensor | None, keep_outputs: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """F after every step (when asked: [B, T, E·R·E]) and F at the end [B, E, R, E]."""
         B, T, _ = x.shape
         E, R = self.entity, self.relation
@@ -204,8 +204,9 @@ class TPR3(RecurrentUnit, TPR3Meta):
         reps = self.representations(x)
         if cpp_loop_available(x):  # the C++ loop: padded steps are skipped there (F stays, no gradient)
             time_major = {k: v.transpose(0, 1) for k, v in reps.items()}
-            outs = TPR3Recurrence.apply(time_major["e1"], time_major["e2"], time_major["r1"], time_major.get("r2"),
-                                        time_major.get("r3"), F.reshape(B, E * R * E), lengths)
+            outs = TPR3Recurrence.apply(
+                time_major["e1"], time_major["e2"], time_major["r1"], time_major.get("r2"), time_major.get("r3"), F.reshape(B, E * R * E), lengths
+            )
             final = outs[-1].view(B, E, R, E) if T else F
             return (outs.transpose(0, 1) if keep_outputs else None), final
         steps = T
@@ -259,15 +260,14 @@ class TPR3(RecurrentUnit, TPR3Meta):
         r3 = reps["r3"].unbind(1) if "r3" in reps else None
         running = [int(n) for n in (lengths.unsqueeze(0) > torch.arange(x.shape[1], device=x.device).unsqueeze(1)).sum(1).tolist()]
         F = x.new_zeros(B, E, R, E)
-        done = []   # finished rows, shortest first
+        done = []  # finished rows, shortest first
         for t, n in enumerate(running):
             if n == 0:
                 break
             if n < F.shape[0]:
                 done.append(F[n:])
                 F = F[:n]
-            F = tpr_update(F, e1[t][:n], e2[t][:n], r1[t][:n], None if r2 is None else r2[t][:n],
-                           None if r3 is None else r3[t][:n])
+            F = tpr_update(F, e1[t][:n], e2[t][:n], r1[t][:n], None if r2 is None else r2[t][:n], None if r3 is None else r3[t][:n])
         F = torch.cat([F, *reversed(done)]) if done else F
         return F[torch.argsort(order)]
 
@@ -277,8 +277,7 @@ class TPR3(RecurrentUnit, TPR3Meta):
         return outputs, F
 
     def extra_repr(self) -> str:
-        return (f"{self.input_size}, {self.hidden_size}, entity={self.entity}, relation={self.relation}, "
-                f"mlp_hidden={self.mlp_hidden}, ops={self.ops}")
+        return f"{self.input_size}, {self.hidden_size}, entity={self.entity}, relation={self.relation}, mlp_hidden={self.mlp_hidden}, ops={self.ops}"
 
 
 class SentenceEncoder(nn.Module):
@@ -293,11 +292,10 @@ class SentenceEncoder(nn.Module):
     def __init__(self, vocab_size: int, symbol_size: int, max_words: int, init_limit: float = 0.01) -> None:
         super().__init__()
         if min(vocab_size, symbol_size, max_words) < 1:
-            raise ValueError(f"sizes must be positive, got vocab_size={vocab_size}, symbol_size={symbol_size}, "
-                             f"max_words={max_words}")
+            raise ValueError(f"sizes must be positive, got vocab_size={vocab_size}, symbol_size={symbol_size}, max_words={max_words}")
         self.vocab_size, self.symbol_size, self.max_words, self.init_limit = vocab_size, symbol_size, max_words, init_limit
-        self.embedding = nn.Parameter(torch.empty(vocab_size, symbol_size))   # D
-        self.positions = nn.Parameter(torch.ones(max_words, symbol_size))     # P; p_i = P_i / L
+        self.embedding = nn.Parameter(torch.empty(vocab_size, symbol_size))  # D
+        self.positions = nn.Parameter(torch.ones(max_words, symbol_size))  # P; p_i = P_i / L
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -314,7 +312,7 @@ class SentenceEncoder(nn.Module):
             raise ValueError(f"sentences have {width} word slots, more than max_words={self.max_words} of the encoder")
         if width < self.max_words:
             ids = torch.nn.functional.pad(ids, (0, self.max_words - width))  # PAD = 0, summed in like any slot
-        words = self.embedding[ids.long()]                                   # [..., L, S]
+        words = self.embedding[ids.long()]  # [..., L, S]
         return torch.einsum("...ls,ls->...s", words, self.positions / self.max_words)
 
 
@@ -330,7 +328,7 @@ class ScalarLayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         mean = x.mean(-1, keepdim=True)
-        var = x.var(-1, unbiased=False, keepdim=True)   # tf.nn.moments: the population variance
+        var = x.var(-1, unbiased=False, keepdim=True)  # tf.nn.moments: the population variance
         return self.gain * (x - mean) / torch.sqrt(var + LN_EPS) + self.bias
 
 
@@ -346,35 +344,39 @@ class TPRInference(nn.Module):
         super().__init__()
         self.input_size, self.entity, self.relation, self.vocab_size = input_size, entity, relation, vocab_size
         self.mlp_hidden = mlp_hidden or input_size
-        self.query_entity = MLPBank(1, input_size, self.mlp_hidden, entity)             # n
+        self.query_entity = MLPBank(1, input_size, self.mlp_hidden, entity)  # n
         self.query_relations = MLPBank(self.hops, input_size, self.mlp_hidden, relation)  # l1, l2, l3
         self.norms = nn.ModuleList(ScalarLayerNorm() for _ in range(self.hops))
         self.Z = nn.Parameter(torch.empty(vocab_size, entity))
-        bound = math.sqrt(6.0 / (entity + vocab_size))   # Glorot uniform (lib.py uniform_glorot_init)
+        bound = math.sqrt(6.0 / (entity + vocab_size))  # Glorot uniform (lib.py uniform_glorot_init)
         nn.init.uniform_(self.Z, -bound, bound)
 
     @classmethod
     def params(cls, input_size: int, entity: int, relation: int, vocab_size: int, mlp_hidden: int = 0) -> int:
         hidden = mlp_hidden or input_size
-        return (MLPBank.params(1, input_size, hidden, entity) + MLPBank.params(cls.hops, input_size, hidden, relation)
-                + 2 * cls.hops + vocab_size * entity)
+        return (
+            MLPBank.params(1, input_size, hidden, entity)
+            + MLPBank.params(cls.hops, input_size, hidden, relation)
+            + 2 * cls.hops
+            + vocab_size * entity
+        )
 
     def forward(self, question: torch.Tensor, F: torch.Tensor, return_hops: bool = False):
-        key = self.query_entity(question)[:, 0]            # n     [B, E]
-        relations = self.query_relations(question)         # l1..3 [B, 3, R]
+        key = self.query_entity(question)[:, 0]  # n     [B, E]
+        relations = self.query_relations(question)  # l1..3 [B, 3, R]
         hops = []
         for j, norm in enumerate(self.norms):
             key = norm(retrieve(F, key, relations[:, j]))  # i_{j+1} = LN(ret(F, i_j, l_{j+1})), i_0 = n
             hops.append(key)
-        logits = torch.stack(hops, 0).sum(0) @ self.Z.T    # Z (i1 + i2 + i3)
+        logits = torch.stack(hops, 0).sum(0) @ self.Z.T  # Z (i1 + i2 + i3)
         return (logits, hops) if return_hops else logits
 
 
-def tpr_rnn_params(vocab_size: int, symbol_size: int, max_words: int, entity: int, relation: int,
-                   mlp_hidden: int = 0, ops: str = "wmb") -> int:
+def tpr_rnn_params(vocab_size: int, symbol_size: int, max_words: int, entity: int, relation: int, mlp_hidden: int = 0, ops: str = "wmb") -> int:
     """Trainable parameters of the whole TPR-RNN (input + update + inference module + Z):
     V·S + L·S + 3(SH+H+HE+E) + 6(SH+H+HR+R) + 6 + E·V with all three operations."""
-    return (SentenceEncoder.params(vocab_size, symbol_size, max_words)
-            + TPR3.formula_params(symbol_size, TPR3.width(entity, relation), entity=entity, relation=relation,
-                                  mlp_hidden=mlp_hidden, ops=ops)
-            + TPRInference.params(symbol_size, entity, relation, vocab_size, mlp_hidden))
+    return (
+        SentenceEncoder.params(vocab_size, symbol_size, max_words)
+        + TPR3.formula_params(symbol_size, TPR3.width(entity, relation), entity=entity, relation=relation, mlp_hidden=mlp_hidden, ops=ops)
+        + TPRInference.params(symbol_size, entity, relation, vocab_size, mlp_hidden)
+    )

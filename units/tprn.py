@@ -125,8 +125,9 @@ class TPRN(RecurrentUnit, TPRNMeta):
         return self.recurrent_width(self.hidden_size, self.gated)
 
     @classmethod
-    def formula_params(cls, input_size: int, hidden_size: int, symbols: int = 100, roles: int = 20,
-                       role_dim: int = 10, gated: bool = False, **_: object) -> int:
+    def formula_params(
+        cls, input_size: int, hidden_size: int, symbols: int = 100, roles: int = 20, role_dim: int = 10, gated: bool = False, **_: object
+    ) -> int:
         """(d_in + d_S d_R)(n_S + n_R) + n_S d_S + n_R d_R (W_S, W_R, S and R above), weights only;
         gated: the attention also reads h, plus the LSTM's 4·d·(d_in + 2d)."""
         rec = cls.recurrent_width(hidden_size, gated)
@@ -197,9 +198,7 @@ class TPRN(RecurrentUnit, TPRNMeta):
         self.aux_loss = self.quantization * q.sum() / max(a_S.shape[0], 1)
 
     # -- the unit interface -----------------------------------------------------------------
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, return_attention: bool = False
-    ) -> tuple[torch.Tensor, ...]:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, return_attention: bool = False) -> tuple[torch.Tensor, ...]:
         lengths = lengths_from_mask(x, mask)
         out, a_S, a_R, _ = self._run(x, self._zero_carry(x))
         keep = torch.arange(x.shape[1], device=x.device).unsqueeze(0) < lengths.unsqueeze(1)
@@ -221,6 +220,8 @@ class TPRN(RecurrentUnit, TPRNMeta):
         return self.forward(x, mask, return_attention=True)[2]
 
     def extra_repr(self) -> str:
-        return (f"{self.input_size}, {self.hidden_size}, symbols={self.symbols}, roles={self.roles}, "
-                f"symbol_dim={self.symbol_dim}, role_dim={self.role_dim}, quantization={self.quantization}, gated={self.gated}, "
-                f"impl={self.impl}")
+        return (
+            f"{self.input_size}, {self.hidden_size}, symbols={self.symbols}, roles={self.roles}, "
+            f"symbol_dim={self.symbol_dim}, role_dim={self.role_dim}, quantization={self.quantization}, gated={self.gated}, "
+            f"impl={self.impl}"
+        )

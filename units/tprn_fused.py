@@ -61,7 +61,8 @@ class TPRNRecurrence(torch.autograd.Function):
         if ctx.cpp:
             empty = A.new_empty(0)
             GZ, g_Wv, g_S, g_R, gv = tpru_ext.ops().tprn_backward(
-                empty if gV is None else gV, empty if gA is None else gA, W_v, S, R, v0, A, Sv, Rv, V, n_S)
+                empty if gV is None else gV, empty if gA is None else gA, W_v, S, R, v0, A, Sv, Rv, V, n_S
+            )
             return GZ, g_Wv, g_S, g_R, gv, None
         steps, batch, n = A.shape
         d_S, d_R = S.shape[0], R.shape[0]

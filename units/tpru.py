@@ -93,12 +93,12 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
         code = biases == "code"
         vector = lambda on: nn.Parameter(torch.empty(d)) if on else None  # noqa: E731
         self.gate_bias = nn.Parameter(torch.zeros(d)) if biases == "gate" else None
-        self.b_u = vector(code)                                  # U = W_u E + b_u 1ᵀ  (v2ru's bias)
-        self.b_r = vector(code and not self.share_binding)       # R = W_r E + b_r 1ᵀ
-        self.b_Wb = vector(code)                                 # W_b b + b_Wb        (h2fg's bias)
-        self.b_Vb = vector(code and self.has_vb)                 # V_b b + b_Vb
-        self.b_Wx = vector(code)                                 # W_x x + b_Wx        (x2fg's bias)
-        self.b_Vx = vector(code)                                 # V_x x + b_Vx
+        self.b_u = vector(code)  # U = W_u E + b_u 1ᵀ  (v2ru's bias)
+        self.b_r = vector(code and not self.share_binding)  # R = W_r E + b_r 1ᵀ
+        self.b_Wb = vector(code)  # W_b b + b_Wb        (h2fg's bias)
+        self.b_Vb = vector(code and self.has_vb)  # V_b b + b_Vb
+        self.b_Wx = vector(code)  # W_x x + b_Wx        (x2fg's bias)
+        self.b_Vx = vector(code)  # V_x x + b_Vx
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -189,9 +189,7 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
         return gx, zx
 
     # -- forward ----------------------------------------------------------------------------
-    def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None = None, return_fillers: bool = False
-    ) -> tuple[torch.Tensor, ...]:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, return_fillers: bool = False) -> tuple[torch.Tensor, ...]:
         lengths = lengths_from_mask(x, mask)
         outputs, fillers = self._run(x, x.new_zeros(x.shape[0], self.hidden_size), return_fillers)
         outputs = mask_outputs(outputs, lengths)
@@ -240,12 +238,12 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
         outputs, fillers = [], []
         for t in range(gx.shape[1]):
             pre = b @ W_rec.T
-            g = torch.sigmoid(pre[:, :d] + gx[:, t])                                  # g_t
+            g = torch.sigmoid(pre[:, :d] + gx[:, t])  # g_t
             f = normalise_fillers(pre[:, d:].view(-1, k, N), fx[:, t], c_b, self.c_x, self.norm)  # f_t
-            cand = torch.einsum("bkn,ksn->bks", f, R_slices).reshape(-1, d)             # b̃_t = R f_t
+            cand = torch.einsum("bkn,ksn->bks", f, R_slices).reshape(-1, d)  # b̃_t = R f_t
             if self.tanh_candidate:
                 cand = torch.tanh(cand)
-            b = g * cand + (1 - g) * b                                                  # b_t
+            b = g * cand + (1 - g) * b  # b_t
             outputs.append(b)
             fillers.append(f)
         return torch.stack(outputs, 1), torch.stack(fillers, 1)
@@ -255,8 +253,7 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
         return self.forward(x, mask, return_fillers=True)[2]
 
     def extra_repr(self) -> str:
-        return (f"{self.input_size}, {self.hidden_size}, roles={self.roles}, slices={self.slices}, "
-                f"biases={self.biases}, impl={self.impl}")
+        return f"{self.input_size}, {self.hidden_size}, roles={self.roles}, slices={self.slices}, biases={self.biases}, impl={self.impl}"
 
 
 @register_unit("tpru")

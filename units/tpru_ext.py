@@ -94,9 +94,15 @@ def _load(verbose: bool) -> object:
     target.mkdir(parents=True, exist_ok=True)
     print(f"tprbench: building the C++ TPRU recurrence in {target} (once per machine, about a minute)", file=sys.stderr)
     # copies of the flag lists: torch appends to them in place, which would change build_key()
-    cpp_extension.load(NAME, [str(source) for source in SOURCES], extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS),
-                       build_directory=str(target),
-                       is_python_module=False, verbose=verbose)
+    cpp_extension.load(
+        NAME,
+        [str(source) for source in SOURCES],
+        extra_cflags=list(CFLAGS),
+        extra_ldflags=list(LDFLAGS),
+        build_directory=str(target),
+        is_python_module=False,
+        verbose=verbose,
+    )
     done.write_text(f"{NAME} for torch {torch.__version__}\n")
     return torch.ops.tprbench
 
@@ -115,8 +121,11 @@ def ops(verbose: bool = False):
             except Exception as exc:  # any failure: fall back to the Python loop, say why once
                 reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
                 _state.error = f"{type(exc).__name__}: {reason}"
-                print(f"tprbench: C++ TPRU recurrence unavailable ({_state.error}); using the Python loop "
-                      "(same results, slower; TPRBENCH_CPP=0 silences this)", file=sys.stderr)
+                print(
+                    f"tprbench: C++ TPRU recurrence unavailable ({_state.error}); using the Python loop "
+                    "(same results, slower; TPRBENCH_CPP=0 silences this)",
+                    file=sys.stderr,
+                )
             _state.tried = True
     return _state.ops
 

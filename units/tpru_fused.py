@@ -49,8 +49,7 @@ class TPRURecurrence(torch.autograd.Function):
         ctx.cpp = ext is not None
         if ext is not None:
             U_arg = U_slices if U_slices is not None else W_rec.new_empty(0)
-            outs, pres, cands, fills, sums, scores = ext.tpru_forward(
-                gx, fx, W_rec, R_slices, U_arg, c_b, c_x, b0, relu2, tanh_candidate)
+            outs, pres, cands, fills, sums, scores = ext.tpru_forward(gx, fx, W_rec, R_slices, U_arg, c_b, c_x, b0, relu2, tanh_candidate)
             ctx.relu2, ctx.use_tanh, ctx.folded = relu2, tanh_candidate, folded
             ctx.save_for_backward(fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores)
             return outs
@@ -77,17 +76,17 @@ class TPRURecurrence(torch.autograd.Function):
         sums = fx.new_empty(T, B, k, 1) if relu2 else None
         b = b0
         for t in range(T):
-            pre = torch.addmm(bias[t], b, W_rec_T)                     # [W_b b + W_x x | f_b (+c_b)]
-            g = torch.sigmoid(pre[:, :d], out=gates[t])                # g_t
+            pre = torch.addmm(bias[t], b, W_rec_T)  # [W_b b + W_x x | f_b (+c_b)]
+            g = torch.sigmoid(pre[:, :d], out=gates[t])  # g_t
             if folded:
                 score = pre[:, d:].view(B, k, N)
             else:
-                z = pre[:, d:] if rows > d else b                      # V_b b, or b when V_b = I
+                z = pre[:, d:] if rows > d else b  # V_b b, or b when V_b = I
                 zs[t] = z
                 score = torch.bmm(z.reshape(B, k, d // k).transpose(0, 1), U_slices).transpose(0, 1)
                 score = score + c_b if relu2 else score + score_x[t]
             if relu2:
-                a = torch.clamp_min(score, 0, out=relu_b[t]) + relu_x[t]   # ReLU(f_b+c_b) + ReLU(f_x+c_x)
+                a = torch.clamp_min(score, 0, out=relu_b[t]) + relu_x[t]  # ReLU(f_b+c_b) + ReLU(f_x+c_x)
                 a2 = a * a
                 f = torch.div(a2, torch.clamp_min(a2.sum(-1, keepdim=True), NORM_EPS, out=sums[t]), out=fills[t])
             else:
@@ -97,7 +96,7 @@ class TPRURecurrence(torch.autograd.Function):
             if tanh_candidate:
                 cand = torch.tanh(cand)
             cands[t] = cand
-            b = torch.lerp(b, cand, g, out=outs[t])                    # b_t = g ∘ b̃ + (1 − g) ∘ b_{t-1}
+            b = torch.lerp(b, cand, g, out=outs[t])  # b_t = g ∘ b̃ + (1 − g) ∘ b_{t-1}
         ctx.relu2, ctx.use_tanh = relu2, tanh_candidate
         ctx.save_for_backward(W_rec, R_slices, U_slices, b0, outs, gates, cands, fills, zs, relu_b, relu_x, sums)
         return outs
@@ -107,8 +106,8 @@ class TPRURecurrence(torch.autograd.Function):
         if ctx.cpp:
             fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores = ctx.saved_tensors
             d_gx, d_fx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0 = tpru_ext.ops().tpru_backward(
-                grad_out, fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores,
-                ctx.relu2, ctx.use_tanh)
+                grad_out, fx, W_rec, R_slices, U_arg, c_x, b0, outs, pres, cands, fills, sums, scores, ctx.relu2, ctx.use_tanh
+            )
             return d_gx, d_fx, d_W_rec, d_R, None if ctx.folded else d_U, d_c_b, d_c_x, d_b0, None, None
         W_rec, R_slices, U_slices, b0, outs, gates, cands, fills, zs, relu_b, relu_x, sums = ctx.saved_tensors
         relu2, use_tanh = ctx.relu2, ctx.use_tanh
@@ -118,16 +117,16 @@ class TPRURecurrence(torch.autograd.Function):
         rows = W_rec.shape[0]
         prev = torch.cat([b0.unsqueeze(0), outs[:-1]], 0)  # b_{t-1} for every t
         # Per-step factors that need no gradient yet, computed for all steps at once.
-        keep = 1 - gates                                       # ∂b_t/∂b_{t-1} through the lerp
-        gate_coef = (cands - prev) * gates * keep              # ∂b_t/∂(gate pre-activation)
+        keep = 1 - gates  # ∂b_t/∂b_{t-1} through the lerp
+        gate_coef = (cands - prev) * gates * keep  # ∂b_t/∂(gate pre-activation)
         cand_coef = 1 - cands * cands if use_tanh else None
         if relu2:
-            relu_coef = 2 * (relu_b + relu_x) / sums           # ∂f̃/∂a = 2a, divided by Σf̃
+            relu_coef = 2 * (relu_b + relu_x) / sums  # ∂f̃/∂a = 2a, divided by Σf̃
             mask_b = relu_b > 0
             # Where Σf̃ < NORM_EPS the divisor is the constant NORM_EPS: f = f̃/eps, no coupling term.
             coupled = (sums > NORM_EPS).to(sums.dtype)
         d_pre = outs.new_zeros(T, B, rows)
-        d_scores = fills.new_empty(T, B, k, N)                 # ∂ of the role scores (ReLU² input a, or softmax input)
+        d_scores = fills.new_empty(T, B, k, N)  # ∂ of the role scores (ReLU² input a, or softmax input)
         d_fb_all = d_pre[:, :, d:].view(T, B, k, N) if folded else fills.new_empty(T, B, k, N)
         d_cand_all = torch.empty_like(outs)
         carry = torch.zeros_like(b0)
@@ -188,8 +187,7 @@ class TPRUSlicesRecurrence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, gx, zx, W_rec, R_slices, U_slices, c_b, c_x, b0, tanh_candidate: bool):
-        outs, pres, cands, sums = tpru_ext.ops().tpru_slices_forward(
-            gx, zx, W_rec, R_slices, U_slices, c_b, c_x, b0, tanh_candidate)
+        outs, pres, cands, sums = tpru_ext.ops().tpru_slices_forward(gx, zx, W_rec, R_slices, U_slices, c_b, c_x, b0, tanh_candidate)
         ctx.use_tanh = tanh_candidate
         ctx.save_for_backward(zx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums)
         return outs
@@ -198,5 +196,6 @@ class TPRUSlicesRecurrence(torch.autograd.Function):
     def backward(ctx, grad_out):
         zx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums = ctx.saved_tensors
         d_gx, d_zx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0 = tpru_ext.ops().tpru_slices_backward(
-            grad_out, zx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums, ctx.use_tanh)
+            grad_out, zx, W_rec, R_slices, U_slices, c_b, c_x, b0, outs, pres, cands, sums, ctx.use_tanh
+        )
         return d_gx, d_zx, d_W_rec, d_R, d_U, d_c_b, d_c_x, d_b0, None

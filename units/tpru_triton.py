@@ -83,13 +83,13 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64)
 class TritonConfig:
     """Tile sizes and launch settings (untuned: no GPU measured them yet)."""
 
-    block_b: int = 16          # sequences per program (>= 16: tl.dot's minimum)
-    block_k: int = 32          # reduction tile over d (tiled kernels)
-    block_s: int = 64          # column tile of a slice (tiled kernels)
-    block_n: int = 64          # role tile (tiled kernels)
+    block_b: int = 16  # sequences per program (>= 16: tl.dot's minimum)
+    block_k: int = 32  # reduction tile over d (tiled kernels)
+    block_s: int = 64  # column tile of a slice (tiled kernels)
+    block_n: int = 64  # role tile (tiled kernels)
     resident_max: int = 16384  # elements of W_b, Uᵀ V_b and R together that stay in registers
-    num_warps: int = 8         # with num_stages=1: no register spills at d <= 1024 when compiled for sm_90
-    num_stages: int = 1        # no software pipelining: the time loop is latency-bound, not bandwidth-bound
+    num_warps: int = 8  # with num_stages=1: no register spills at d <= 1024 when compiled for sm_90
+    num_stages: int = 1  # no software pipelining: the time loop is latency-bound, not bandwidth-bound
     force_tiled: bool = False  # tests: exercise the tiled kernels on small shapes
 
 
@@ -165,38 +165,42 @@ class Layout:
     d: int
     roles: int
     slices: int
-    rows: int            # rows of W_rec: d + kN folded, 2d (V_b) or d (V_b = I) unfolded
+    rows: int  # rows of W_rec: d + kN folded, 2d (V_b) or d (V_b = I) unfolded
     folded: bool
     relu2: bool
     tanh: bool
-    precision: str       # tl.dot input precision
+    precision: str  # tl.dot input precision
     config: TritonConfig
 
     @classmethod
     def of(cls, W_rec, R_slices, U_slices, relu2: bool, tanh: bool, config: TritonConfig) -> Layout:
         k, _, N = R_slices.shape
-        return cls(W_rec.shape[1], N, k, W_rec.shape[0], U_slices is None, relu2, tanh,
-                   _dot_precision(W_rec.dtype), config)
+        return cls(W_rec.shape[1], N, k, W_rec.shape[0], U_slices is None, relu2, tanh, _dot_precision(W_rec.dtype), config)
 
     @property
     def resident(self) -> bool:
         dp, np_ = _pow2(self.d), _pow2(self.roles)
-        return (self.folded and self.slices == 1 and not self.config.force_tiled
-                and dp * dp + 2 * dp * np_ <= self.config.resident_max)
+        return self.folded and self.slices == 1 and not self.config.force_tiled and dp * dp + 2 * dp * np_ <= self.config.resident_max
 
     def grid(self, batch: int) -> tuple[int]:
         return (triton.cdiv(batch, self.config.block_b),)
 
     def constants(self) -> dict:
         c = self.config
-        common = dict(D=self.d, N=self.roles, RELU2=self.relu2, TANH=self.tanh, BLOCK_B=c.block_b,
-                      PRECISION=self.precision, EPS=NORM_EPS)
+        common = dict(D=self.d, N=self.roles, RELU2=self.relu2, TANH=self.tanh, BLOCK_B=c.block_b, PRECISION=self.precision, EPS=NORM_EPS)
         if self.resident:
             return dict(common, DP=_pow2(self.d), NP=_pow2(self.roles))
         s = self.d // self.slices
-        return dict(common, K=self.slices, S=s, FOLDED=self.folded, HAS_VB=self.rows > self.d,
-                    BLOCK_K=min(c.block_k, _pow2(max(self.d, self.rows))), BLOCK_S=min(c.block_s, _pow2(s)),
-                    BLOCK_N=min(c.block_n, _pow2(self.roles)))
+        return dict(
+            common,
+            K=self.slices,
+            S=s,
+            FOLDED=self.folded,
+            HAS_VB=self.rows > self.d,
+            BLOCK_K=min(c.block_k, _pow2(max(self.d, self.rows))),
+            BLOCK_S=min(c.block_s, _pow2(s)),
+            BLOCK_N=min(c.block_n, _pow2(self.roles)),
+        )
 
     def kernel_constants(self, direction: str) -> tuple[str, dict]:
         """(kernel name, constexpr arguments) for direction "forward" or "backward"."""
@@ -207,8 +211,7 @@ class Layout:
         return name, constants
 
 
-def forward_recurrence(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2: bool, tanh_candidate: bool,
-                       config: TritonConfig = DEFAULT_CONFIG):
+def forward_recurrence(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2: bool, tanh_candidate: bool, config: TritonConfig = DEFAULT_CONFIG):
     """One launch for all T steps. Returns states [T+1,B,d] (states[0] = b0) and what backward needs."""
     L = Layout.of(W_rec, R_slices, U_slices, relu2, tanh_candidate, config)
     T, B, d = gx.shape
@@ -225,18 +228,68 @@ def forward_recurrence(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2: b
     name, constants = L.kernel_constants("forward")
     kernel = getattr(kernels(_interpreting(gx.device)), name)[L.grid(B)]
     if L.resident:
-        kernel(gx, fx, W_rec, R_slices, c_b, c_x, states, gates, cands, fills, opt(relu_b), opt(sums), T, B,
-               **constants, num_warps=config.num_warps,
-               num_stages=config.num_stages)
+        kernel(
+            gx,
+            fx,
+            W_rec,
+            R_slices,
+            c_b,
+            c_x,
+            states,
+            gates,
+            cands,
+            fills,
+            opt(relu_b),
+            opt(sums),
+            T,
+            B,
+            **constants,
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+        )
     else:
-        kernel(gx, fx, W_rec, R_slices, opt(U_slices), c_b, c_x, states, gates, cands, fills, opt(zs), opt(relu_b),
-               opt(sums), T, B, **constants, num_warps=config.num_warps,
-               num_stages=config.num_stages)
+        kernel(
+            gx,
+            fx,
+            W_rec,
+            R_slices,
+            opt(U_slices),
+            c_b,
+            c_x,
+            states,
+            gates,
+            cands,
+            fills,
+            opt(zs),
+            opt(relu_b),
+            opt(sums),
+            T,
+            B,
+            **constants,
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+        )
     return states, gates, cands, fills, zs, relu_b, sums
 
 
-def backward_recurrence(grad_out, states, gates, cands, fills, zs, relu_b, sums, fx, W_rec, R_slices, U_slices, c_x,
-                        relu2: bool, tanh_candidate: bool, config: TritonConfig = DEFAULT_CONFIG):
+def backward_recurrence(
+    grad_out,
+    states,
+    gates,
+    cands,
+    fills,
+    zs,
+    relu_b,
+    sums,
+    fx,
+    W_rec,
+    R_slices,
+    U_slices,
+    c_x,
+    relu2: bool,
+    tanh_candidate: bool,
+    config: TritonConfig = DEFAULT_CONFIG,
+):
     """One launch walks time backwards; returns (d_pre [T,B,rows], d_scores, d_fb [T,B,k,N], d_cand, d_b0)."""
     L = Layout.of(W_rec, R_slices, U_slices, relu2, tanh_candidate, config)
     T, B, d = gates.shape
@@ -251,15 +304,56 @@ def backward_recurrence(grad_out, states, gates, cands, fills, zs, relu_b, sums,
     kernel = getattr(kernels(_interpreting(gates.device)), name)[L.grid(B)]
     if L.resident:
         d_b0 = gates.new_empty(B, d)
-        kernel(grad_out, states, gates, cands, fills, opt(relu_b), opt(sums), fx, W_rec, R_slices, c_x,
-               d_pre, d_scores, d_cand, d_b0, T, B, **constants, num_warps=config.num_warps,
-               num_stages=config.num_stages)
+        kernel(
+            grad_out,
+            states,
+            gates,
+            cands,
+            fills,
+            opt(relu_b),
+            opt(sums),
+            fx,
+            W_rec,
+            R_slices,
+            c_x,
+            d_pre,
+            d_scores,
+            d_cand,
+            d_b0,
+            T,
+            B,
+            **constants,
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+        )
     else:
         carry = gates.new_zeros(2, B, d)
         dz = gates.new_empty(B, d) if not L.folded and L.rows == d else None
-        kernel(grad_out, states, gates, cands, fills, opt(relu_b), opt(sums), fx, W_rec, R_slices, opt(U_slices), c_x,
-               d_pre, d_scores, opt(d_fb), d_cand, carry, opt(dz), T, B, **constants, num_warps=config.num_warps,
-               num_stages=config.num_stages)
+        kernel(
+            grad_out,
+            states,
+            gates,
+            cands,
+            fills,
+            opt(relu_b),
+            opt(sums),
+            fx,
+            W_rec,
+            R_slices,
+            opt(U_slices),
+            c_x,
+            d_pre,
+            d_scores,
+            opt(d_fb),
+            d_cand,
+            carry,
+            opt(dz),
+            T,
+            B,
+            **constants,
+            num_warps=config.num_warps,
+            num_stages=config.num_stages,
+        )
         d_b0 = carry[T % 2]
     return d_pre, d_scores, d_fb, d_cand, d_b0
 
@@ -280,18 +374,26 @@ def compile_report(layout: Layout, direction: str, arch: int = 90, dtype: str = 
     name, constants = layout.kernel_constants(direction)
     fn = getattr(kernels(False), name)
     signature = {a: "constexpr" if a in constants else "i32" if a in ("T", "B") else f"*{dtype}" for a in fn.arg_names}
-    compiled = triton.compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", arch, 32),
-                              options=dict(num_warps=layout.config.num_warps, num_stages=layout.config.num_stages))
+    compiled = triton.compile(
+        ASTSource(fn, signature, constexprs=constants),
+        target=GPUTarget("cuda", arch, 32),
+        options=dict(num_warps=layout.config.num_warps, num_stages=layout.config.num_stages),
+    )
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
         ptx.write(compiled.asm["ptx"])
         ptx.flush()
         gpu = f"sm_{arch}a" if arch >= 90 else f"sm_{arch}"
-        log = subprocess.run([get_ptxas(arch).path, "-v", f"--gpu-name={gpu}", ptx.name, "-o", "/dev/null"],
-                             capture_output=True, text=True, check=True).stderr
+        log = subprocess.run(
+            [get_ptxas(arch).path, "-v", f"--gpu-name={gpu}", ptx.name, "-o", "/dev/null"], capture_output=True, text=True, check=True
+        ).stderr
     registers = re.search(r"Used (\d+) registers", log)
     spills = re.search(r"(\d+) bytes spill stores", log)
-    return dict(kernel=name, registers=int(registers.group(1)) if registers else None,
-                spill_stores=int(spills.group(1)) if spills else None, shared_bytes=compiled.metadata.shared)
+    return dict(
+        kernel=name,
+        registers=int(registers.group(1)) if registers else None,
+        spill_stores=int(spills.group(1)) if spills else None,
+        shared_bytes=compiled.metadata.shared,
+    )
 
 
 class TPRUTritonRecurrence(torch.autograd.Function):
@@ -299,14 +401,14 @@ class TPRUTritonRecurrence(torch.autograd.Function):
     The trailing `config` (tile sizes) is optional and not differentiable."""
 
     @staticmethod
-    def forward(ctx, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, norm: str, tanh_candidate: bool,
-                config: TritonConfig | None = None):
+    def forward(ctx, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, norm: str, tanh_candidate: bool, config: TritonConfig | None = None):
         config = config or DEFAULT_CONFIG
         relu2 = norm == "relu2"
         contiguous = [t.contiguous() if t is not None else None for t in (gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0)]
         gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0 = contiguous
         states, gates, cands, fills, zs, relu_b, sums = forward_recurrence(
-            gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2, tanh_candidate, config)
+            gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2, tanh_candidate, config
+        )
         ctx.relu2, ctx.use_tanh, ctx.config = relu2, tanh_candidate, config
         ctx.save_for_backward(W_rec, R_slices, U_slices, c_x, fx, states, gates, cands, fills, zs, relu_b, sums)
         return states[1:]
@@ -319,8 +421,8 @@ class TPRUTritonRecurrence(torch.autograd.Function):
         k, s, N = R_slices.shape
         rows = W_rec.shape[0]
         d_pre, d_scores, d_fb, d_cand, d_b0 = backward_recurrence(
-            grad_out.contiguous(), states, gates, cands, fills, zs, relu_b, sums, fx, W_rec, R_slices, U_slices, c_x,
-            relu2, ctx.use_tanh, ctx.config)
+            grad_out.contiguous(), states, gates, cands, fills, zs, relu_b, sums, fx, W_rec, R_slices, U_slices, c_x, relu2, ctx.use_tanh, ctx.config
+        )
         # Weight gradients after the loop, one large matmul each (as TPRURecurrence.backward).
         prev = states[:-1]
         d_W_rec = d_pre.reshape(T * B, rows).t() @ prev.reshape(T * B, d)

@@ -99,9 +99,29 @@ def _normalise_backward(d_f, f, proj, relu_b, f_x, cx, total, RELU2: tl.constexp
 # ------------------------------------------------------------------------------------------------
 @triton.jit
 def forward_resident(
-    gx, fx, W, R, c_b, c_x, states, gates, cands, fills, relu_b, sums, T, B,
-    D: tl.constexpr, N: tl.constexpr, RELU2: tl.constexpr, TANH: tl.constexpr,
-    BLOCK_B: tl.constexpr, DP: tl.constexpr, NP: tl.constexpr, PRECISION: tl.constexpr, EPS: tl.constexpr,
+    gx,
+    fx,
+    W,
+    R,
+    c_b,
+    c_x,
+    states,
+    gates,
+    cands,
+    fills,
+    relu_b,
+    sums,
+    T,
+    B,
+    D: tl.constexpr,
+    N: tl.constexpr,
+    RELU2: tl.constexpr,
+    TANH: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    DP: tl.constexpr,
+    NP: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EPS: tl.constexpr,
 ):
     rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     bmask = rb < B
@@ -112,9 +132,9 @@ def forward_resident(
     mask_bi = bmask[:, None] & imask[None, :]
     mask_bn = bmask[:, None] & nmask[None, :]
     # The recurrent matrices, loaded once (FlashRNN's "load recurrent weights only once").
-    WbT = tl.load(W + i[None, :] * D + i[:, None], mask=imask[:, None] & imask[None, :], other=0.0)   # [in, out] = W_bᵀ
+    WbT = tl.load(W + i[None, :] * D + i[:, None], mask=imask[:, None] & imask[None, :], other=0.0)  # [in, out] = W_bᵀ
     MT = tl.load(W + (D + n)[None, :] * D + i[:, None], mask=nmask[None, :] & imask[:, None], other=0.0)  # (Uᵀ V_b)ᵀ
-    RT = tl.load(R + i[None, :] * N + n[:, None], mask=imask[None, :] & nmask[:, None], other=0.0)     # Rᵀ
+    RT = tl.load(R + i[None, :] * N + n[:, None], mask=imask[None, :] & nmask[:, None], other=0.0)  # Rᵀ
     cb = tl.load(c_b + n, mask=nmask, other=0.0)
     cx = tl.load(c_x)
     prev = tl.load(states + rb[:, None] * D + i[None, :], mask=mask_bi, other=0.0)  # b_0
@@ -142,10 +162,32 @@ def forward_resident(
 
 @triton.jit
 def backward_resident(
-    grad_out, states, gates, cands, fills, relu_b, sums, fx, W, R, c_x,
-    d_pre, d_scores, d_cand, d_b0, T, B,
-    D: tl.constexpr, N: tl.constexpr, RELU2: tl.constexpr, TANH: tl.constexpr,
-    BLOCK_B: tl.constexpr, DP: tl.constexpr, NP: tl.constexpr, PRECISION: tl.constexpr, EPS: tl.constexpr,
+    grad_out,
+    states,
+    gates,
+    cands,
+    fills,
+    relu_b,
+    sums,
+    fx,
+    W,
+    R,
+    c_x,
+    d_pre,
+    d_scores,
+    d_cand,
+    d_b0,
+    T,
+    B,
+    D: tl.constexpr,
+    N: tl.constexpr,
+    RELU2: tl.constexpr,
+    TANH: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    DP: tl.constexpr,
+    NP: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EPS: tl.constexpr,
 ):
     ROWS: tl.constexpr = D + N
     rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -156,9 +198,9 @@ def backward_resident(
     nmask = n < N
     mask_bi = bmask[:, None] & imask[None, :]
     mask_bn = bmask[:, None] & nmask[None, :]
-    Wb = tl.load(W + i[:, None] * D + i[None, :], mask=imask[:, None] & imask[None, :], other=0.0)     # [out, in]
+    Wb = tl.load(W + i[:, None] * D + i[None, :], mask=imask[:, None] & imask[None, :], other=0.0)  # [out, in]
     M = tl.load(W + (D + n)[:, None] * D + i[None, :], mask=nmask[:, None] & imask[None, :], other=0.0)  # Uᵀ V_b
-    Rm = tl.load(R + i[:, None] * N + n[None, :], mask=imask[:, None] & nmask[None, :], other=0.0)     # R
+    Rm = tl.load(R + i[:, None] * N + n[None, :], mask=imask[:, None] & nmask[None, :], other=0.0)  # R
     cx = tl.load(c_x)
     carry = tl.full((BLOCK_B, DP), 0.0, states.dtype.element_ty)  # ∂L/∂b_t from the steps after t
     for tt in range(T):
@@ -199,8 +241,7 @@ def backward_resident(
 # another layout (states, fillers, ∂f, ...) are separated by a CTA barrier (tl.debug_barrier).
 # ------------------------------------------------------------------------------------------------
 @triton.jit
-def _prev_times(states, prev_row, bmask, W, out_rows, out_mask, acc,
-                D: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+def _prev_times(states, prev_row, bmask, W, out_rows, out_mask, acc, D: tl.constexpr, BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
     """acc + b_{t-1} @ W[out_rows]ᵀ, the reduction over d in BLOCK_K tiles."""
     for k0 in range(0, D, BLOCK_K):
         kk = k0 + tl.arange(0, BLOCK_K)
@@ -213,11 +254,36 @@ def _prev_times(states, prev_row, bmask, W, out_rows, out_mask, acc,
 
 @triton.jit
 def forward_tiled(
-    gx, fx, W, R, U, c_b, c_x, states, gates, cands, fills, zs, relu_b, sums, T, B,
-    D: tl.constexpr, N: tl.constexpr, K: tl.constexpr, S: tl.constexpr,
-    FOLDED: tl.constexpr, HAS_VB: tl.constexpr, RELU2: tl.constexpr, TANH: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr, EPS: tl.constexpr,
+    gx,
+    fx,
+    W,
+    R,
+    U,
+    c_b,
+    c_x,
+    states,
+    gates,
+    cands,
+    fills,
+    zs,
+    relu_b,
+    sums,
+    T,
+    B,
+    D: tl.constexpr,
+    N: tl.constexpr,
+    K: tl.constexpr,
+    S: tl.constexpr,
+    FOLDED: tl.constexpr,
+    HAS_VB: tl.constexpr,
+    RELU2: tl.constexpr,
+    TANH: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EPS: tl.constexpr,
 ):
     dtype = states.dtype.element_ty
     rb = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
@@ -225,17 +291,18 @@ def forward_tiled(
     cx = tl.load(c_x)
     for t in range(T):
         row = (t * B + rb).to(tl.int64)
-        prev_row = row * D              # states[t] holds b_{t-1}
-        next_row = (row + B) * D        # states[t+1] receives b_t
+        prev_row = row * D  # states[t] holds b_{t-1}
+        next_row = (row + B) * D  # states[t+1] receives b_t
         for j in range(K):
-            zbase = states + prev_row   # V_b = I: z is b_{t-1} itself
+            zbase = states + prev_row  # V_b = I: z is b_{t-1} itself
             if not FOLDED:
-                if HAS_VB:              # z = V_b b_{t-1}, slice j: rows D + j·S … of W_rec = [W_b; V_b]
+                if HAS_VB:  # z = V_b b_{t-1}, slice j: rows D + j·S … of W_rec = [W_b; V_b]
                     for c0 in range(0, S, BLOCK_S):
                         c = c0 + tl.arange(0, BLOCK_S)
                         cmask = c < S
-                        z = _prev_times(states, prev_row, bmask, W, D + j * S + c, cmask,
-                                        tl.full((BLOCK_B, BLOCK_S), 0.0, dtype), D, BLOCK_K, PRECISION)
+                        z = _prev_times(
+                            states, prev_row, bmask, W, D + j * S + c, cmask, tl.full((BLOCK_B, BLOCK_S), 0.0, dtype), D, BLOCK_K, PRECISION
+                        )
                         tl.store(zs + row[:, None] * D + (j * S + c)[None, :], z, mask=bmask[:, None] & cmask[None, :])
                     tl.debug_barrier()
                     zbase = zs + row * D
@@ -254,9 +321,10 @@ def forward_tiled(
                 nmask = n < N
                 mask_bn = bmask[:, None] & nmask[None, :]
                 if FOLDED:
-                    score = _prev_times(states, prev_row, bmask, W, D + j * N + n, nmask,
-                                        tl.full((BLOCK_B, BLOCK_N), 0.0, dtype), D, BLOCK_K, PRECISION)
-                else:           # Uᵀ z per slice, the reduction over the slice's S entries
+                    score = _prev_times(
+                        states, prev_row, bmask, W, D + j * N + n, nmask, tl.full((BLOCK_B, BLOCK_N), 0.0, dtype), D, BLOCK_K, PRECISION
+                    )
+                else:  # Uᵀ z per slice, the reduction over the slice's S entries
                     score = tl.full((BLOCK_B, BLOCK_N), 0.0, dtype)
                     for c0 in range(0, S, BLOCK_S):
                         c = c0 + tl.arange(0, BLOCK_S)
@@ -323,12 +391,41 @@ def forward_tiled(
 
 @triton.jit
 def backward_tiled(
-    grad_out, states, gates, cands, fills, relu_b, sums, fx, W, R, U, c_x,
-    d_pre, d_scores, d_fb_all, d_cand, carry, dz, T, B,
-    D: tl.constexpr, N: tl.constexpr, K: tl.constexpr, S: tl.constexpr, ROWS: tl.constexpr,
-    FOLDED: tl.constexpr, HAS_VB: tl.constexpr, RELU2: tl.constexpr, TANH: tl.constexpr,
-    BLOCK_B: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_N: tl.constexpr,
-    PRECISION: tl.constexpr, EPS: tl.constexpr,
+    grad_out,
+    states,
+    gates,
+    cands,
+    fills,
+    relu_b,
+    sums,
+    fx,
+    W,
+    R,
+    U,
+    c_x,
+    d_pre,
+    d_scores,
+    d_fb_all,
+    d_cand,
+    carry,
+    dz,
+    T,
+    B,
+    D: tl.constexpr,
+    N: tl.constexpr,
+    K: tl.constexpr,
+    S: tl.constexpr,
+    ROWS: tl.constexpr,
+    FOLDED: tl.constexpr,
+    HAS_VB: tl.constexpr,
+    RELU2: tl.constexpr,
+    TANH: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    PRECISION: tl.constexpr,
+    EPS: tl.constexpr,
 ):
     """`carry` is [2, B, D], zero on entry: step t reads ∂L/∂b_t's recurrent part from one half and
     writes ∂L/∂b_{t-1}'s into the other; at the end the half T % 2 holds ∂L/∂b_0. `dz` [B, D] is

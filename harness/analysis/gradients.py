@@ -10,14 +10,22 @@ from typing import Any
 
 from .sources import AnalysisError, Source, analysed_unit
 
-COLUMNS = [("state_size", "D", "{:d}"), ("steps", "steps", "{:d}"), ("sigma_max_mean", "mean σ_max(J)", "{:.3f}"),
-           ("frac_sigma_gt_1", "share σ_max > 1", "{:.3f}"), ("radius_mean", "mean ρ(J)", "{:.3f}"),
-           ("grad_norm_first", "‖∂L/∂s_1‖", "{:.2e}"), ("grad_norm_last", "‖∂L/∂s_T‖", "{:.2e}"),
-           ("grad_ratio_first_last", "first/last", "{:.3g}"), ("update_cos_mean", "cos(Δs, s_{t−1})", "{:.3f}"),
-           ("frac_update_removes", "share Δs·s_{t−1} < 0", "{:.3f}"),
-           ("candidate_proj_mean", "⟨b̃,b_{t−1}⟩/‖b_{t−1}‖²", "{:.3f}"),
-           ("frac_candidate_positive", "share ⟨b̃,b_{t−1}⟩ > 0", "{:.3f}"),
-           ("filler_max_mean", "mean max_n f_t", "{:.3f}"), ("frac_filler_max_gt_0.9", "share max_n f_t > 0.9", "{:.3f}")]
+COLUMNS = [
+    ("state_size", "D", "{:d}"),
+    ("steps", "steps", "{:d}"),
+    ("sigma_max_mean", "mean σ_max(J)", "{:.3f}"),
+    ("frac_sigma_gt_1", "share σ_max > 1", "{:.3f}"),
+    ("radius_mean", "mean ρ(J)", "{:.3f}"),
+    ("grad_norm_first", "‖∂L/∂s_1‖", "{:.2e}"),
+    ("grad_norm_last", "‖∂L/∂s_T‖", "{:.2e}"),
+    ("grad_ratio_first_last", "first/last", "{:.3g}"),
+    ("update_cos_mean", "cos(Δs, s_{t−1})", "{:.3f}"),
+    ("frac_update_removes", "share Δs·s_{t−1} < 0", "{:.3f}"),
+    ("candidate_proj_mean", "⟨b̃,b_{t−1}⟩/‖b_{t−1}‖²", "{:.3f}"),
+    ("frac_candidate_positive", "share ⟨b̃,b_{t−1}⟩ > 0", "{:.3f}"),
+    ("filler_max_mean", "mean max_n f_t", "{:.3f}"),
+    ("frac_filler_max_gt_0.9", "share max_n f_t > 0.9", "{:.3f}"),
+]
 
 
 @dataclass
@@ -33,8 +41,9 @@ def first_split(adapter: Any) -> str:
     return first(adapter.valid_split)
 
 
-def measure(source: Source, layer: int = 1, batches: int = 4, batch_size: int = 32, max_pairs: int = 2048,
-            split: str | None = None) -> GradientResult:
+def measure(
+    source: Source, layer: int = 1, batches: int = 4, batch_size: int = 32, max_pairs: int = 2048, split: str | None = None
+) -> GradientResult:
     """Run the source's model on `batches` validation batches with the analysed unit recorded."""
     from tasks.analysis.carry import CarryError
     from tasks.analysis.gradients import on_batches
@@ -141,6 +150,5 @@ def write(results: list[GradientResult], out: Path, command: str) -> list[Path]:
         for r in results:
             s = r.stats
             for t in range(len(s.grad_norm)):
-                w.writerow([r.source.task, r.source.label, t + 1, f"{s.grad_norm[t]:.6g}", int(s.grad_count[t]),
-                            f"{s.sigma_max[t]:.6g}"])
+                w.writerow([r.source.task, r.source.label, t + 1, f"{s.grad_norm[t]:.6g}", int(s.grad_count[t]), f"{s.sigma_max[t]:.6g}"])
     return [md, path_csv, curves] + figures(results, out, header)

@@ -61,9 +61,11 @@ def vocabulary(adapter: Any) -> dict[str, int]:
     vocab = getattr(adapter, "vocab", None)
     stoi = getattr(vocab, "stoi", None)
     if not isinstance(stoi, dict):
-        raise AnalysisError(f"task {getattr(adapter, 'name', '?')!r} has no word vocabulary (`vocab.stoi`): "
-                            "interpret maps UD words to a word-level vocabulary (NLI-style tasks; the LM's BPE "
-                            "and logic's symbols are not words)")
+        raise AnalysisError(
+            f"task {getattr(adapter, 'name', '?')!r} has no word vocabulary (`vocab.stoi`): "
+            "interpret maps UD words to a word-level vocabulary (NLI-style tasks; the LM's BPE "
+            "and logic's symbols are not words)"
+        )
     return stoi
 
 
@@ -109,8 +111,7 @@ class Readings:
     interface: str
 
 
-def read_split(model: Any, layer: int, sentences: list[list[int]], positions: list[list[int]] | None = None,
-               batch_size: int = 64) -> Readings:
+def read_split(model: Any, layer: int, sentences: list[list[int]], positions: list[list[int]] | None = None, batch_size: int = 64) -> Readings:
     """Per-word readings of `sentences` (whole sentences, so every word has its context), taken at
     `positions` (default: every position; LM runs: after the leading <eos>, BPE: each word's last piece)."""
     import torch
@@ -123,7 +124,7 @@ def read_split(model: Any, layer: int, sentences: list[list[int]], positions: li
     per_sentence: dict[int, tuple] = {}
     kind = "states"
     for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+        idx = order[start : start + batch_size]
         T = max(len(sentences[i]) for i in idx)
         ids = torch.zeros(len(idx), T, dtype=torch.long)
         mask = torch.zeros(len(idx), T, dtype=torch.bool)
@@ -135,19 +136,22 @@ def read_split(model: Any, layer: int, sentences: list[list[int]], positions: li
         kind = r.interface
         for row, i in enumerate(idx):
             at = torch.tensor(positions[i] if positions is not None else range(len(sentences[i])), dtype=torch.long)
-            per_sentence[i] = (r.features[row, at].double().numpy(), r.outputs[row, at].double().numpy(),
-                               x[row, at].double().numpy(), None if r.roles is None else r.roles[row, at].numpy())
+            per_sentence[i] = (
+                r.features[row, at].double().numpy(),
+                r.outputs[row, at].double().numpy(),
+                x[row, at].double().numpy(),
+                None if r.roles is None else r.roles[row, at].numpy(),
+            )
     parts = [per_sentence[i] for i in range(len(sentences))]
     roles = None if parts[0][3] is None else np.concatenate([p[3] for p in parts])
-    return Readings(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
-                    np.concatenate([p[2] for p in parts]), roles, kind)
+    return Readings(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), np.concatenate([p[2] for p in parts]), roles, kind)
 
 
 @dataclass
 class SystemResult:
     name: str
     interface: str
-    clusters: str            # "argmax of N roles" or "k-means, k = K"
+    clusters: str  # "argmax of N roles" or "k-means, k = K"
     nmi: float
     purity: float
     roles_used: int
@@ -186,10 +190,19 @@ def evaluate(name: str, dev: Readings, test: Readings, tokens: Tokens, k: int | 
         how = f"k-means, k = {k}"
     mean = {key: float(np.mean([m[key] for m in per_slice])) for key in per_slice[0]}
     p_feat = probe.probe_accuracy(feats[0][kd], tokens.tags["dev"][kd], feats[1][kt], tokens.tags["test"][kt])
-    p_state = p_feat if states is feats else probe.probe_accuracy(states[0][kd], tokens.tags["dev"][kd],
-                                                                   states[1][kt], tokens.tags["test"][kt])
-    return SystemResult(name, interface, how, mean["nmi"], mean["purity"], int(round(mean["roles_used"])),
-                        p_feat, p_state, per_slice if len(per_slice) > 1 else [], main_roles)
+    p_state = p_feat if states is feats else probe.probe_accuracy(states[0][kd], tokens.tags["dev"][kd], states[1][kt], tokens.tags["test"][kt])
+    return SystemResult(
+        name,
+        interface,
+        how,
+        mean["nmi"],
+        mean["purity"],
+        int(round(mean["roles_used"])),
+        p_feat,
+        p_state,
+        per_slice if len(per_slice) > 1 else [],
+        main_roles,
+    )
 
 
 def majority_baseline(tokens: Tokens) -> float:
@@ -207,10 +220,13 @@ def role_table_md(result: SystemResult, tokens: Tokens, top: int = 3, rows: int 
     tags = np.concatenate([tokens.tags["dev"][kd], tokens.tags["test"][kt]])
     words = np.concatenate([tokens.words["dev"][kd], tokens.words["test"][kt]])
     table = role_table(result.roles, tags, top=top)
-    lines = [f"Per-role tag distribution of {result.name} ({result.clusters}; slice 0), dev + test in-vocabulary "
-             f"tokens: top tags with p(tag | role) and PMI = log2 p(tag | role)/p(tag) in bits; the most frequent words.",
-             "", "| role | tokens | " + " | ".join(f"tag {i + 1} (p, PMI)" for i in range(top)) + " | frequent words |",
-             "|---:|---:|" + "---|" * top + "---|"]
+    lines = [
+        f"Per-role tag distribution of {result.name} ({result.clusters}; slice 0), dev + test in-vocabulary "
+        f"tokens: top tags with p(tag | role) and PMI = log2 p(tag | role)/p(tag) in bits; the most frequent words.",
+        "",
+        "| role | tokens | " + " | ".join(f"tag {i + 1} (p, PMI)" for i in range(top)) + " | frequent words |",
+        "|---:|---:|" + "---|" * top + "---|",
+    ]
     for row in table[:rows]:
         cells = [f"{t} ({p:.2f}, {pmi:+.2f})" for t, p, pmi in row.top] + [""] * (top - len(row.top))
         from collections import Counter
@@ -272,14 +288,13 @@ def polysemy(source: Source, layer: int, word: str, sentences: list[list[int]], 
     itos = wm.itos
     out, pos = [], 0
     for s in hits:
-        roles = r.roles[pos:pos + len(s)]
+        roles = r.roles[pos : pos + len(s)]
         pos += len(s)
         for i, t in enumerate(s):
             if t == wid:
                 words = [itos[x] for x in s]
                 words[i] = f"**{words[i]}**"
-                out.append({"role": int(roles[i, 0]), "roles_all_slices": [int(v) for v in roles[i]],
-                            "sentence": " ".join(words)})
+                out.append({"role": int(roles[i, 0]), "roles_all_slices": [int(v) for v in roles[i]], "sentence": " ".join(words)})
     return sorted(out, key=lambda o: o["role"]), ""
 
 
@@ -287,10 +302,14 @@ def polysemy_md(word: str, split: str, rows: list[dict[str, Any]], note: str) ->
     if not rows:
         return f"Polysemy: {note}.\n"
     roles = sorted({r["role"] for r in rows})
-    lines = [f"Occurrences of **{word}** in {split} (unique sentences; up to the first 40 containing it) and the role "
-             f"each takes (argmax role; TPRU: slice 0): {len(rows)} occurrences, {len(roles)} distinct role(s): "
-             f"{', '.join(map(str, roles))}. Senses are not annotated: read the sentences.", "",
-             "| role | sentence |", "|---:|---|"]
+    lines = [
+        f"Occurrences of **{word}** in {split} (unique sentences; up to the first 40 containing it) and the role "
+        f"each takes (argmax role; TPRU: slice 0): {len(rows)} occurrences, {len(roles)} distinct role(s): "
+        f"{', '.join(map(str, roles))}. Senses are not annotated: read the sentences.",
+        "",
+        "| role | sentence |",
+        "|---:|---|",
+    ]
     lines += [f"| {r['role']} | {r['sentence'].replace('|', '/')} |" for r in rows]
     return "\n".join(lines) + "\n"
 
@@ -298,36 +317,48 @@ def polysemy_md(word: str, split: str, rows: list[dict[str, Any]], note: str) ->
 def summary_md(results: list[SystemResult], tokens: Tokens, majority: float, tag: str, header: list[str]) -> str:
     lines = [f"<!-- {h} -->" for h in header]
     sk = ", ".join(f"{s}: {m} multiword ranges, {e} empty nodes" for s, (m, e) in tokens.skipped.items())
-    lines += ["", f"Gold tag: {tag.upper()}. Tokens: dev {len(tokens.tags['dev'])}, test {len(tokens.tags['test'])}; "
-              f"out of the run's vocabulary: {tokens.oov_rate():.1%} of tokens, {tokens.oov_type_rate():.1%} of word types "
-              f"(run as <unk>, left out of every number); words mapped as {tokens.mapping}. Skipped lines: {sk}. "
-              f"Probe: multinomial logistic regression on "
-              f"standardised features, fitted on dev, accuracy on test; majority-tag baseline {majority:.3f}.", "",
-              "| system | interface | roles / clusters | used | NMI | purity | probe (interface) | probe (states) |",
-              "|:---|:---|:---|---:|---:|---:|---:|---:|"]
+    lines += [
+        "",
+        f"Gold tag: {tag.upper()}. Tokens: dev {len(tokens.tags['dev'])}, test {len(tokens.tags['test'])}; "
+        f"out of the run's vocabulary: {tokens.oov_rate():.1%} of tokens, {tokens.oov_type_rate():.1%} of word types "
+        f"(run as <unk>, left out of every number); words mapped as {tokens.mapping}. Skipped lines: {sk}. "
+        f"Probe: multinomial logistic regression on "
+        f"standardised features, fitted on dev, accuracy on test; majority-tag baseline {majority:.3f}.",
+        "",
+        "| system | interface | roles / clusters | used | NMI | purity | probe (interface) | probe (states) |",
+        "|:---|:---|:---|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
-        lines.append(f"| {r.name} | {r.interface} | {r.clusters} | {r.roles_used} | {r.nmi:.3f} | {r.purity:.3f} | "
-                     f"{r.probe_features:.3f} | {r.probe_states:.3f} |")
+        lines.append(
+            f"| {r.name} | {r.interface} | {r.clusters} | {r.roles_used} | {r.nmi:.3f} | {r.purity:.3f} | "
+            f"{r.probe_features:.3f} | {r.probe_states:.3f} |"
+        )
     slices = [r for r in results if r.per_slice]
     for r in slices:
-        lines += ["", f"{r.name}, per slice: " + "; ".join(f"{j}: NMI {m['nmi']:.3f}, purity {m['purity']:.3f}"
-                                                        for j, m in enumerate(r.per_slice))]
+        lines += ["", f"{r.name}, per slice: " + "; ".join(f"{j}: NMI {m['nmi']:.3f}, purity {m['purity']:.3f}" for j, m in enumerate(r.per_slice))]
     return "\n".join(lines) + "\n"
 
 
 def to_json(results: list[SystemResult], tokens: Tokens, majority: float) -> str:
-    return json.dumps({"oov_token_rate": tokens.oov_rate(), "oov_type_rate": tokens.oov_type_rate(),
-                       "majority_baseline": majority,
-                       "systems": [{k: v for k, v in r.__dict__.items() if k != "roles"} for r in results]},
-                      indent=1, default=float)
+    return json.dumps(
+        {
+            "oov_token_rate": tokens.oov_rate(),
+            "oov_type_rate": tokens.oov_type_rate(),
+            "majority_baseline": majority,
+            "systems": [{k: v for k, v in r.__dict__.items() if k != "roles"} for r in results],
+        },
+        indent=1,
+        default=float,
+    )
 
 
 # -- HRR filler sets (Luo et al. Table 4) -----------------------------------------------------------
 
+
 @dataclass
 class FillerSetResult:
-    name: str        # the system: the run, its untrained model, a control
-    vectors: str     # "filler set 1", "embedding E(w)", ...
+    name: str  # the system: the run, its untrained model, a control
+    vectors: str  # "filler set 1", "embedding E(w)", ...
     types: int
     syntactic: float
     semantic: float
@@ -359,8 +390,7 @@ def filler_set_results(name: str, model: Any, tokens: Tokens) -> tuple[list[Fill
     from tasks.analysis import filler_sets as fs
 
     cat = lambda d: np.concatenate([d[s] for s in SPLITS])  # noqa: E731
-    types = fs.verb_types(cat(tokens.token_ids), cat(tokens.upos), cat(tokens.xpos), cat(tokens.lemmas),
-                          cat(tokens.words), cat(tokens.known))
+    types = fs.verb_types(cat(tokens.token_ids), cat(tokens.upos), cat(tokens.xpos), cat(tokens.lemmas), cat(tokens.words), cat(tokens.known))
     if len(types.ids) < 3:
         raise AnalysisError(f"{name}: only {len(types.ids)} verb types of UD EWT are in the run's vocabulary")
     rows = []
@@ -372,22 +402,30 @@ def filler_set_results(name: str, model: Any, tokens: Tokens) -> tuple[list[Fill
 
 def filler_sets_md(rows: list[FillerSetResult], counts: dict[str, int], header: list[str]) -> str:
     lines = [f"<!-- {h} -->" for h in header]
-    lines += ["", "HRR filler sets vs syntax and semantics (Luo et al. Table 4; the measure: tasks/analysis/"
-              "filler_sets.py): UD EWT dev + test verb types (UPOS VERB, XPOS VB*) in the run's vocabulary, "
-              f"{counts['types']} types of {counts['lemmas']} lemmas; ROC-AUC of cos(v(w), v(w')) for syntactic "
-              f"positives (same XPOS, different lemma: {counts['syntactic_pos']} pairs) and semantic positives "
-              f"(same lemma, different XPOS: {counts['semantic_pos']} pairs) against pairs sharing neither "
-              f"({counts['negatives']}). The paper (1B words): syntactic 0.912 (set 1) / 0.840 (set 2) / 0.842 "
-              "(baseline); semantic 0.873 / 0.975 / 0.670.", "",
-              "| system | vectors | types | AUC syntactic | AUC semantic |", "|:---|:---|---:|---:|---:|"]
+    lines += [
+        "",
+        "HRR filler sets vs syntax and semantics (Luo et al. Table 4; the measure: tasks/analysis/"
+        "filler_sets.py): UD EWT dev + test verb types (UPOS VERB, XPOS VB*) in the run's vocabulary, "
+        f"{counts['types']} types of {counts['lemmas']} lemmas; ROC-AUC of cos(v(w), v(w')) for syntactic "
+        f"positives (same XPOS, different lemma: {counts['syntactic_pos']} pairs) and semantic positives "
+        f"(same lemma, different XPOS: {counts['semantic_pos']} pairs) against pairs sharing neither "
+        f"({counts['negatives']}). The paper (1B words): syntactic 0.912 (set 1) / 0.840 (set 2) / 0.842 "
+        "(baseline); semantic 0.873 / 0.975 / 0.670.",
+        "",
+        "| system | vectors | types | AUC syntactic | AUC semantic |",
+        "|:---|:---|---:|---:|---:|",
+    ]
     lines += [f"| {r.name} | {r.vectors} | {r.types} | {r.syntactic:.3f} | {r.semantic:.3f} |" for r in rows]
     sets = {r.vectors: r for r in rows if r.name == rows[0].name and r.vectors.startswith("filler set")}
     if "filler set 1" in sets and "filler set 2" in sets:
         s1, s2 = sets["filler set 1"], sets["filler set 2"]
         ok = s1.syntactic > s2.syntactic and s2.semantic > s1.semantic
-        lines += ["", f"Pass test (AUC_syn(set 1) > AUC_syn(set 2) and AUC_sem(set 2) > AUC_sem(set 1)): "
-                      f"{'**holds**' if ok else '**does not hold**'} for {rows[0].name} "
-                      f"(syntactic {s1.syntactic:.3f} vs {s2.syntactic:.3f}, semantic {s2.semantic:.3f} vs {s1.semantic:.3f})."]
+        lines += [
+            "",
+            f"Pass test (AUC_syn(set 1) > AUC_syn(set 2) and AUC_sem(set 2) > AUC_sem(set 1)): "
+            f"{'**holds**' if ok else '**does not hold**'} for {rows[0].name} "
+            f"(syntactic {s1.syntactic:.3f} vs {s2.syntactic:.3f}, semantic {s2.semantic:.3f} vs {s1.semantic:.3f}).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -397,8 +435,7 @@ THRESHOLDS = (0.5, 0.65, 0.8)
 MIN_SUPPORT = 20  # a role's p(tag | role) counts toward the maxima only with this many tokens above θ
 
 
-def attention_thresholds(dev: Readings, test: Readings, tokens: Tokens,
-                         thresholds: tuple[float, ...] = THRESHOLDS) -> list[dict[str, Any]]:
+def attention_thresholds(dev: Readings, test: Readings, tokens: Tokens, thresholds: tuple[float, ...] = THRESHOLDS) -> list[dict[str, Any]]:
     """The paper's measure on TPRN role attention: per role k, the tokens with â_R,k > θ
     (â_R = a_R/‖a_R‖₂), their p(DET | k) and p(VERB ∪ ADJ | k); per θ the largest of each over
     roles with at least MIN_SUPPORT tokens (the paper: role 9, p(DET) = 0.96 at θ = 0.65; role 17,
@@ -410,18 +447,28 @@ def attention_thresholds(dev: Readings, test: Readings, tokens: Tokens,
     det, pred = upos == "DET", np.isin(upos, ["VERB", "ADJ"])
     out = []
     for theta in thresholds:
-        above = a_hat > theta                               # [n, roles]
+        above = a_hat > theta  # [n, roles]
         support = above.sum(0)
         with np.errstate(invalid="ignore", divide="ignore"):
             p_det = (above & det[:, None]).sum(0) / support
             p_pred = (above & pred[:, None]).sum(0) / support
         ok = support >= MIN_SUPPORT
         (k_det, max_det), (k_pred, max_pred) = _best_role(p_det, ok), _best_role(p_pred, ok)
-        out.append({"theta": theta, "roles_with_support": int(ok.sum()), "tokens_above": int(above.any(1).sum()),
-                    "max_p_det": max_det, "role_det": k_det, "support_det": int(support[k_det]) if k_det is not None else 0,
-                    "max_p_verb_adj": max_pred, "role_verb_adj": k_pred,
-                    "support_verb_adj": int(support[k_pred]) if k_pred is not None else 0,
-                    "p_det_all": float(det.mean()), "p_verb_adj_all": float(pred.mean())})
+        out.append(
+            {
+                "theta": theta,
+                "roles_with_support": int(ok.sum()),
+                "tokens_above": int(above.any(1).sum()),
+                "max_p_det": max_det,
+                "role_det": k_det,
+                "support_det": int(support[k_det]) if k_det is not None else 0,
+                "max_p_verb_adj": max_pred,
+                "role_verb_adj": k_pred,
+                "support_verb_adj": int(support[k_pred]) if k_pred is not None else 0,
+                "p_det_all": float(det.mean()),
+                "p_verb_adj_all": float(pred.mean()),
+            }
+        )
     return out
 
 
@@ -433,16 +480,22 @@ def _best_role(p: np.ndarray, ok: np.ndarray) -> tuple[int | None, float]:
 
 
 def thresholds_md(rows: dict[str, list[dict[str, Any]]]) -> str:
-    lines = ["", "TPRN role attention above a threshold (the paper's measure, §7): per θ, over roles with at least "
-             f"{MIN_SUPPORT} tokens with â_R,k > θ (â_R = a_R/‖a_R‖₂), the largest p(DET | role) and p(VERB ∪ ADJ | role) "
-             "(the paper, SQuAD questions: 0.96 and 0.82 at θ = 0.65). Base rates over the same tokens in the last columns.", "",
-             "| system | θ | tokens above θ | roles (support ≥ 20) | max p(DET \\| role) (role, tokens) | "
-             "max p(VERB ∪ ADJ \\| role) (role, tokens) | p(DET) | p(VERB ∪ ADJ) |",
-             "|:---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "",
+        "TPRN role attention above a threshold (the paper's measure, §7): per θ, over roles with at least "
+        f"{MIN_SUPPORT} tokens with â_R,k > θ (â_R = a_R/‖a_R‖₂), the largest p(DET | role) and p(VERB ∪ ADJ | role) "
+        "(the paper, SQuAD questions: 0.96 and 0.82 at θ = 0.65). Base rates over the same tokens in the last columns.",
+        "",
+        "| system | θ | tokens above θ | roles (support ≥ 20) | max p(DET \\| role) (role, tokens) | "
+        "max p(VERB ∪ ADJ \\| role) (role, tokens) | p(DET) | p(VERB ∪ ADJ) |",
+        "|:---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, rs in rows.items():
         for r in rs:
-            lines.append(f"| {name} | {r['theta']:.2f} | {r['tokens_above']} | {r['roles_with_support']} | "
-                         f"{r['max_p_det']:.3f} ({r['role_det']}, {r['support_det']}) | "
-                         f"{r['max_p_verb_adj']:.3f} ({r['role_verb_adj']}, {r['support_verb_adj']}) | "
-                         f"{r['p_det_all']:.3f} | {r['p_verb_adj_all']:.3f} |")
+            lines.append(
+                f"| {name} | {r['theta']:.2f} | {r['tokens_above']} | {r['roles_with_support']} | "
+                f"{r['max_p_det']:.3f} ({r['role_det']}, {r['support_det']}) | "
+                f"{r['max_p_verb_adj']:.3f} ({r['role_verb_adj']}, {r['support_verb_adj']}) | "
+                f"{r['p_det_all']:.3f} | {r['p_verb_adj_all']:.3f} |"
+            )
     return "\n".join(lines) + "\n"

@@ -26,8 +26,8 @@ class AnalysisError(ValueError):
 
 @dataclass
 class Source:
-    label: str            # what tables and panels call it: the run's unit spec (+ "untrained")
-    unit: str             # the unit spec as the run wrote it
+    label: str  # what tables and panels call it: the run's unit spec (+ "untrained")
+    unit: str  # the unit spec as the run wrote it
     task: str
     adapter: Any
     model: Any
@@ -53,8 +53,7 @@ def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True, adapt
     model.eval()
     unit = run.data.tags.get(Tag.UNIT, config.unit)
     label = described(unit, adapter)
-    return Source(label if trained else f"{label} (untrained)", unit, run.data.tags.get(Tag.TASK, "?"),
-                  adapter, model, run_id, config.seed, trained)
+    return Source(label if trained else f"{label} (untrained)", unit, run.data.tags.get(Tag.TASK, "?"), adapter, model, run_id, config.seed, trained)
 
 
 def described(unit: str, adapter: Any) -> str:
@@ -88,16 +87,22 @@ def from_run_dir(path: Path, cache_dir: Path, trained: bool = True, adapters: di
         adapter = get_task(spec["task"])(spec["options"], data, cache_dir)
         if adapters is not None:
             adapters[key] = adapter
-    config = TrainConfig(unit=spec["unit"], arch=spec["arch"], dim=int(spec["dim"]), input_dim=int(spec["input_dim"]),
-                         epochs=int(spec["epochs"]), seed=int(spec["seed"]), hparams=spec["hparams"])
+    config = TrainConfig(
+        unit=spec["unit"],
+        arch=spec["arch"],
+        dim=int(spec["dim"]),
+        input_dim=int(spec["input_dim"]),
+        epochs=int(spec["epochs"]),
+        seed=int(spec["seed"]),
+        hparams=spec["hparams"],
+    )
     try:
         if trained:
             model = load_best_model(adapter, config, path)
         else:
             adapter.prepare()
             torch.manual_seed(config.seed)
-            model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim,
-                                        adapter.resolve_hparams(config.hparams))
+            model = adapter.build_model(config.unit, config.arch, config.dim, config.input_dim, adapter.resolve_hparams(config.hparams))
     except (DataError, CheckpointMismatch) as exc:
         raise AnalysisError(str(exc)) from None
     model.eval()
@@ -112,8 +117,9 @@ def load_source(ref: str, uri: str, cache_dir: Path, trained: bool = True, adapt
     return from_run(uri, ref, cache_dir, trained, adapters)
 
 
-def from_spec(spec: str, task: str, data: str | None, options: dict[str, Any], arch: str, dim: int,
-              input_dim: int | None, seed: int, cache_dir: Path) -> Source:
+def from_spec(
+    spec: str, task: str, data: str | None, options: dict[str, Any], arch: str, dim: int, input_dim: int | None, seed: int, cache_dir: Path
+) -> Source:
     """A freshly initialised model around `spec` on `task`'s data (`tprbench gradients --unit`)."""
     import torch
 

@@ -33,16 +33,15 @@ NUMBER = re.compile(r"^[+-]?(\d+([.,:/-]\d+)*|\d*\.\d+)(st|nd|rd|th|s)?$")
 class WordMap:
     """How one run reads words: `sentence(forms)` → (ids, positions, known)."""
 
-    name: str                          # what the summary says the mapping is
+    name: str  # what the summary says the mapping is
     vocab_size: int
-    key: tuple                         # equal for runs with the same vocabulary
+    key: tuple  # equal for runs with the same vocabulary
     sentence: Callable[[list[str]], tuple[list[int], list[int], list[bool]]]
     word_id: Callable[[str], int | None]
     itos: list[str]
 
 
-def _word_level(stoi: dict[str, int], unk: int, lookup: Callable[[str], str | None], prefix: list[int],
-                name: str, itos: list[str]) -> WordMap:
+def _word_level(stoi: dict[str, int], unk: int, lookup: Callable[[str], str | None], prefix: list[int], name: str, itos: list[str]) -> WordMap:
     def sentence(forms: list[str]) -> tuple[list[int], list[int], list[bool]]:
         keys = [lookup(w) for w in forms]
         ids = prefix + [stoi[k] if k is not None else unk for k in keys]
@@ -61,8 +60,14 @@ def word_map(adapter: Any) -> WordMap:
     stoi = getattr(vocab, "stoi", None)
     if isinstance(stoi, dict):  # NLI and other word-vocabulary tasks
         unk = stoi.get("<unk>", 1)
-        return _word_level(stoi, unk, lambda w: w.lower() if w.lower() in stoi else None, [],
-                           "words, lower-cased (the NLI tokenizer's)", list(getattr(vocab, "itos", stoi)))
+        return _word_level(
+            stoi,
+            unk,
+            lambda w: w.lower() if w.lower() in stoi else None,
+            [],
+            "words, lower-cased (the NLI tokenizer's)",
+            list(getattr(vocab, "itos", stoi)),
+        )
     corpus = getattr(adapter, "corpus", None)
     if corpus is not None and getattr(corpus, "tokenizer", None) == "word":
         itos = list(corpus.vocab)
@@ -76,18 +81,27 @@ def word_map(adapter: Any) -> WordMap:
                 return "N"
             return None
 
-        return _word_level(stoi, corpus.unk_id, lookup, [corpus.eos_id],
-                           "LM words (as written, else lower-cased, numbers as N when the vocabulary has it); "
-                           "each sentence read after <eos>", itos)
+        return _word_level(
+            stoi,
+            corpus.unk_id,
+            lookup,
+            [corpus.eos_id],
+            "LM words (as written, else lower-cased, numbers as N when the vocabulary has it); each sentence read after <eos>",
+            itos,
+        )
     if corpus is not None and getattr(corpus, "tokenizer", None) == "bpe" and getattr(corpus, "bpe_file", None):
         return _bpe(corpus)
     name = getattr(adapter, "name", "?")
     if name == "babi":
-        raise AnalysisError("task 'babi': a TPR-RNN step reads a whole bAbI sentence, so tpr3 has no per-token "
-                            "interface to set against POS (its keys e1, e2, r1–r3 are per sentence; the paper's "
-                            "sentence clustering, Schlag & Schmidhuber 2018 §7, is not built)")
-    raise AnalysisError(f"task {name!r} has no word vocabulary: interpret maps UD words to a run's words (NLI "
-                        "vocabulary, LM words or LM BPE pieces); logic's symbols are not words")
+        raise AnalysisError(
+            "task 'babi': a TPR-RNN step reads a whole bAbI sentence, so tpr3 has no per-token "
+            "interface to set against POS (its keys e1, e2, r1–r3 are per sentence; the paper's "
+            "sentence clustering, Schlag & Schmidhuber 2018 §7, is not built)"
+        )
+    raise AnalysisError(
+        f"task {name!r} has no word vocabulary: interpret maps UD words to a run's words (NLI "
+        "vocabulary, LM words or LM BPE pieces); logic's symbols are not words"
+    )
 
 
 def _bpe(corpus: Any) -> WordMap:
@@ -107,13 +121,17 @@ def _bpe(corpus: Any) -> WordMap:
         missing = [forms[i] for i in range(len(forms)) if i not in last]
         if missing:
             raise AnalysisError(f"BPE gave no pieces for {missing[:3]}")
-        return ([eos] + list(enc.ids), [1 + last[i] for i in range(len(forms))],
-                [unk not in pieces[i] for i in range(len(forms))])
+        return ([eos] + list(enc.ids), [1 + last[i] for i in range(len(forms))], [unk not in pieces[i] for i in range(len(forms))])
 
     def word_id(word: str) -> int | None:
         ids = tok.encode([word], is_pretokenized=True, add_special_tokens=False).ids
         return ids[0] if len(ids) == 1 and ids[0] != unk else None
 
-    return WordMap("LM BPE pieces of the run's own BPE model (a word read at its last piece); each sentence "
-                   "read after <eos>", corpus.vocab_size, ("bpe", str(corpus.bpe_file)), sentence, word_id,
-                   list(corpus.vocab))
+    return WordMap(
+        "LM BPE pieces of the run's own BPE model (a word read at its last piece); each sentence read after <eos>",
+        corpus.vocab_size,
+        ("bpe", str(corpus.bpe_file)),
+        sentence,
+        word_id,
+        list(corpus.vocab),
+    )

@@ -146,21 +146,37 @@ def summarise(runner: Any, trial_seconds: float, slots: int) -> tuple[dict[str, 
         cold = r.get("pid") not in seen_pids
         seen_pids.add(r.get("pid"))
         total = r["prepare_seconds"] + (r["done"] - r["submitted"])  # Optuna ask → told
-        rows.append({
-            "run_key": r["run_key"], "status": r["status"], "node": (r.get("node_id") or "")[:8], "pid": r.get("pid"),
-            "cold_worker": cold, "trial_wall_s": total, "overhead_s": total - trial_seconds,
-            "optuna_s": r["optuna_seconds"], "mlflow_s": r["mlflow_seconds"],
-            "ray_dispatch_s": r.get("dispatch_seconds", float("nan")), "ray_return_s": r.get("return_seconds", float("nan")),
-            "ray_get_s": r.get("get_seconds", 0.0), "worker_overhead_s": (r.get("worker_seconds") or 0.0) - trial_seconds,
-        })
+        rows.append(
+            {
+                "run_key": r["run_key"],
+                "status": r["status"],
+                "node": (r.get("node_id") or "")[:8],
+                "pid": r.get("pid"),
+                "cold_worker": cold,
+                "trial_wall_s": total,
+                "overhead_s": total - trial_seconds,
+                "optuna_s": r["optuna_seconds"],
+                "mlflow_s": r["mlflow_seconds"],
+                "ray_dispatch_s": r.get("dispatch_seconds", float("nan")),
+                "ray_return_s": r.get("return_seconds", float("nan")),
+                "ray_get_s": r.get("get_seconds", 0.0),
+                "worker_overhead_s": (r.get("worker_seconds") or 0.0) - trial_seconds,
+            }
+        )
     trials = len(rows)
     wall = runner.dispatch_ended - runner.dispatch_started
     ideal = trials * trial_seconds / slots
     warm = [r for r in rows if not r["cold_worker"]]
     summary = {
-        "trials": trials, "finished": sum(r["status"] == RunStatus.FINISHED for r in rows), "slots": slots,
-        "trial_seconds": trial_seconds, "ideal_s": ideal, "wall_s": wall, "efficiency": ideal / wall if wall else float("nan"),
-        "overhead_s": _mean([r["overhead_s"] for r in rows]), "overhead_warm_s": _mean([r["overhead_s"] for r in warm]),
+        "trials": trials,
+        "finished": sum(r["status"] == RunStatus.FINISHED for r in rows),
+        "slots": slots,
+        "trial_seconds": trial_seconds,
+        "ideal_s": ideal,
+        "wall_s": wall,
+        "efficiency": ideal / wall if wall else float("nan"),
+        "overhead_s": _mean([r["overhead_s"] for r in rows]),
+        "overhead_warm_s": _mean([r["overhead_s"] for r in warm]),
         "driver_s_per_trial": _mean([r["optuna_s"] + r["mlflow_s"] + r["ray_get_s"] for r in rows]),
     }
     for key in ("optuna_s", "mlflow_s", "ray_dispatch_s", "ray_return_s", "worker_overhead_s"):
@@ -171,8 +187,9 @@ def summarise(runner: Any, trial_seconds: float, slots: int) -> tuple[dict[str, 
     return summary, rows
 
 
-def bench(nodes: int, trial_seconds: float, trials_per_node: int, cpus_per_node: int, root: Path,
-          console: Any = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def bench(
+    nodes: int, trial_seconds: float, trials_per_node: int, cpus_per_node: int, root: Path, console: Any = None
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Start the simulated cluster, run the sleeping study on it, shut everything down."""
     import ray
     from ray.cluster_utils import Cluster
@@ -191,14 +208,14 @@ def bench(nodes: int, trial_seconds: float, trials_per_node: int, cpus_per_node:
     cluster = None
     try:
         t0 = time.time()
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 0, "include_dashboard": False, "temp_dir": os.path.join(ray_tmp, "ray"),
-            "object_store_memory": 80 * 2**20})
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={"num_cpus": 0, "include_dashboard": False, "temp_dir": os.path.join(ray_tmp, "ray"), "object_store_memory": 80 * 2**20},
+        )
         for _ in range(nodes):
             cluster.add_node(num_cpus=cpus_per_node, object_store_memory=80 * 2**20)
         cluster.wait_for_nodes()
-        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False,
-                 runtime_env={"worker_process_setup_hook": SETUP_HOOK})
+        ray.init(address=cluster.address, logging_level=logging.ERROR, log_to_driver=False, runtime_env={"worker_process_setup_hook": SETUP_HOOK})
         if console is not None:
             console.print(f"cluster: head + {nodes} node(s) × {cpus_per_node} CPU up in {time.time() - t0:.1f} s")
         runner = StudyRunner(study, cells, root)
@@ -236,22 +253,31 @@ def run_harness_bench(args: Any) -> int:
         raise RunnerError("bench harness: --nodes, --trials-per-node and --cpus-per-node must be >= 1, --trial-seconds >= 0")
     root = Path(args.root).expanduser().resolve() if args.root else Path(tempfile.mkdtemp(prefix="tprbench-bench-"))
     trials = args.nodes * args.trials_per_node
-    console.print(f"[bold]bench harness[/] {args.nodes} node(s) × {args.cpus_per_node} CPU, {trials} trials of "
-                  f"{args.trial_seconds:g} s (sleeping), root {root}")
+    console.print(
+        f"[bold]bench harness[/] {args.nodes} node(s) × {args.cpus_per_node} CPU, {trials} trials of {args.trial_seconds:g} s (sleeping), root {root}"
+    )
     summary, rows = bench(args.nodes, args.trial_seconds, args.trials_per_node, args.cpus_per_node, root, console)
     s = summary
-    table = Table(title=f"parallel efficiency: {s['efficiency'] * 100:.1f}%  (ideal {s['ideal_s']:.1f} s = {s['trials']} × "
-                        f"{s['trial_seconds']:g} s / {s['slots']} slots; measured {s['wall_s']:.1f} s)")
+    table = Table(
+        title=f"parallel efficiency: {s['efficiency'] * 100:.1f}%  (ideal {s['ideal_s']:.1f} s = {s['trials']} × "
+        f"{s['trial_seconds']:g} s / {s['slots']} slots; measured {s['wall_s']:.1f} s)"
+    )
     for col in ("per trial, mean", "all trials (s)", "% of trial", "warm workers (s)"):
         table.add_column(col, justify="left" if col.startswith("per") else "right")
     pct = (lambda v: f"{100 * v / s['trial_seconds']:.2f}") if s["trial_seconds"] else (lambda v: "–")
-    for label, key in (("overhead (wall − S)", "overhead"), ("  Optuna ask/suggest/tell", "optuna"),
-                       ("  MLflow record", "mlflow"), ("  Ray dispatch (submit → start)", "ray_dispatch"),
-                       ("  Ray return (end → driver)", "ray_return"), ("  worker (its time − S)", "worker_overhead")):
+    for label, key in (
+        ("overhead (wall − S)", "overhead"),
+        ("  Optuna ask/suggest/tell", "optuna"),
+        ("  MLflow record", "mlflow"),
+        ("  Ray dispatch (submit → start)", "ray_dispatch"),
+        ("  Ray return (end → driver)", "ray_return"),
+        ("  worker (its time − S)", "worker_overhead"),
+    ):
         table.add_row(label, f"{s[key + '_s']:.3f}", pct(s[key + "_s"]), f"{s[key + '_warm_s']:.3f}")
     console.print(table)
-    console.print(f"driver time per trial (Optuna + MLflow + ray.get): {s['driver_s_per_trial']:.3f} s; "
-                  f"{s['finished']}/{s['trials']} trials finished")
+    console.print(
+        f"driver time per trial (Optuna + MLflow + ray.get): {s['driver_s_per_trial']:.3f} s; {s['finished']}/{s['trials']} trials finished"
+    )
     write_csv(root / "bench-harness.csv", rows)
     write_csv(root / "bench-harness-summary.csv", [summary])
     console.print(f"wrote {root / 'bench-harness.csv'} (per trial) and {root / 'bench-harness-summary.csv'}")

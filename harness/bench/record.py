@@ -78,28 +78,36 @@ class Case:
         return 1 + self.cells * (1 + self.trials + self.seeds)
 
 
-CASES = {c.name: c for c in (
-    Case("quickstart", (16,), (8, 16), 2, 3, 3, note="studies/quickstart.toml's cells: 8, 2 trials + 3 seeds each",
-         units=("lstm", "gru", "tpru-mod1[roles=8]", "tpru-mod2[roles=8]", "tpru-mod3[roles=8]", "tpru[roles=8,slices=8]")),
-    Case("tiny-502", (8, 12), tuple(range(2, 252)), 0, 1, 1, note="502 tiny cells, trials 0, 1 seed"),
-    Case("8-of-10k", tuple(DIMS10), tuple(range(2, 126)), 4, 3, 2, planned=8,
-         note="8 planned cells of a record of 1,250 cells"),
-    Case("1000-cells", tuple(DIMS10), tuple(range(2, 101)), 6, 3, 2, note="target: a 1,000-cell study, 10k runs"),
-    Case("tiny-5010", tuple(DIMS10), tuple(range(2, 502)), 0, 1, 1, note="5,010 tiny cells, trials 0, 1 seed"),
-    Case("100k", tuple(DIMS10), tuple(range(2, 1001)), 6, 3, 2, note="target: a 10,000-cell study, 100k runs"),
-)}
+CASES = {
+    c.name: c
+    for c in (
+        Case(
+            "quickstart",
+            (16,),
+            (8, 16),
+            2,
+            3,
+            3,
+            note="studies/quickstart.toml's cells: 8, 2 trials + 3 seeds each",
+            units=("lstm", "gru", "tpru-mod1[roles=8]", "tpru-mod2[roles=8]", "tpru-mod3[roles=8]", "tpru[roles=8,slices=8]"),
+        ),
+        Case("tiny-502", (8, 12), tuple(range(2, 252)), 0, 1, 1, note="502 tiny cells, trials 0, 1 seed"),
+        Case("8-of-10k", tuple(DIMS10), tuple(range(2, 126)), 4, 3, 2, planned=8, note="8 planned cells of a record of 1,250 cells"),
+        Case("1000-cells", tuple(DIMS10), tuple(range(2, 101)), 6, 3, 2, note="target: a 1,000-cell study, 10k runs"),
+        Case("tiny-5010", tuple(DIMS10), tuple(range(2, 502)), 0, 1, 1, note="5,010 tiny cells, trials 0, 1 seed"),
+        Case("100k", tuple(DIMS10), tuple(range(2, 1001)), 6, 3, 2, note="target: a 10,000-cell study, 100k runs"),
+    )
+}
 #: The cases of `--sizes 1k,10k,100k`.
-SIZES = {"quickstart": ["quickstart"], "1k": ["tiny-502"], "10k": ["8-of-10k", "1000-cells", "tiny-5010"],
-         "100k": ["100k"]}
+SIZES = {"quickstart": ["quickstart"], "1k": ["tiny-502"], "10k": ["8-of-10k", "1000-cells", "tiny-5010"], "100k": ["100k"]}
 
 
 def study_text(case: Case, planned: bool = False) -> str:
     dims = case.dims[:1] if planned and case.planned else case.dims
     roles = list(case.roles)
     if planned and case.planned:
-        roles = roles[:case.planned - len(case.units)]
-    search = ('lr = { log_uniform = [1e-3, 1e-2] }\nbatch_size = 32\n' if case.trials
-              else 'lr = 1e-2\nbatch_size = 32\n')
+        roles = roles[: case.planned - len(case.units)]
+    search = "lr = { log_uniform = [1e-3, 1e-2] }\nbatch_size = 32\n" if case.trials else "lr = 1e-2\nbatch_size = 32\n"
     return f"""[study]
 name = "bench-{case.name}"
 trials = {case.trials}
@@ -159,16 +167,39 @@ def _result(job: Any, rng: random.Random, epochs: int) -> WorkerResult:
     history, best, best_epoch = [], -1.0, 1
     for epoch in range(1, epochs + 1):
         acc = round(0.5 + 0.4 * rng.random(), 4)
-        history.append({"epoch": epoch, "train_loss": 0.7 - 0.1 * rng.random(), "train_acc": acc,
-                        "valid_loss": 0.7 - 0.1 * rng.random(), "valid_acc": acc, "lr": lr,
-                        "epoch_seconds": 0.05 + 0.01 * rng.random()})
+        history.append(
+            {
+                "epoch": epoch,
+                "train_loss": 0.7 - 0.1 * rng.random(),
+                "train_acc": acc,
+                "valid_loss": 0.7 - 0.1 * rng.random(),
+                "valid_acc": acc,
+                "lr": lr,
+                "epoch_seconds": 0.05 + 0.01 * rng.random(),
+            }
+        )
         if acc > best:
             best, best_epoch = acc, epoch
     test = {s: {"loss": 0.7 - 0.1 * rng.random(), "acc": round(0.5 + 0.3 * rng.random(), 4)} for s in SPLITS}
-    return WorkerResult(status=RunStatus.FINISHED, reason="", best_epoch=best_epoch, best_valid=best, metric="valid_acc",
-                        direction="maximize", history=history, test=test, params_formula=384, params_total=394,
-                        seconds=0.3 + rng.random(), resumed_from_epoch=0, hparams=dict(job.hparams), notes=[],
-                        reproducible=True, splits=Splits("validate", list(SPLITS)), worker={"host": "bench"})
+    return WorkerResult(
+        status=RunStatus.FINISHED,
+        reason="",
+        best_epoch=best_epoch,
+        best_valid=best,
+        metric="valid_acc",
+        direction="maximize",
+        history=history,
+        test=test,
+        params_formula=384,
+        params_total=394,
+        seconds=0.3 + rng.random(),
+        resumed_from_epoch=0,
+        hparams=dict(job.hparams),
+        notes=[],
+        reproducible=True,
+        splits=Splits("validate", list(SPLITS)),
+        worker={"host": "bench"},
+    )
 
 
 def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
@@ -213,8 +244,7 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
 
         def record(job: Job, result: WorkerResult, cell_run: BulkRun = cell_run, runs: list = runs) -> None:
             tags, metrics = tracker.run_payload(cell_run.run_id, job.run_key, runner._run_tags(job, result), result)
-            runs.append(BulkRun(job.key.name, tags, {**result.hparams, "seed": job.seed}, metrics,
-                                status=MlflowStatus.FINISHED))
+            runs.append(BulkRun(job.key.name, tags, {**result.hparams, "seed": job.seed}, metrics, status=MlflowStatus.FINISHED))
 
         for _ in range(case.trials):
             study_ = runner._study(st)
@@ -231,9 +261,17 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
             job = Job(cell, key, runner._work(cell, seed, dict(params), key.run_dir(runner.work_dir)))
             record(job, _result(job.work, rng, case.epochs))
         rec = CellRecord.of_cell(cell)
-        cell_run.tags = {Tag.KIND: Kind.CELL, Tag.STUDY: study.name, Tag.CELL: cell.id, MLFLOW_PARENT: runner.study_run_id,
-                         **rec.tags(), **split_tags("validate", SPLITS), Tag.FINAL_PARAMS_HASH: h,
-                         Tag.FINAL_PARAMS: json.dumps(params, sort_keys=True), Tag.FINAL_TRIALS: st.trials_done}
+        cell_run.tags = {
+            Tag.KIND: Kind.CELL,
+            Tag.STUDY: study.name,
+            Tag.CELL: cell.id,
+            MLFLOW_PARENT: runner.study_run_id,
+            **rec.tags(),
+            **split_tags("validate", SPLITS),
+            Tag.FINAL_PARAMS_HASH: h,
+            Tag.FINAL_PARAMS: json.dumps(params, sort_keys=True),
+            Tag.FINAL_TRIALS: st.trials_done,
+        }
         cell_run.params = rec.params()
         add(cell_run)
         for run in runs:
@@ -244,9 +282,14 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
         tracker.log_bulk(batch)
         written += len(batch)
     backend.dump(root / "optuna.journal")
-    return {"case": case.name, "cells": len(cells), "mlflow_runs": written + 1, "seconds": time.time() - t0,
-            "db_mb": (root / "mlflow.db").stat().st_size / 2**20,
-            "journal_mb": (root / "optuna.journal").stat().st_size / 2**20}
+    return {
+        "case": case.name,
+        "cells": len(cells),
+        "mlflow_runs": written + 1,
+        "seconds": time.time() - t0,
+        "db_mb": (root / "mlflow.db").stat().st_size / 2**20,
+        "journal_mb": (root / "optuna.journal").stat().st_size / 2**20,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,8 +336,7 @@ def floor(db: Path, study: str) -> dict[str, float]:
     exp = con.execute("SELECT experiment_id FROM experiments WHERE name = ?", (experiment_name(study),)).fetchone()[0]
     sel = "SELECT run_uuid FROM runs WHERE experiment_id = ? AND lifecycle_stage = 'active'"
     n = {"runs": len(con.execute(sel, (exp,)).fetchall())}
-    for table, cols in (("tags", "run_uuid, key, value"), ("params", "run_uuid, key, value"),
-                        ("latest_metrics", "run_uuid, key, value, step")):
+    for table, cols in (("tags", "run_uuid, key, value"), ("params", "run_uuid, key, value"), ("latest_metrics", "run_uuid, key, value, step")):
         n[table] = len(con.execute(f"SELECT {cols} FROM {table} WHERE run_uuid IN ({sel})", (exp,)).fetchall())
     con.close()
     return {"seconds": time.perf_counter() - t0, "rows": sum(n.values()), **n}
@@ -307,11 +349,13 @@ def load_average() -> float:
 def commands(case: Case, root: Path, out: Path, tracking_uri: str | None = None) -> list[tuple[str, list[str]]]:
     study = str(root / "studies" / (f"{case.name}-planned.toml" if case.planned else f"{case.name}.toml"))
     r = ["--root", str(root)] + (["--tracking-uri", tracking_uri] if tracking_uri else [])
-    return [("run (nothing to do)", ["run", study, *r, "--quiet"]),
-            ("study show", ["study", "show", study, *r, "--json"]),
-            ("report tables", ["report", study, *r, "--out", str(out / "tables"), "--no-figures"]),
-            ("report + figures", ["report", study, *r, "--out", str(out / "figures")]),
-            ("compare", ["compare", study, study, *r])]
+    return [
+        ("run (nothing to do)", ["run", study, *r, "--quiet"]),
+        ("study show", ["study", "show", study, *r, "--json"]),
+        ("report tables", ["report", study, *r, "--out", str(out / "tables"), "--no-figures"]),
+        ("report + figures", ["report", study, *r, "--out", str(out / "figures")]),
+        ("compare", ["compare", study, study, *r]),
+    ]
 
 
 def _free_port() -> int:
@@ -332,9 +376,20 @@ def tracking_server(root: Path, say: Any = print, timeout: float = 300) -> Itera
 
     port = _free_port()
     mlflow = Path(sys.executable).with_name("mlflow")
-    argv = [str(mlflow) if mlflow.exists() else "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-            "--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}",
-            "--artifacts-destination", str(root / "server-artifacts")]
+    argv = [
+        str(mlflow) if mlflow.exists() else "mlflow",
+        "server",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        "--backend-store-uri",
+        f"sqlite:///{root / 'mlflow.db'}",
+        "--artifacts-destination",
+        str(root / "server-artifacts"),
+    ]
     log = open(root / "mlflow-server.log", "ab")
     # No job runner (MLflow's GenAI jobs start ~10 worker processes): nothing here uses it.
     env = dict(os.environ, MLFLOW_SERVER_ENABLE_JOB_EXECUTION="false", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
@@ -364,8 +419,9 @@ def tracking_server(root: Path, say: Any = print, timeout: float = 300) -> Itera
         log.close()
 
 
-def time_case(case: Case, root: Path, code: Path | None, label: str, which: list[str], say: Any,
-              repeat: int = 1, tracking_uri: str | None = None) -> list[Timing]:
+def time_case(
+    case: Case, root: Path, code: Path | None, label: str, which: list[str], say: Any, repeat: int = 1, tracking_uri: str | None = None
+) -> list[Timing]:
     env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled", MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR="false")
     if code is not None:
         env["PYTHONPATH"] = str(code) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -384,8 +440,10 @@ def time_case(case: Case, root: Path, code: Path | None, label: str, which: list
                     load = load_average()
                     seconds, peak, rc, text, cpu = timed(exe + argv, env, out_dir)
                     rows.append(Timing(case.name, label, name, mode, seconds, peak, rc, cpu, load))
-                    say(f"  {case.name:12s} {label:8s} {name:20s} {mode:5s} {seconds:8.2f} s (cpu {cpu:7.2f} s) "
-                        f"{peak:6.0f} MB  rc {rc}  load {load:.1f}")
+                    say(
+                        f"  {case.name:12s} {label:8s} {name:20s} {mode:5s} {seconds:8.2f} s (cpu {cpu:7.2f} s) "
+                        f"{peak:6.0f} MB  rc {rc}  load {load:.1f}"
+                    )
                     if rc:
                         say("    " + text.strip().replace("\n", "\n    ")[-1500:])
     finally:
@@ -404,8 +462,7 @@ def run_record_bench(args: Any) -> int:
         names += SIZES.get(size, [size])
     unknown = [n for n in names if n not in CASES]
     if unknown:
-        raise RunnerError(f"bench record: unknown size/case {', '.join(unknown)} (sizes: {', '.join(SIZES)}; "
-                          f"cases: {', '.join(CASES)})")
+        raise RunnerError(f"bench record: unknown size/case {', '.join(unknown)} (sizes: {', '.join(SIZES)}; cases: {', '.join(CASES)})")
     base = Path(args.root).expanduser().resolve() if args.root else Path(tempfile.mkdtemp(prefix="tprbench-bench-record-"))
     code = {"this": None}
     if args.code:
@@ -419,28 +476,37 @@ def run_record_bench(args: Any) -> int:
             if not (root / "mlflow.db").exists():
                 say(f"building {name}: {case.cells} cells, {case.runs:,} MLflow runs ({case.note})")
                 info = build(case, root, say)
-                say(f"  built in {info['seconds']:.0f} s: mlflow.db {info['db_mb']:.0f} MB, "
-                    f"optuna.journal {info['journal_mb']:.1f} MB")
+                say(f"  built in {info['seconds']:.0f} s: mlflow.db {info['db_mb']:.0f} MB, optuna.journal {info['journal_mb']:.1f} MB")
             db = root / "mlflow.db"
             fl = floor(db, f"bench-{case.name}")
-            results.append(Timing(case.name, "floor", "floor: rows straight from SQLite", "-", fl["seconds"], 0, 0,
-                                  fl["seconds"], load_average(), {"rows": fl["rows"]}))
+            results.append(
+                Timing(
+                    case.name,
+                    "floor",
+                    "floor: rows straight from SQLite",
+                    "-",
+                    fl["seconds"],
+                    0,
+                    0,
+                    fl["seconds"],
+                    load_average(),
+                    {"rows": fl["rows"]},
+                )
+            )
             say(f"  {case.name:12s} floor: {fl['rows']:,} rows in {fl['seconds']:.2f} s")
             for label, path in code.items():
                 results += time_case(case, root, path, label, which, say, args.repeat)
             if getattr(args, "tracking_server", False):
                 with tracking_server(root, say) as url:
                     # `report`, which has a target through a server (docs/benchmarks-record.md), and `study show`
-                    results += time_case(case, root, None, "server", ["study show", "report tables"], say,
-                                         args.repeat, tracking_uri=url)
+                    results += time_case(case, root, None, "server", ["study show", "report tables"], say, args.repeat, tracking_uri=url)
         if args.csv:
             Path(args.csv).parent.mkdir(parents=True, exist_ok=True)
             with open(args.csv, "w", newline="") as fh:
                 w = csv.writer(fh, lineterminator="\n")
                 w.writerow(["case", "code", "command", "summary", "seconds", "cpu_seconds", "peak_mb", "rc", "load1"])
                 for r in results:
-                    w.writerow([r.case, r.code, r.command, r.summary, f"{r.seconds:.2f}", f"{r.cpu:.2f}", f"{r.peak_mb:.0f}", r.rc,
-                                f"{r.load:.1f}"])
+                    w.writerow([r.case, r.code, r.command, r.summary, f"{r.seconds:.2f}", f"{r.cpu:.2f}", f"{r.peak_mb:.0f}", r.rc, f"{r.load:.1f}"])
             say(f"wrote {args.csv}")
     finally:
         if not args.root and not args.keep:

@@ -30,12 +30,12 @@ class TrainRow:
     dim: int
     hidden: int
     threads: int
-    examples: int              # per epoch
-    seconds: float | None = None          # median epoch time
-    examples_per_s: float | None = None   # examples / median epoch time
+    examples: int  # per epoch
+    seconds: float | None = None  # median epoch time
+    examples_per_s: float | None = None  # examples / median epoch time
     min_seconds: float | None = None
     iqr_seconds: float | None = None
-    speed_to_gru: float | None = None     # median over rounds of gru's time / this unit's time (>1 = faster)
+    speed_to_gru: float | None = None  # median over rounds of gru's time / this unit's time (>1 = faster)
     params_total: int | None = None
     skipped: str | None = None
 
@@ -61,8 +61,9 @@ def _epoch(adapter, model, optimizer, hp, batch_size: int, seed: int, clock=time
     return clock() - started, examples
 
 
-def bench_train(specs: list[str], dim: int, arch: str, train_size: int, batch_size: int, repeats: int,
-                cache_dir: str, clock: str = "wall", progress=None) -> list[TrainRow]:
+def bench_train(
+    specs: list[str], dim: int, arch: str, train_size: int, batch_size: int, repeats: int, cache_dir: str, clock: str = "wall", progress=None
+) -> list[TrainRow]:
     import torch
 
     import units
@@ -97,8 +98,9 @@ def bench_train(specs: list[str], dim: int, arch: str, train_size: int, batch_si
             if row.skipped:
                 continue
             try:
-                seconds, examples = _epoch(adapter, model, optimizer, hp, batch_size, seed=r,
-                                           clock=time.process_time if clock == "cpu" else time.perf_counter)
+                seconds, examples = _epoch(
+                    adapter, model, optimizer, hp, batch_size, seed=r, clock=time.process_time if clock == "cpu" else time.perf_counter
+                )
             except Exception as exc:  # noqa: BLE001
                 row.skipped = f"{type(exc).__name__}: {exc}".splitlines()[0][:160]
                 continue
@@ -136,13 +138,24 @@ def run_train_bench(args) -> int:
     specs = [s.strip() for s in args.units.split(";") if s.strip()] if args.units else default_specs()
     console = Console(width=150)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    console.print(f"[bold]bench train[/] logic, {args.arch}, d={args.dim}, {args.train_size} generated pairs per epoch, "
-                  f"batch {args.batch_size}, threads={torch.get_num_threads()}, torch {torch.__version__}, TPRU recurrence: "
-                  f"{tpru_ext.backend()}; {args.clock} clock, median of {args.repeats} interleaved epochs; load average {load:.1f}")
+    console.print(
+        f"[bold]bench train[/] logic, {args.arch}, d={args.dim}, {args.train_size} generated pairs per epoch, "
+        f"batch {args.batch_size}, threads={torch.get_num_threads()}, torch {torch.__version__}, TPRU recurrence: "
+        f"{tpru_ext.backend()}; {args.clock} clock, median of {args.repeats} interleaved epochs; load average {load:.1f}"
+    )
     with tempfile.TemporaryDirectory(prefix="tprbench-bench-train-") as tmp:
         with console.status("generating data and timing...") as status:
-            rows = bench_train(specs, args.dim, args.arch, args.train_size, args.batch_size, args.repeats, args.cache or tmp,
-                               args.clock, progress=lambda r: status.update(f"{escape(r.spec)}: {r.examples_per_s:.0f} examples/s"))
+            rows = bench_train(
+                specs,
+                args.dim,
+                args.arch,
+                args.train_size,
+                args.batch_size,
+                args.repeats,
+                args.cache or tmp,
+                args.clock,
+                progress=lambda r: status.update(f"{escape(r.spec)}: {r.examples_per_s:.0f} examples/s"),
+            )
     table = Table()
     for col in ("unit", "hidden", "params", "epoch s", "min s", "IQR s", "examples/s", "× gru speed", "100k-pair epoch"):
         table.add_column(col, justify="left" if col == "unit" else "right")
@@ -150,15 +163,30 @@ def run_train_bench(args) -> int:
         if r.skipped:
             table.add_row(escape(r.spec), str(r.hidden), "", "", "", "", "", "", f"skipped: {escape(r.skipped)}")
             continue
-        table.add_row(escape(r.spec), str(r.hidden), f"{r.params_total:,}", f"{r.seconds:.2f}", f"{r.min_seconds:.2f}",
-                      f"{r.iqr_seconds:.2f}", f"{r.examples_per_s:,.0f}", f"{r.speed_to_gru:.2f}",
-                      f"{100_000 / r.examples_per_s / 60:.1f} min")
+        table.add_row(
+            escape(r.spec),
+            str(r.hidden),
+            f"{r.params_total:,}",
+            f"{r.seconds:.2f}",
+            f"{r.min_seconds:.2f}",
+            f"{r.iqr_seconds:.2f}",
+            f"{r.examples_per_s:,.0f}",
+            f"{r.speed_to_gru:.2f}",
+            f"{100_000 / r.examples_per_s / 60:.1f} min",
+        )
     console.print(table)
     end_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     console.print(f"load average at the end: {end_load:.1f}; '× gru speed' > 1 = more examples/s than GRU")
     if args.json:
-        meta = {"torch": torch.__version__, "threads": torch.get_num_threads(), "tpru_recurrence": tpru_ext.backend(),
-                "load_start": load, "load_end": end_load, "train_size": args.train_size, "arch": args.arch,
-                "clock": args.clock}
+        meta = {
+            "torch": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "tpru_recurrence": tpru_ext.backend(),
+            "load_start": load,
+            "load_end": end_load,
+            "train_size": args.train_size,
+            "arch": args.arch,
+            "clock": args.clock,
+        }
         write_json(args.json, meta, rows, console)
     return 0

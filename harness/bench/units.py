@@ -79,19 +79,19 @@ def default_specs() -> list[str]:
 # -- timing -----------------------------------------------------------------------------------
 @dataclass
 class BenchRow:
-    unit: str           # as asked
-    spec: str           # as built (size-rule options filled in)
-    dim: int            # nominal size = input size
+    unit: str  # as asked
+    spec: str  # as built (size-rule options filled in)
+    dim: int  # nominal size = input size
     hidden: int
     threads: int
     seq: int
     batch: int
     padded: bool
-    mode: str           # "train" (forward + backward) or "forward" (no_grad)
-    forward_ms: float | None = None   # medians
+    mode: str  # "train" (forward + backward) or "forward" (no_grad)
+    forward_ms: float | None = None  # medians
     backward_ms: float | None = None
     total_ms: float | None = None
-    min_ms: float | None = None       # spread of total_ms
+    min_ms: float | None = None  # spread of total_ms
     iqr_ms: float | None = None
     ratio_to_gru: float | None = None  # median over rounds of total / gru's total in the same round
     min_ratio_to_gru: float | None = None  # min / gru's min: least disturbed by intermittent load
@@ -208,9 +208,20 @@ def _summarise(row: BenchRow, samples: list[tuple[float, float]], gru: list[tupl
     row.params_to_gru = round(row.params_total / gru_params, 3)
 
 
-def bench(specs: list[str], dims: list[int], seq: int, batch: int, repeats: int, warmup: int, device: str = "cpu",
-          threads: list[int | None] | None = None, padded: bool = False, forward_only: bool = False,
-          clock: str = "wall", progress=None) -> list[BenchRow]:
+def bench(
+    specs: list[str],
+    dims: list[int],
+    seq: int,
+    batch: int,
+    repeats: int,
+    warmup: int,
+    device: str = "cpu",
+    threads: list[int | None] | None = None,
+    padded: bool = False,
+    forward_only: bool = False,
+    clock: str = "wall",
+    progress=None,
+) -> list[BenchRow]:
     """Rows per (threads, dim, unit); GRU is always measured (first) as the reference."""
     import torch
 
@@ -222,8 +233,7 @@ def bench(specs: list[str], dims: list[int], seq: int, batch: int, repeats: int,
             torch.set_num_threads(n_threads)
         for dim in dims:
             torch.manual_seed(0)
-            template = BenchRow("", "", dim, dim, torch.get_num_threads(), seq, batch, padded,
-                                "forward" if forward_only else "train")
+            template = BenchRow("", "", dim, dim, torch.get_num_threads(), seq, batch, padded, "forward" if forward_only else "train")
             cases, skipped = _build_cases(specs, dim, template, device)
             if not cases or cases[0][0].unit != BASELINE:
                 raise RuntimeError(f"the baseline {BASELINE!r} could not be built at d={dim}")
@@ -273,15 +283,27 @@ def run_unit_bench(args) -> int:
     console = Console(width=160)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     what = "forward only (no_grad)" if args.forward_only else "forward+backward"
-    console.print(f"[bold]bench units[/] {what}, T={args.seq} B={args.batch}{' padded (lengths T/2..T)' if args.padded else ''} "
-                  f"device={args.device} threads={','.join(str(t) for t in args.threads) if args.threads else torch.get_num_threads()} "
-                  f"torch {torch.__version__}, TPRU recurrence: {backend}; {args.clock} clock, median of {args.repeats} "
-                  f"interleaved rounds after {args.warmup} warm-up; load average {load:.1f}")
+    console.print(
+        f"[bold]bench units[/] {what}, T={args.seq} B={args.batch}{' padded (lengths T/2..T)' if args.padded else ''} "
+        f"device={args.device} threads={','.join(str(t) for t in args.threads) if args.threads else torch.get_num_threads()} "
+        f"torch {torch.__version__}, TPRU recurrence: {backend}; {args.clock} clock, median of {args.repeats} "
+        f"interleaved rounds after {args.warmup} warm-up; load average {load:.1f}"
+    )
     with console.status("timing...") as status:
-        rows = bench(specs, args.dims, args.seq, args.batch, args.repeats, args.warmup, args.device, args.threads,
-                     args.padded, args.forward_only, args.clock,
-                     progress=lambda r: status.update(f"timed {escape(r.spec)} at d={r.dim}, {r.threads} thread(s): "
-                                                      f"{r.total_ms:.1f} ms"))
+        rows = bench(
+            specs,
+            args.dims,
+            args.seq,
+            args.batch,
+            args.repeats,
+            args.warmup,
+            args.device,
+            args.threads,
+            args.padded,
+            args.forward_only,
+            args.clock,
+            progress=lambda r: status.update(f"timed {escape(r.spec)} at d={r.dim}, {r.threads} thread(s): {r.total_ms:.1f} ms"),
+        )
     end_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     table = Table()
     cols = ["thr", "d", "unit", "hidden", "params", "× gru params", "fwd ms", "bwd ms", "median ms", "min ms", "IQR ms", "× gru", "× gru (min)"]
@@ -289,18 +311,39 @@ def run_unit_bench(args) -> int:
         table.add_column(col, justify="left" if col == "unit" else "right")
     for r in rows:
         if r.skipped:
-            table.add_row(str(r.threads), str(r.dim), escape(r.spec), str(r.hidden), "", "", "", "", "", "", "", "",
-                          f"skipped: {escape(r.skipped)}")
+            table.add_row(str(r.threads), str(r.dim), escape(r.spec), str(r.hidden), "", "", "", "", "", "", "", "", f"skipped: {escape(r.skipped)}")
             continue
-        table.add_row(str(r.threads), str(r.dim), escape(r.spec), str(r.hidden), f"{r.params_total:,}", _fmt(r.params_to_gru),
-                      _fmt(r.forward_ms), _fmt(r.backward_ms), _fmt(r.total_ms), _fmt(r.min_ms), _fmt(r.iqr_ms),
-                      _fmt(r.ratio_to_gru), _fmt(r.min_ratio_to_gru))
+        table.add_row(
+            str(r.threads),
+            str(r.dim),
+            escape(r.spec),
+            str(r.hidden),
+            f"{r.params_total:,}",
+            _fmt(r.params_to_gru),
+            _fmt(r.forward_ms),
+            _fmt(r.backward_ms),
+            _fmt(r.total_ms),
+            _fmt(r.min_ms),
+            _fmt(r.iqr_ms),
+            _fmt(r.ratio_to_gru),
+            _fmt(r.min_ratio_to_gru),
+        )
     console.print(table)
-    console.print(f"load average at the end: {end_load:.1f} (2-core machine: above ~0.5 the absolute times are not "
-                  "an idle machine's; the ratios are from interleaved rounds)")
-    meta = {"torch": torch.__version__, "device": args.device, "tpru_recurrence": backend, "clock": args.clock,
-            "repeats": args.repeats, "warmup": args.warmup, "load_start": load, "load_end": end_load,
-            "cpus": os.cpu_count()}
+    console.print(
+        f"load average at the end: {end_load:.1f} (2-core machine: above ~0.5 the absolute times are not "
+        "an idle machine's; the ratios are from interleaved rounds)"
+    )
+    meta = {
+        "torch": torch.__version__,
+        "device": args.device,
+        "tpru_recurrence": backend,
+        "clock": args.clock,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "load_start": load,
+        "load_end": end_load,
+        "cpus": os.cpu_count(),
+    }
     if args.json:
         write_json(args.json, meta, rows, console)
     if args.csv:

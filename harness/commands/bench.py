@@ -6,9 +6,11 @@ import argparse
 
 from harness import bounds
 
-HELP = ("benchmarks: `bench units` times every unit against torch's GRU/LSTM, `bench train` the training "
-        "throughput of a logic epoch, `bench harness` the study driver's overhead, `bench record` the commands that "
-        "read a study's record at 1k-100k runs")
+HELP = (
+    "benchmarks: `bench units` times every unit against torch's GRU/LSTM, `bench train` the training "
+    "throughput of a logic epoch, `bench harness` the study driver's overhead, `bench record` the commands that "
+    "read a study's record at 1k-100k runs"
+)
 
 
 _ints = bounds.integers(1, bounds.DIM_MAX)  # sizes, lengths, thread counts
@@ -27,20 +29,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--dims", type=_ints, default=[64, 256, 512], help="nominal sizes d (input size = d), comma-separated (default 64,256,512)")
     u.add_argument("--seq", type=_positive, default=50, help="sequence length T (default 50)")
     u.add_argument("--batch", type=_positive, default=64, help="batch size B (default 64)")
-    u.add_argument("--units", default=None,
-                   help="';'-separated unit specs (default: every registered unit and tpru[slices=8]; size rules fill in "
-                        "roles=d etc. unless the spec sets them)")
+    u.add_argument(
+        "--units",
+        default=None,
+        help="';'-separated unit specs (default: every registered unit and tpru[slices=8]; size rules fill in "
+        "roles=d etc. unless the spec sets them)",
+    )
     u.add_argument("--repeats", type=_positive, default=10, help="timed rounds; median, min and IQR are reported (default 10)")
     u.add_argument("--warmup", type=bounds.integer(0, 1_000_000), default=3, help="untimed warm-up rounds (default 3)")
     u.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
-    u.add_argument("--threads", type=_ints, default=None,
-                   help="torch threads, comma-separated: each is a block of the table (default: torch's choice)")
+    u.add_argument(
+        "--threads", type=_ints, default=None, help="torch threads, comma-separated: each is a block of the table (default: torch's choice)"
+    )
     u.add_argument("--padded", action="store_true", help="a padded batch: lengths uniform in [T/2, T]")
     u.add_argument("--forward-only", action="store_true", help="time the forward only, under no_grad (inference, interpretation)")
-    u.add_argument("--clock", choices=["wall", "cpu"], default="wall",
-                   help="wall time, or process CPU time (on a loaded machine with --threads 1: not counting waits for a core)")
-    u.add_argument("--python-loop", action="store_true",
-                   help="run TPRU on its Python loop (the fallback when the C++ one cannot be built), to compare")
+    u.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="wall time, or process CPU time (on a loaded machine with --threads 1: not counting waits for a core)",
+    )
+    u.add_argument(
+        "--python-loop", action="store_true", help="run TPRU on its Python loop (the fallback when the C++ one cannot be built), to compare"
+    )
     u.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON to PATH ('-' = stdout)")
     u.add_argument("--csv", default=None, metavar="PATH", help="also write the rows to this CSV file")
     u.set_defaults(_bench="units")
@@ -65,18 +76,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     h.add_argument("--root", default=None, help="run directory (default: a temporary one)")
     h.set_defaults(_bench="harness")
     r = sub.add_parser("record", help="run/study show/report/compare on synthetic records of 1k, 10k, 100k runs")
-    r.add_argument("--sizes", default="quickstart,1k,10k",
-                   help="comma-separated sizes (quickstart, 1k, 10k, 100k) or case names (default quickstart,1k,10k)")
-    r.add_argument("--root", default=None, help="where the records are built (kept, and reused when already built; "
-                   "default: a temporary folder, deleted afterwards)")
+    r.add_argument(
+        "--sizes", default="quickstart,1k,10k", help="comma-separated sizes (quickstart, 1k, 10k, 100k) or case names (default quickstart,1k,10k)"
+    )
+    r.add_argument(
+        "--root",
+        default=None,
+        help="where the records are built (kept, and reused when already built; default: a temporary folder, deleted afterwards)",
+    )
     r.add_argument("--keep", action="store_true", help="keep the temporary records")
     r.add_argument("--code", default=None, metavar="DIR", help="also time another checkout of tprbench on the same records")
     r.add_argument("--code-label", default="before", help="its label in the output (default before)")
     r.add_argument("--only", default=None, help="comma-separated substrings of the commands to time (default all)")
     r.add_argument("--repeat", type=bounds.integer(1, 1000), default=1, help="times each command is run (default 1)")
     r.add_argument("--csv", default=None, help="also write the timings to this CSV file")
-    r.add_argument("--tracking-server", action="store_true",
-                   help="also time `study show` and `report` through an `mlflow server` over each record")
+    r.add_argument("--tracking-server", action="store_true", help="also time `study show` and `report` through an `mlflow server` over each record")
     r.set_defaults(_bench="record")
 
 

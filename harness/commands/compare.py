@@ -36,8 +36,12 @@ def run(args: argparse.Namespace) -> int:
     side = {}
     for key in ("a", "b"):
         root = getattr(args, f"root_{key}") or args.root or "runs"
-        side[key] = dict(study=getattr(args, f"study_{key}"), uri=tracking_uri(root, getattr(args, f"tracking_uri_{key}")),
-                         commit=getattr(args, f"commit_{key}"), root=root)
+        side[key] = dict(
+            study=getattr(args, f"study_{key}"),
+            uri=tracking_uri(root, getattr(args, f"tracking_uri_{key}")),
+            commit=getattr(args, f"commit_{key}"),
+            root=root,
+        )
     result = compare_studies(side["a"], side["b"], seeds_wanted=args.seeds)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")

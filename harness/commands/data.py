@@ -15,18 +15,30 @@ STATS_LINES = 20000
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="dataset", metavar="DATASET", required=True)
     lg = sub.add_parser(
-        "logic", help="logical entailment pairs (Evans et al. 2018 four-tuples, exact labels)",
+        "logic",
+        help="logical entailment pairs (Evans et al. 2018 four-tuples, exact labels)",
         description="Write train.txt, validate.txt and test_{easy,hard,big,massive,exam}.txt in the DeepMind "
-                    "format A,B,E,H1,H2,H3 plus generator.json. Rerunning with the same parameters reuses the "
-                    "files. When $TPRBENCH_DATA is set, the statistics are printed next to the real splits'.")
+        "format A,B,E,H1,H2,H3 plus generator.json. Rerunning with the same parameters reuses the "
+        "files. When $TPRBENCH_DATA is set, the statistics are printed next to the real splits'.",
+    )
     lg.add_argument("--out", required=True, help="output directory")
     lg.add_argument("--train", type=bounds.COUNTS, default=100000, help="train lines (default 100000; rounded up to a multiple of 4)")
     lg.add_argument("--seed", type=bounds.SEED, default=0, help="random seed (default 0); same seed, same bytes")
-    lg.add_argument("--eval-size", type=bounds.integer(0, 100_000_000), default=1000,
-                    help="lines per evaluation split (default 1000; test_exam at most 100; 0 leaves them out)")
-    lg.add_argument("--exclude", nargs="+", action="extend", default=[], metavar="DIR_OR_FILE",
-                    help="split files, or directories holding them, whose pairs (up to renaming) must not be "
-                         "generated, e.g. the real DeepMind files: --exclude $TPRBENCH_DATA/logical_entailment")
+    lg.add_argument(
+        "--eval-size",
+        type=bounds.integer(0, 100_000_000),
+        default=1000,
+        help="lines per evaluation split (default 1000; test_exam at most 100; 0 leaves them out)",
+    )
+    lg.add_argument(
+        "--exclude",
+        nargs="+",
+        action="extend",
+        default=[],
+        metavar="DIR_OR_FILE",
+        help="split files, or directories holding them, whose pairs (up to renaming) must not be "
+        "generated, e.g. the real DeepMind files: --exclude $TPRBENCH_DATA/logical_entailment",
+    )
     lg.add_argument("--force", action="store_true", help="regenerate even if the directory is up to date")
     lg.add_argument("--no-stats", action="store_true", help="skip the statistics table")
     lg.set_defaults(_dataset="logic")
@@ -62,13 +74,15 @@ def _run_logic(args: argparse.Namespace) -> int:
 
     _check_args(args)
     console = Console(width=150)
-    console.print(f"logical entailment dataset → {args.out} (train {args.train:,} lines, seed {args.seed})",
-                  markup=False, highlight=False, soft_wrap=True)
+    console.print(
+        f"logical entailment dataset → {args.out} (train {args.train:,} lines, seed {args.seed})", markup=False, highlight=False, soft_wrap=True
+    )
     # A bar per split on a terminal; unattended, a line as each split starts and every 30 s.
     with reporting(ConsoleReporter(console)), per_split("generating", units={G.EXCLUDING: "files"}) as progress:
         try:
-            info = G.write_dataset(args.out, train=args.train, seed=args.seed, eval_size=args.eval_size,
-                                   exclude=args.exclude, force=args.force, progress=progress)
+            info = G.write_dataset(
+                args.out, train=args.train, seed=args.seed, eval_size=args.eval_size, exclude=args.exclude, force=args.force, progress=progress
+            )
         except ValueError as exc:
             if isinstance(exc, DataError):
                 raise
@@ -111,8 +125,10 @@ def _stats_table(info, limit: int):
             real = D.find_splits(root / "logical_entailment")
         except DataError:
             real = {}
-    table = Table(title="statistics (as in $TPRBENCH_DATA/logical_entailment/STATS.md)"
-                  + ("" if real else "; set TPRBENCH_DATA to compare with the real splits"))
+    table = Table(
+        title="statistics (as in $TPRBENCH_DATA/logical_entailment/STATS.md)"
+        + ("" if real else "; set TPRBENCH_DATA to compare with the real splits")
+    )
     for col in G.STATS_HEADER:
         table.add_column(col, justify="left" if col == "split" else "right")
     for split, path in info.files.items():
@@ -120,6 +136,5 @@ def _stats_table(info, limit: int):
         label = f"{split} (generated" + (f", first {limit:,})" if info.counts.get(split, 0) > limit else ")")
         table.add_row(*G.format_stats_row(label, G.split_stats(examples)))
         if split in real:
-            table.add_row(*G.format_stats_row(f"{split} (real)", G.split_stats(D.read_split(real[split]))),
-                          style="dim")
+            table.add_row(*G.format_stats_row(f"{split} (real)", G.split_stats(D.read_split(real[split]))), style="dim")
     return table

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     import torch
+
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from rich.console import Console
     from rich.markup import escape
@@ -76,12 +77,13 @@ def run(args: argparse.Namespace) -> int:
     for make in sources:
         source = make()
         with console.status(f"gradients: {escape(source.label)} on {source.task}"):
-            result = grad.measure(source, layer=args.layer, batches=args.batches, batch_size=args.batch_size,
-                                  max_pairs=args.max_pairs)
+            result = grad.measure(source, layer=args.layer, batches=args.batches, batch_size=args.batch_size, max_pairs=args.max_pairs)
         s = result.stats.summary()
-        console.print(f"{escape(source.task)} {escape(source.label)}: mean σ_max {s['sigma_max_mean']:.3f} "
-                      f"(>1: {s['frac_sigma_gt_1']:.1%}), ‖∂L/∂s_1‖/‖∂L/∂s_T‖ {s['grad_ratio_first_last']:.3g}, "
-                      f"cos(Δs, s) {s['update_cos_mean']:.3f}")
+        console.print(
+            f"{escape(source.task)} {escape(source.label)}: mean σ_max {s['sigma_max_mean']:.3f} "
+            f"(>1: {s['frac_sigma_gt_1']:.1%}), ‖∂L/∂s_1‖/‖∂L/∂s_T‖ {s['grad_ratio_first_last']:.3g}, "
+            f"cos(Δs, s) {s['update_cos_mean']:.3f}"
+        )
         results.append(result)
     command = shlex.join(["tprbench", "gradients", *sys.argv[2:]]) if sys.argv[1:2] == ["gradients"] else "tprbench gradients ..."
     files = grad.write(results, Path(args.out), command)

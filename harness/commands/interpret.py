@@ -18,21 +18,32 @@ HELP = "per-token roles of a trained encoder vs gold POS on UD English EWT (NMI,
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", metavar="RUN_ID", help="MLflow run id of a finished trial/seed run, or a `tprbench train` run directory "
-                   "(nli, or lm: words or BPE)")
-    p.add_argument("--control", action="append", metavar="RUN_ID",
-                   help="a run (id or train run directory) of a unit without roles (LSTM/GRU of equal width): "
-                   "k-means of its states (repeatable)")
-    p.add_argument("--treebank", default=None,
-                   help="folder with en_ewt-ud-{dev,test}.conllu (default $TPRBENCH_DATA/ud_english_ewt)")
+    p.add_argument(
+        "run_id", metavar="RUN_ID", help="MLflow run id of a finished trial/seed run, or a `tprbench train` run directory (nli, or lm: words or BPE)"
+    )
+    p.add_argument(
+        "--control",
+        action="append",
+        metavar="RUN_ID",
+        help="a run (id or train run directory) of a unit without roles (LSTM/GRU of equal width): k-means of its states (repeatable)",
+    )
+    p.add_argument("--treebank", default=None, help="folder with en_ewt-ud-{dev,test}.conllu (default $TPRBENCH_DATA/ud_english_ewt)")
     p.add_argument("--tag", choices=("upos", "xpos"), default="upos", help="gold tag column (default UPOS, 17 tags)")
     p.add_argument("--layer", type=bounds.LAYER, default=1, help="encoder layer read (default 1: the one reading the embeddings)")
-    p.add_argument("--clusters", type=bounds.integer(2, 100_000), default=None,
-                   help="k for k-means of units without roles (default: the roles the run's unit uses on these tokens)")
+    p.add_argument(
+        "--clusters",
+        type=bounds.integer(2, 100_000),
+        default=None,
+        help="k for k-means of units without roles (default: the roles the run's unit uses on these tokens)",
+    )
     p.add_argument("--word", action="append", metavar="WORD", help="polysemy listing: occurrences of WORD and their roles")
-    p.add_argument("--word-split", default="mnli:dev_matched", help="NLI split (source:split) the words are looked up in "
-                   "(default mnli:dev_matched, read whole from the run's data root); for an LM run one of its "
-                   "splits (default there: valid)")
+    p.add_argument(
+        "--word-split",
+        default="mnli:dev_matched",
+        help="NLI split (source:split) the words are looked up in "
+        "(default mnli:dev_matched, read whole from the run's data root); for an LM run one of its "
+        "splits (default there: valid)",
+    )
     p.add_argument("--no-untrained", action="store_true", help="skip the untrained-model control")
     p.add_argument("--root", default="runs", help="run directory (default ./runs)")
     p.add_argument("--tracking-uri", default=None)
@@ -60,8 +71,10 @@ def run(args: argparse.Namespace) -> int:
     adapters: dict = {}
     main = load_source(args.run_id, uri, cache, trained=True, adapters=adapters)
     tokens = ip.map_treebank(main.adapter, treebank, args.tag)
-    console.print(f"UD EWT: {sum(len(v) for v in tokens.tags.values())} tokens, OOV {tokens.oov_rate():.1%} "
-                  f"(types {tokens.oov_type_rate():.1%}); {escape(tokens.mapping)}")
+    console.print(
+        f"UD EWT: {sum(len(v) for v in tokens.tags.values())} tokens, OOV {tokens.oov_rate():.1%} "
+        f"(types {tokens.oov_type_rate():.1%}); {escape(tokens.mapping)}"
+    )
     untrained = None if args.no_untrained else load_source(args.run_id, uri, cache, trained=False, adapters=adapters)
     controls = [load_source(c, uri, cache, trained=True, adapters=adapters) for c in args.control or []]
     results, attention = _roles(args, console, tokens, main, untrained, controls)
@@ -71,8 +84,9 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("reports") / "interpret" / Path(args.run_id).name[:8]
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "interpret.md", out / "interpret.json", out / "roles.md"]
-    files[0].write_text(ip.summary_md(results, tokens, majority, args.tag, header)
-                        + (ip.thresholds_md(attention) if attention else ""), encoding="utf-8")
+    files[0].write_text(
+        ip.summary_md(results, tokens, majority, args.tag, header) + (ip.thresholds_md(attention) if attention else ""), encoding="utf-8"
+    )
     files[1].write_text(ip.to_json(results, tokens, majority) + "\n", encoding="utf-8")
     files[2].write_text(ip.role_table_md(results[0], tokens), encoding="utf-8")
     if ip.has_filler_sets(main.model):
@@ -98,14 +112,18 @@ def _roles(args, console, tokens, main, untrained, controls) -> tuple[list, dict
 
     for c in controls:
         if word_map(c.adapter).key != word_map(main.adapter).key:
-            raise AnalysisError(f"control {c.run_id}: {c.label} reads another vocabulary than {main.label}; a control "
-                                "must read the same tokens (a run of the same task and data)")
+            raise AnalysisError(
+                f"control {c.run_id}: {c.label} reads another vocabulary than {main.label}; a control "
+                "must read the same tokens (a run of the same task and data)"
+            )
     dev, test = readings(main)
     k = args.clusters
     if dev.interface == "states":
-        console.print(f"note: {escape(main.label)} has no interpretation interface (fillers: TPRU; role attention: "
-                      f"TPRN; unbinding vectors: TPGN); its states are clustered (k-means, k = {k or 64}) as a "
-                      f"control's are")
+        console.print(
+            f"note: {escape(main.label)} has no interpretation interface (fillers: TPRU; role attention: "
+            f"TPRN; unbinding vectors: TPGN); its states are clustered (k-means, k = {k or 64}) as a "
+            f"control's are"
+        )
     results = [ip.evaluate(main.label, dev, test, tokens, None if dev.roles is not None else (k or 64))]
     k = k or (results[0].roles_used if dev.roles is not None else 64)
     attention = {}
@@ -120,12 +138,13 @@ def _roles(args, console, tokens, main, untrained, controls) -> tuple[list, dict
         results.append(ip.evaluate(f"{c.label} (control)", *readings(c), tokens, k))
     results.append(ip.evaluate("embeddings (layer input)", dev, test, tokens, k, what="inputs"))
     for r in results:
-        console.print(f"{escape(r.name)}: NMI {r.nmi:.3f}, purity {r.purity:.3f}, probe {r.probe_features:.3f} "
-                      f"(states {r.probe_states:.3f}) {escape('[' + r.clusters + ']')}")
+        console.print(
+            f"{escape(r.name)}: NMI {r.nmi:.3f}, purity {r.purity:.3f}, probe {r.probe_features:.3f} "
+            f"(states {r.probe_states:.3f}) {escape('[' + r.clusters + ']')}"
+        )
     for name, rows in attention.items():
         r = next(x for x in rows if x["theta"] == 0.65)
-        console.print(f"{escape(name)}: θ = 0.65, max p(DET | role) {r['max_p_det']:.3f}, max p(VERB ∪ ADJ | role) "
-                      f"{r['max_p_verb_adj']:.3f}")
+        console.print(f"{escape(name)}: θ = 0.65, max p(DET | role) {r['max_p_det']:.3f}, max p(VERB ∪ ADJ | role) {r['max_p_verb_adj']:.3f}")
     return results, attention
 
 
@@ -142,8 +161,9 @@ def _filler_sets(console, tokens, main, untrained, controls, out, header) -> lis
         name = other.label if other is untrained else f"{other.label} (control)"
         sets += ip.filler_set_results(name, other.model, tokens)[0]
     for r in sets:
-        console.print(f"filler sets: {escape(r.name)} {escape(r.vectors)}: AUC syntactic {r.syntactic:.3f}, "
-                      f"semantic {r.semantic:.3f} ({r.types} verb types)")
+        console.print(
+            f"filler sets: {escape(r.name)} {escape(r.vectors)}: AUC syntactic {r.syntactic:.3f}, semantic {r.semantic:.3f} ({r.types} verb types)"
+        )
     md, js = out / "filler_sets.md", out / "filler_sets.json"
     md.write_text(ip.filler_sets_md(sets, counts, header), encoding="utf-8")
     js.write_text(json.dumps({"pairs": counts, "rows": [r.__dict__ for r in sets]}, indent=1) + "\n", encoding="utf-8")
@@ -163,8 +183,11 @@ def _polysemy(args, console, main, cache, out):
     for word in args.word:
         rows, note = ip.polysemy(main, args.layer, word if hasattr(main.adapter, "streams") else word.lower(), sentences)
         parts.append(ip.polysemy_md(word, split, rows, note))
-        console.print(f"polysemy {escape(word)}: {len(rows)} occurrences, {len({r['role'] for r in rows})} distinct roles"
-                      if rows else f"polysemy {escape(word)}: {escape(note)}")
+        console.print(
+            f"polysemy {escape(word)}: {len(rows)} occurrences, {len({r['role'] for r in rows})} distinct roles"
+            if rows
+            else f"polysemy {escape(word)}: {escape(note)}"
+        )
     path = out / "polysemy.md"
     path.write_text("\n".join(parts), encoding="utf-8")
     return path

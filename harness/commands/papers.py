@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-HELP = ("the papers' claims against the record: the paper's number, ours, the budget, a verdict per claim "
-        "(reads studies/papers.toml and the records it names; writes reports/papers/)")
+HELP = (
+    "the papers' claims against the record: the paper's number, ours, the budget, a verdict per claim "
+    "(reads studies/papers.toml and the records it names; writes reports/papers/)"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("claims", nargs="?", default="studies/papers.toml",
-                   help="claims file (default studies/papers.toml); its study and record paths are relative to --base")
+    p.add_argument(
+        "claims",
+        nargs="?",
+        default="studies/papers.toml",
+        help="claims file (default studies/papers.toml); its study and record paths are relative to --base",
+    )
     p.add_argument("--out", default="reports/papers", help="output folder (default reports/papers)")
     p.add_argument("--base", default=".", help="folder the claims' paths are relative to (default: the current one)")
 
@@ -35,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     table = Table("claim", "paper", "tprbench", "verdict", show_lines=False)
     for r in rows:  # the terminal gets the short form; README.md has the claims, budgets and links
-        table.add_row(escape(r.claim.id), escape(r.claim.paper_value), escape(r.ours.text if r.ours else "–"),
-                      escape(r.verdict))
+        table.add_row(escape(r.claim.id), escape(r.claim.paper_value), escape(r.ours.text if r.ours else "–"), escape(r.verdict))
     console.print(table)
     console.print(f"wrote {', '.join(escape(str(f)) for f in files)}")
     return 0

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-HELP = ("the SQLite record of a run directory: check it (SQLite quick_check), snapshot it, list its snapshots, "
-        "restore it from the newest good snapshot")
+HELP = (
+    "the SQLite record of a run directory: check it (SQLite quick_check), snapshot it, list its snapshots, restore it from the newest good snapshot"
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("action", choices=["check", "snapshot", "snapshots", "restore"],
-                   help="check: is mlflow.db sound; snapshot: take one now; snapshots: list them; restore: replace a "
-                        "damaged mlflow.db by the newest good snapshot (then rerun each study: nothing is trained again)")
+    p.add_argument(
+        "action",
+        choices=["check", "snapshot", "snapshots", "restore"],
+        help="check: is mlflow.db sound; snapshot: take one now; snapshots: list them; restore: replace a "
+        "damaged mlflow.db by the newest good snapshot (then rerun each study: nothing is trained again)",
+    )
     p.add_argument("--root", default="runs", help="run directory holding mlflow.db and snapshots/ (default ./runs)")
     p.add_argument("--tracking-uri", default=None, help="a sqlite:/// MLflow URI (default: mlflow.db under --root)")
 
@@ -27,8 +31,10 @@ def run(args: argparse.Namespace) -> int:
     uri = args.tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
     db = sqlite_path(uri)
     if db is None:
-        raise RunnerError(f"record {args.action}: {uri} is not a SQLite file; a PostgreSQL store or a tracking server "
-                          "is checked and backed up by its database (docs/reliability.md)")
+        raise RunnerError(
+            f"record {args.action}: {uri} is not a SQLite file; a PostgreSQL store or a tracking server "
+            "is checked and backed up by its database (docs/reliability.md)"
+        )
     if args.action == "restore":
         print(guard.restore(db, root))
         return 0
@@ -40,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     if args.action == "check":
         problem = guard.quick_check(db)
         if problem is not None:
-            raise guard.RecordCorrupt(f"{db}: the MLflow record is damaged ({problem}); restore it: tprbench record "
-                                      f"restore --root {root} (docs/reliability.md)")
+            raise guard.RecordCorrupt(
+                f"{db}: the MLflow record is damaged ({problem}); restore it: tprbench record restore --root {root} (docs/reliability.md)"
+            )
         print(f"{db}: ok (SQLite quick_check)")
         return 0
     path = guard.take_snapshot(db, root)

@@ -15,8 +15,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite under --root)")
     p.add_argument("--out", default=None, help="output folder (default reports/<study>)")
     p.add_argument("--bench", default=None, metavar="CSV", help="a `tprbench bench units --csv` file to plot beside the epoch times")
-    p.add_argument("--seeds", type=bounds.SEEDS_WANTED, default=None,
-                   help="seeds wanted per cell (default: the study file's study.seeds; for a name, the highest recorded seed + 1)")
+    p.add_argument(
+        "--seeds",
+        type=bounds.SEEDS_WANTED,
+        default=None,
+        help="seeds wanted per cell (default: the study file's study.seeds; for a name, the highest recorded seed + 1)",
+    )
     p.add_argument("--no-figures", action="store_true", help="tables only")
 
 
@@ -25,8 +29,7 @@ def command_line(args: argparse.Namespace) -> str:
     import shlex
 
     parts = ["tprbench", "report", args.study, "--root", args.root]
-    for flag, value in (("--tracking-uri", args.tracking_uri), ("--out", args.out), ("--bench", args.bench),
-                        ("--seeds", args.seeds)):
+    for flag, value in (("--tracking-uri", args.tracking_uri), ("--out", args.out), ("--bench", args.bench), ("--seeds", args.seeds)):
         if value is not None:
             parts += [flag, str(value)]
     if args.no_figures:
@@ -58,12 +61,19 @@ def run(args: argparse.Namespace) -> int:
     if note:
         console.print(f"[yellow]note:[/] {escape(note)}")
     out = Path(args.out) if args.out else Path("reports") / name
-    result = write_report(uri, name, out, seeds_wanted=args.seeds if args.seeds is not None else seeds,
-                          cell_ids=cell_ids, command=command_line(args), bench_csv=args.bench,
-                          figures=not args.no_figures, root=Path(args.root).expanduser())
+    result = write_report(
+        uri,
+        name,
+        out,
+        seeds_wanted=args.seeds if args.seeds is not None else seeds,
+        cell_ids=cell_ids,
+        command=command_line(args),
+        bench_csv=args.bench,
+        figures=not args.no_figures,
+        root=Path(args.root).expanduser(),
+    )
     print_sections(result.sections, console)
     for n in result.notes:
         console.print(f"[dim]{escape(n)}[/]")
-    console.print(f"wrote {len(result.files)} files to {escape(str(out))}: "
-                  + ", ".join(escape(p.name) for p in result.files))
+    console.print(f"wrote {len(result.files)} files to {escape(str(out))}: " + ", ".join(escape(p.name) for p in result.files))
     return 0

@@ -15,8 +15,13 @@ def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="runs", help="run directory: MLflow store, Optuna journal, checkpoints, caches (default ./runs)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: sqlite under --root)")
     p.add_argument("--storage", default=None, help="Optuna storage URL, e.g. postgresql://... (default: journal file under --root)")
-    p.add_argument("--only", action="append", default=[], metavar="KEY=GLOB",
-                   help="only cells matching, e.g. 'unit=tpru*' (repeatable; AND-ed; keys: unit, arch, task, dim, id)")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="KEY=GLOB",
+        help="only cells matching, e.g. 'unit=tpru*' (repeatable; AND-ed; keys: unit, arch, task, dim, id)",
+    )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -24,12 +29,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--address", default=None, help="Ray cluster address (default: start Ray locally)")
     p.add_argument("--num-cpus", type=bounds.CPUS, default=None, help="CPUs for a local Ray (default: all)")
     p.add_argument("--force", action="store_true", help="rerun the selected cells from scratch (their records are deleted)")
-    p.add_argument("--until-epoch", type=bounds.COUNT, default=None, metavar="N",
-                   help="pause every run after epoch N (its best model so far tested and recorded as `paused`); "
-                        "the next `run` continues the paused runs from their checkpoints")
+    p.add_argument(
+        "--until-epoch",
+        type=bounds.COUNT,
+        default=None,
+        metavar="N",
+        help="pause every run after epoch N (its best model so far tested and recorded as `paused`); "
+        "the next `run` continues the paused runs from their checkpoints",
+    )
     p.add_argument("--quiet", action="store_true", help="no live view or progress lines")
-    p.add_argument("--verbose", action="store_true",
-                   help="library messages (Ray, MLflow) on the terminal too, not only in <root>/logs/")
+    p.add_argument("--verbose", action="store_true", help="library messages (Ray, MLflow) on the terminal too, not only in <root>/logs/")
 
 
 def load_cells(args: argparse.Namespace):
@@ -96,8 +105,7 @@ def run(args: argparse.Namespace) -> int:
     study, cells = load_cells(args)
     root = check_root(args.root)
     route_library_logs(root)  # SQLAlchemy tracebacks of a failing store go to <root>/logs, not the terminal
-    runner = StudyRunner(study, cells, root, args.tracking_uri, args.storage, force=args.force,
-                         console=console, until_epoch=args.until_epoch)
+    runner = StudyRunner(study, cells, root, args.tracking_uri, args.storage, force=args.force, console=console, until_epoch=args.until_epoch)
     runner.show_progress = not args.quiet  # --quiet: no live view or progress lines; the driver's messages stay
     console.print(f"[bold]tprbench run[/] {args.study}: {len(cells)} cells · root {root}")
     # soft_wrap keeps the command on one copyable line.
@@ -114,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.report import print_summary
 
     tracker = getattr(runner, "tracker", None)
-    print_summary(study, cells, runner.tracking_uri, console, root=runner.root,
-                  reader=None if tracker is None else tracker.reader, agg=runner.closing_aggregate)
+    print_summary(
+        study, cells, runner.tracking_uri, console, root=runner.root, reader=None if tracker is None else tracker.reader, agg=runner.closing_aggregate
+    )
     return 0

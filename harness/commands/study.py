@@ -41,14 +41,28 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(col, justify="left" if col in ("cell", "id", "status") else "right")
     for r in rows:
         failed = r["trials_failed"] + r["seeds_failed"]
-        table.add_row(escape(r["label"]), r["id"], f"{r['trials_done']}/{r['trials_wanted']}", str(r["trials_pruned"]),
-                      str(failed), str(r["runs_errored"]), f"{r['seeds_done']}/{r['seeds_wanted']}", r["status"])
+        table.add_row(
+            escape(r["label"]),
+            r["id"],
+            f"{r['trials_done']}/{r['trials_wanted']}",
+            str(r["trials_pruned"]),
+            str(failed),
+            str(r["runs_errored"]),
+            f"{r['seeds_done']}/{r['seeds_wanted']}",
+            r["status"],
+        )
     console = Console(width=max(120, Console().width))
     console.print(table)
     for r in rows:
         if r["runs_errored"]:
-            then = ("the next `tprbench run` retries them" if r["errored_retried"] == r["runs_errored"] else
-                    f"{r['errored_retried']} retried by the next `tprbench run`, the others reached the retry cap (--force starts the cell over)")
-            console.print(f"errored {escape(r['label'])}: {r['runs_errored']} run(s) could not be carried out ({then}): "
-                          f"{escape(r['errored_reason'][:300])}", soft_wrap=True, highlight=False)
+            then = (
+                "the next `tprbench run` retries them"
+                if r["errored_retried"] == r["runs_errored"]
+                else f"{r['errored_retried']} retried by the next `tprbench run`, the others reached the retry cap (--force starts the cell over)"
+            )
+            console.print(
+                f"errored {escape(r['label'])}: {r['runs_errored']} run(s) could not be carried out ({then}): {escape(r['errored_reason'][:300])}",
+                soft_wrap=True,
+                highlight=False,
+            )
     return 0

@@ -43,9 +43,15 @@ def _options(cls: type) -> list[dict[str, Any]]:
     for name, field in model.model_fields.items():
         required = field.is_required()
         default = None if required else field.get_default(call_default_factory=True)
-        rows.append({"name": field.alias or name, "type": _type_name(field.annotation),
-                     "default": None if default is PydanticUndefined else to_jsonable_python(default),
-                     "required": required, "description": field.description or ""})
+        rows.append(
+            {
+                "name": field.alias or name,
+                "type": _type_name(field.annotation),
+                "default": None if default is PydanticUndefined else to_jsonable_python(default),
+                "required": required,
+                "description": field.description or "",
+            }
+        )
     return rows
 
 
@@ -59,11 +65,18 @@ def describe_task(name: str, cls: type) -> dict[str, Any]:
     from tasks.meta import run_metric
 
     study_metric, direction = run_metric(cls)
-    return {"name": name, "archs": list(getattr(cls, "archs", ()) or ()), "metric": cls.metric,
-            "study_metric": study_metric, "direction": direction, "metrics": {m: cls.metric_direction(m) for m in cls.metrics},
-            "layouts": _layouts(cls), "options": _options(cls),
-            "defaults": dict(getattr(cls, "defaults", {}) or {}),
-            "about": ((cls.__doc__ or "").strip().splitlines() or [""])[0]}
+    return {
+        "name": name,
+        "archs": list(getattr(cls, "archs", ()) or ()),
+        "metric": cls.metric,
+        "study_metric": study_metric,
+        "direction": direction,
+        "metrics": {m: cls.metric_direction(m) for m in cls.metrics},
+        "layouts": _layouts(cls),
+        "options": _options(cls),
+        "defaults": dict(getattr(cls, "defaults", {}) or {}),
+        "about": ((cls.__doc__ or "").strip().splitlines() or [""])[0],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -85,12 +98,16 @@ def run(args: argparse.Namespace) -> int:
     for col in ("task", "architectures", "metric (study key)", "direction", "data layouts"):
         table.add_column(col)
     for info in infos:
-        table.add_row(escape(info["name"]), ", ".join(info["archs"]), f"{info['metric']} ({info['study_metric']})",
-                      info["direction"], escape("\n".join(info["layouts"]) or "-"))
+        table.add_row(
+            escape(info["name"]),
+            ", ".join(info["archs"]),
+            f"{info['metric']} ({info['study_metric']})",
+            info["direction"],
+            escape("\n".join(info["layouts"]) or "-"),
+        )
     console.print(table)
     for info in infos:
-        options = Table(title=escape(f"{info['name']} options: [tasks.options] in study files, "
-                                        "--set KEY=VALUE for tprbench train"))
+        options = Table(title=escape(f"{info['name']} options: [tasks.options] in study files, --set KEY=VALUE for tprbench train"))
         for col in ("option", "type", "default", "description"):
             options.add_column(col)
         for opt in info["options"]:

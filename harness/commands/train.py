@@ -26,8 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default="logic", help="task name (see `tprbench tasks`; default logic)")
     p.add_argument("--unit", required=True, help="unit spec, e.g. 'tpru[roles=64]', 'gru'")
     p.add_argument("--arch", default=None, help="architecture (plain, bidaf, ...; default: the task's first)")
-    p.add_argument("--dim", type=bounds.DIM, default=None,
-                   help="hidden size d (default: the size the unit's options fix, e.g. tpr3's E·R·E; else 64)")
+    p.add_argument(
+        "--dim", type=bounds.DIM, default=None, help="hidden size d (default: the size the unit's options fix, e.g. tpr3's E·R·E; else 64)"
+    )
     p.add_argument("--input-dim", type=bounds.DIM, default=None, help="embedding size d' (default = --dim)")
     p.add_argument("--epochs", type=bounds.integer(1, 100_000), default=10)
     p.add_argument("--data", default=None, help="data directory (default: the task's generated data)")
@@ -35,18 +36,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=bounds.real(0, 100, lo_open=True), default=None, help="learning rate (default: the task's)")
     p.add_argument("--batch-size", type=bounds.integer(1, 1_000_000), default=None)
     p.add_argument("--dropout", type=bounds.real(0, 0.99), default=None)
-    p.add_argument("--hp", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                   help="other hyperparameters (clip, lr_step, lr_gamma, weight_decay, mlp_hidden, ...)")
-    p.add_argument("--set", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
-                   help="task options, e.g. --set train_size=50000 (see `tprbench tasks`)")
+    p.add_argument(
+        "--hp",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="other hyperparameters (clip, lr_step, lr_gamma, weight_decay, mlp_hidden, ...)",
+    )
+    p.add_argument(
+        "--set",
+        type=_key_value,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="task options, e.g. --set train_size=50000 (see `tprbench tasks`)",
+    )
     p.add_argument("--root", default="runs", help="run directory root (default ./runs); caches live in ROOT/cache")
     p.add_argument("--run-dir", default=None, help="checkpoint directory (default: ROOT/train/<config hash>)")
     p.add_argument("--threads", type=bounds.THREADS, default=None, help="torch threads (default: torch's choice)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--metric", default=None, help="validation metric that picks the best epoch, e.g. valid_loss "
-                                                  "(default: the task's)")
-    p.add_argument("--no-deterministic", dest="deterministic", action="store_false",
-                   help="allow non-deterministic kernels (default: bitwise-reproducible training)")
+    p.add_argument("--metric", default=None, help="validation metric that picks the best epoch, e.g. valid_loss (default: the task's)")
+    p.add_argument(
+        "--no-deterministic",
+        dest="deterministic",
+        action="store_false",
+        help="allow non-deterministic kernels (default: bitwise-reproducible training)",
+    )
 
 
 def _value(text: str):
@@ -84,9 +100,17 @@ def _setup(args: argparse.Namespace):
             hparams[key] = getattr(args, key)
     adapter.resolve_hparams(hparams)
     run_metric(adapter, args.metric)
-    config = TrainConfig(unit=args.unit, arch=arch, dim=args.dim, input_dim=args.input_dim or args.dim,
-                         epochs=args.epochs, seed=args.seed, hparams=hparams, metric=args.metric,
-                         deterministic=args.deterministic)
+    config = TrainConfig(
+        unit=args.unit,
+        arch=arch,
+        dim=args.dim,
+        input_dim=args.input_dim or args.dim,
+        epochs=args.epochs,
+        seed=args.seed,
+        hparams=hparams,
+        metric=args.metric,
+        deterministic=args.deterministic,
+    )
     run_dir = Path(args.run_dir) if args.run_dir else root / "train" / fingerprint_of(adapter, config)
     return adapter, config, run_dir
 
@@ -96,9 +120,18 @@ def _write_spec(args: argparse.Namespace, config, run_dir) -> None:
     sources.py from_run_dir). Written once the trainer has accepted the run directory."""
     import json
 
-    spec = {"task": args.task, "options": {k: _value(v) for k, v in args.set}, "data": args.data or "generated",
-            "unit": args.unit, "arch": config.arch, "dim": config.dim, "input_dim": config.input_dim,
-            "epochs": config.epochs, "seed": config.seed, "hparams": config.hparams}
+    spec = {
+        "task": args.task,
+        "options": {k: _value(v) for k, v in args.set},
+        "data": args.data or "generated",
+        "unit": args.unit,
+        "arch": config.arch,
+        "dim": config.dim,
+        "input_dim": config.input_dim,
+        "epochs": config.epochs,
+        "seed": config.seed,
+        "hparams": config.hparams,
+    }
     tmp = run_dir / (TRAIN_SPEC + ".tmp")
     tmp.write_text(json.dumps(spec, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     tmp.replace(run_dir / TRAIN_SPEC)
@@ -114,12 +147,13 @@ def _print_result(console, args: argparse.Namespace, adapter, config, result) ->
     table.add_column(name, justify="right")
     table.add_row(adapter.valid_split, f"{result.best_valid:.4f}")
     for split, values in result.test.items():  # test splits, then the task's summaries over them
-        table.add_row(split, f"{values[name]:.4f}" if name in values else
-                      ", ".join(f"{k} {v:.4g}" for k, v in values.items()))
+        table.add_row(split, f"{values[name]:.4f}" if name in values else ", ".join(f"{k} {v:.4g}" for k, v in values.items()))
     console.print(table)
-    console.print(f"parameters of the unit: {result.params_formula:,} (papers' formula, no biases), "
-                  f"{result.params_total:,} (total)" if result.params_formula is not None else
-                  f"parameters of the unit: {result.params_total:,}")
+    console.print(
+        f"parameters of the unit: {result.params_formula:,} (papers' formula, no biases), {result.params_total:,} (total)"
+        if result.params_formula is not None
+        else f"parameters of the unit: {result.params_total:,}"
+    )
     console.print(f"wall time {result.seconds:.1f} s")
 
 
@@ -131,8 +165,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console()
     # The first line before torch loads (seconds on a busy machine): the command has started.
-    console.print(f"train {args.task} · {args.unit} · data {args.data or 'generated'}: setting up", markup=False,
-                  highlight=False, soft_wrap=True)
+    console.print(f"train {args.task} · {args.unit} · data {args.data or 'generated'}: setting up", markup=False, highlight=False, soft_wrap=True)
     import torch
 
     from tasks.progress import ConsoleReporter, reporting
@@ -142,8 +175,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     adapter, config, run_dir = _setup(args)
     t0 = time.perf_counter()
-    console.print(f"preparing {args.task} data ({args.data or 'generated'})", markup=False, highlight=False,
-                  soft_wrap=True)
+    console.print(f"preparing {args.task} data ({args.data or 'generated'})", markup=False, highlight=False, soft_wrap=True)
     # Bars inside data generation and each epoch on a terminal; unattended, a line every 30 s.
     reporter = ConsoleReporter(console)
     with reporting(reporter):
@@ -158,8 +190,9 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"epoch {epoch}/{args.epochs} {escape(shown)}")
 
     with reporting(reporter):
-        result = train(adapter, config, run_dir, progress=progress, device=args.device,
-                       notice=lambda line: console.print(f"[yellow]note:[/] {escape(line)}"))
+        result = train(
+            adapter, config, run_dir, progress=progress, device=args.device, notice=lambda line: console.print(f"[yellow]note:[/] {escape(line)}")
+        )
     _write_spec(args, config, run_dir)
     if result.resumed_from_epoch:
         console.print(f"(resumed after epoch {result.resumed_from_epoch})")

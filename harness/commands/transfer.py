@@ -6,8 +6,10 @@ import argparse
 
 from harness import bounds
 
-HELP = ("evaluate the frozen sentence encoder of tracked runs on SentEval transfer tasks: accuracy in per cent (Pearson × 100 for "
-        "relatedness/STS) per task, printed as a table and logged as a nested `transfer` run under each run")
+HELP = (
+    "evaluate the frozen sentence encoder of tracked runs on SentEval transfer tasks: accuracy in per cent (Pearson × 100 for "
+    "relatedness/STS) per task, printed as a table and logged as a nested `transfer` run under each run"
+)
 
 DEFAULT = "MR,CR,SUBJ,MPQA,SST2,TREC,MRPC,SICKEntailment,SICKRelatedness,STSBenchmark"
 

@@ -12,8 +12,13 @@ HELP = "list registered units with their options and parameter counts"
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dim", type=bounds.DIM, default=64, help="hidden size d for the counts (default 64)")
     p.add_argument("--input-dim", type=bounds.DIM, default=None, help="input size d' (default: same as --dim)")
-    p.add_argument("--hrr-fillers", type=bounds.DIM, default=None, metavar="D'",
-                   help="also count Luo et al.'s HRR word embedding with d' basis fillers per role (width --input-dim)")
+    p.add_argument(
+        "--hrr-fillers",
+        type=bounds.DIM,
+        default=None,
+        metavar="D'",
+        help="also count Luo et al.'s HRR word embedding with d' basis fillers per role (width --input-dim)",
+    )
     p.add_argument("--hrr-roles", type=bounds.integer(1, 1024), default=2, metavar="N", help="HRR roles (default 2)")
     p.add_argument("--hrr-basis", choices=("fixed", "isometric"), default="fixed", help="HRR bases (default fixed)")
     p.add_argument("--vocab", type=bounds.integer(1, 10**8), default=10_000, help="vocabulary size for the embedding counts (default 10,000: PTB)")
@@ -29,9 +34,11 @@ def run(args: argparse.Namespace) -> int:
 
     d, din = args.dim, args.input_dim or args.dim
     # A first line before torch loads and every unit is built (seconds).
-    Console(width=160).print(f"counting parameters at d={d}, d'={din}: "
-                             + (f"{len(args.specs)} unit spec(s)" if args.specs else "every registered unit"),
-                             markup=False, highlight=False)
+    Console(width=160).print(
+        f"counting parameters at d={d}, d'={din}: " + (f"{len(args.specs)} unit spec(s)" if args.specs else "every registered unit"),
+        markup=False,
+        highlight=False,
+    )
     import units
 
     table = Table(title=f"tprbench units (d={d}, d'={din})")
@@ -52,17 +59,20 @@ def run(args: argparse.Namespace) -> int:
         if hidden != d:
             doc = f"(hidden {hidden}) {doc}"
         formula = f"{counts.formula:,}" if counts.formula is not None else "n/a"
-        table.add_row(escape(str(resolved.spec)), opt_text + ("; " if opt_text else "") + "layers=1, bidirectional=false",
-                      formula, f"{counts.total:,}", doc)
+        table.add_row(
+            escape(str(resolved.spec)), opt_text + ("; " if opt_text else "") + "layers=1, bidirectional=false", formula, f"{counts.total:,}", doc
+        )
     embedding = None
     if getattr(args, "hrr_fillers", None) is not None:  # checked before anything is printed (callers may build args without it)
         embedding = _embedding_table(args.vocab, din, args.hrr_fillers, args.hrr_roles, args.hrr_basis)
     from tasks.arch_options import ENCODER_LAYERS
 
     # Which architecture the counts are of: one layer; a study table counts the task's encoder.
-    table.caption = (f"params of one layer of each unit (layers=1). A task's encoder stacks its `layers` option "
-                     f"(logic, nli, transfer: {ENCODER_LAYERS} by default), so a study table's # params is "
-                     f"{ENCODER_LAYERS}× these there; `tprbench tasks` lists each task's options")
+    table.caption = (
+        f"params of one layer of each unit (layers=1). A task's encoder stacks its `layers` option "
+        f"(logic, nli, transfer: {ENCODER_LAYERS} by default), so a study table's # params is "
+        f"{ENCODER_LAYERS}× these there; `tprbench tasks` lists each task's options"
+    )
     Console(width=160).print(table)
     if embedding is not None:
         Console(width=160).print(embedding)

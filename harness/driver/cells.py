@@ -75,9 +75,18 @@ class CellStatus(StrEnum):
     PAUSED = "paused"  # runs stopped at `run --until-epoch` (continued by the next `run`)
 
 
-def cell_status(trials_done: int, trials_wanted: int, trials_running: int, trials_without_value: int,
-                seeds_done: int, seeds_wanted: int, note: str = "", errored: int = 0, seeds_running: int = 0,
-                paused: int = 0) -> str:
+def cell_status(
+    trials_done: int,
+    trials_wanted: int,
+    trials_running: int,
+    trials_without_value: int,
+    seeds_done: int,
+    seeds_wanted: int,
+    note: str = "",
+    errored: int = 0,
+    seeds_running: int = 0,
+    paused: int = 0,
+) -> str:
     """A cell's state, for the driver's live view, its summary and `study show` alike:
     pending | searching | failed (every trial diverged or was pruned) | final | done, or the
     driver's note (e.g. "failed: no search trial completed"), or `errored` once nothing of the
@@ -129,9 +138,18 @@ class CellState:
 
     @property
     def status(self) -> str:
-        return cell_status(self.trials_done, self.trials_wanted, self.running_search,
-                           self.trials_failed + self.trials_pruned, self.seeds_done, self.seeds_wanted, self.note,
-                           self.errored, self.running - self.running_search, self.paused)
+        return cell_status(
+            self.trials_done,
+            self.trials_wanted,
+            self.running_search,
+            self.trials_failed + self.trials_pruned,
+            self.seeds_done,
+            self.seeds_wanted,
+            self.note,
+            self.errored,
+            self.running - self.running_search,
+            self.paused,
+        )
 
     def attempt(self, run_key: str) -> int:
         """The attempt a new record of `run_key` will be (an errored or paused record is replaced, its
@@ -149,5 +167,9 @@ def count_trials(trials: list[tuple[int, int, str]]) -> tuple[int, int, int, lis
     state name) (harness.record.storage.read_trial_states); finished counts all three end states. Unfinished
     ones, as (number, trial id), are running, or were left running by a driver that died."""
     ended = [t for t in trials if t[2] in TRIAL_ENDED]
-    return (len(ended), sum(t[2] == TrialState.FAIL for t in ended), sum(t[2] == TrialState.PRUNED for t in ended),
-            [(t[0], t[1]) for t in trials if t[2] in (TrialState.RUNNING, TrialState.WAITING)])
+    return (
+        len(ended),
+        sum(t[2] == TrialState.FAIL for t in ended),
+        sum(t[2] == TrialState.PRUNED for t in ended),
+        [(t[0], t[1]) for t in trials if t[2] in (TrialState.RUNNING, TrialState.WAITING)],
+    )

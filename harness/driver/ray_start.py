@@ -37,8 +37,10 @@ def check_address(address: str, timeout: float = ADDRESS_TIMEOUT) -> None:
         why = f"no answer within {timeout:.0f} s"
     except OSError as exc:
         why = exc.strerror or type(exc).__name__
-    raise RunnerError(f"--address {address}: no Ray cluster reachable there ({why}); start one with "
-                      "`ray start --head --port 6379` (docs/cluster.md) or check the host and port")
+    raise RunnerError(
+        f"--address {address}: no Ray cluster reachable there ({why}); start one with "
+        "`ray start --head --port 6379` (docs/cluster.md) or check the host and port"
+    )
 
 
 def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | None = None) -> None:
@@ -78,8 +80,10 @@ def start_local_ray(init: Any, shutdown: Any, attempts: int = LOCAL_RAY_ATTEMPTS
                 raise
             shutdown()
             if attempt == attempts:
-                raise RunnerError(f"local Ray did not start ({attempts} attempts, Ray waits 30 s each for its node): "
-                                  "the machine is probably overloaded; rerun later (the study resumes)") from None
+                raise RunnerError(
+                    f"local Ray did not start ({attempts} attempts, Ray waits 30 s each for its node): "
+                    "the machine is probably overloaded; rerun later (the study resumes)"
+                ) from None
             logging.getLogger(__name__).warning("local Ray did not start (attempt %d of %d); retrying", attempt, attempts)
             time.sleep(pause_s * attempt)
 
@@ -94,8 +98,10 @@ def check_fits(resources: Any) -> None:
     for name, want in (("cpus", resources.cpus), ("gpus", resources.gpus or 0)):
         have = total.get(name[:-1].upper(), 0)
         if want > have:
-            raise RunnerError(f"[resources] {name} = {want:g} per trial, but the Ray cluster has {have:g} in all: no trial "
-                              f"could start (lower it, or run on a cluster that has them: --address, docs/cluster.md)")
+            raise RunnerError(
+                f"[resources] {name} = {want:g} per trial, but the Ray cluster has {have:g} in all: no trial "
+                f"could start (lower it, or run on a cluster that has them: --address, docs/cluster.md)"
+            )
 
 
 def slots(resources: Any) -> int:

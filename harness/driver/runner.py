@@ -85,9 +85,18 @@ class StudyLock:
 
 
 class StudyRunner:
-    def __init__(self, study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
-                 storage_url: str | None = None, force: bool = False, console: Any = None,
-                 project_dir: Path | None = None, until_epoch: int | None = None) -> None:
+    def __init__(
+        self,
+        study: Any,
+        cells: list[Any],
+        root: Path,
+        tracking_uri: str | None = None,
+        storage_url: str | None = None,
+        force: bool = False,
+        console: Any = None,
+        project_dir: Path | None = None,
+        until_epoch: int | None = None,
+    ) -> None:
         self.study, self.cells = study, cells
         self.until_epoch = until_epoch  # pause every run after this epoch (`run --until-epoch`)
         self.root = Path(root).resolve()
@@ -124,12 +133,19 @@ class StudyRunner:
         """The cell's Optuna study, created if it does not exist (one journal append)."""
         import optuna
 
-        study = with_retry(lambda: optuna.create_study(
-            study_name=self._optuna_name(cell), storage=self.storage, direction=cell.direction,
-            sampler=self._sampler(cell, 0), pruner=make_pruner(self.study.pruner), load_if_exists=True),
-            f"Optuna storage {display_url(self.storage_url)}", self._say)
-        with_retry(lambda: describe_optuna_study(study, cell, self.study.name),
-                   f"Optuna storage {display_url(self.storage_url)}", self._say)
+        study = with_retry(
+            lambda: optuna.create_study(
+                study_name=self._optuna_name(cell),
+                storage=self.storage,
+                direction=cell.direction,
+                sampler=self._sampler(cell, 0),
+                pruner=make_pruner(self.study.pruner),
+                load_if_exists=True,
+            ),
+            f"Optuna storage {display_url(self.storage_url)}",
+            self._say,
+        )
+        with_retry(lambda: describe_optuna_study(study, cell, self.study.name), f"Optuna storage {display_url(self.storage_url)}", self._say)
         return study
 
     def _study(self, st: CellState):
@@ -196,8 +212,7 @@ class StudyRunner:
             except DataError as exc:
                 raise DataError(f"{self.study.path}: task {cell.task_label!r}: {exc}") from None
 
-    def _cell_state(self, cell: Any, records: dict[str, Any], trials: list[tuple[int, int, str]],
-                    tags: dict[str, str]) -> CellState:
+    def _cell_state(self, cell: Any, records: dict[str, Any], trials: list[tuple[int, int, str]], tags: dict[str, str]) -> CellState:
         """A cell's state from what the record holds: its runs by run key, its Optuna trials as
         (number, trial id, state) and its cell run's tags — all read in bulk by `_open_record`."""
         st = CellState(cell, None, self.study.study.trials, self.study.study.seeds)
@@ -238,8 +253,11 @@ class StudyRunner:
         for number, trial_id, state in trials:
             rec = self._errored(st, RunKey.trial(st.cell.id, number))
             if state == TrialState.RUNNING and rec is not None and not will_retry(rec.status, rec.tags):
-                with_retry(lambda n=number: self._study(st).tell(n, state=OptunaState.FAIL, skip_if_finished=True),
-                           f"Optuna storage {display_url(self.storage_url)}", self._say)
+                with_retry(
+                    lambda n=number: self._study(st).tell(n, state=OptunaState.FAIL, skip_if_finished=True),
+                    f"Optuna storage {display_url(self.storage_url)}",
+                    self._say,
+                )
                 state = TrialState.FAIL
             out.append((number, trial_id, state))
         for key, rec in st.records.items():  # trials that errored past the cap keep the cell errored
@@ -300,8 +318,7 @@ class StudyRunner:
         st.final_params = params
         h = params_hash(params)
         # The report reads which seed runs are current from the cell's record.
-        self._set_cell_tags(st, {Tag.FINAL_PARAMS_HASH: h, Tag.FINAL_PARAMS: json.dumps(params, sort_keys=True),
-                                 Tag.FINAL_TRIALS: st.trials_done})
+        self._set_cell_tags(st, {Tag.FINAL_PARAMS_HASH: h, Tag.FINAL_PARAMS: json.dumps(params, sort_keys=True), Tag.FINAL_TRIALS: st.trials_done})
         recorded = {s: st.records.get(str(RunKey.seed(st.cell.id, s, h))) for s in range(st.seeds_wanted)}
         done = [s for s, rec in recorded.items() if rec is not None and not will_retry(rec.status, rec.tags)]
         st.seeds_done = len(done)
@@ -318,8 +335,9 @@ class StudyRunner:
         """The Optuna storage, opened (a journal replayed, a torn last record repaired) when first
         needed: a rerun with nothing to do reads trial states from the journal and never opens it."""
         if self._storage is None:
-            self._storage = with_retry(lambda: open_storage(self.storage_url, notify=self._say),
-                                       f"Optuna storage {display_url(self.storage_url)}", self._say)
+            self._storage = with_retry(
+                lambda: open_storage(self.storage_url, notify=self._say), f"Optuna storage {display_url(self.storage_url)}", self._say
+            )
         return self._storage
 
     @storage.setter
@@ -355,12 +373,19 @@ class StudyRunner:
             return Job(cell, key, self._work(cell, key.number, dict(st.final_params), key.run_dir(self.work_dir)))
         return None
 
-    def _work(self, cell: Any, seed: int, hparams: dict[str, Any], run_dir: Path,
-              trial: TrialRef | None = None) -> WorkerJob:
+    def _work(self, cell: Any, seed: int, hparams: dict[str, Any], run_dir: Path, trial: TrialRef | None = None) -> WorkerJob:
         res = self.study.resources
-        return WorkerJob.for_cell(cell, seed=seed, hparams=hparams, run_dir=str(run_dir), cache_dir=str(self.cache_dir),
-                                  threads=int(res.cpus) if res.cpus >= 1 else 1, trial=trial,
-                                  deterministic=getattr(self.study, "deterministic", True), until_epoch=self.until_epoch)
+        return WorkerJob.for_cell(
+            cell,
+            seed=seed,
+            hparams=hparams,
+            run_dir=str(run_dir),
+            cache_dir=str(self.cache_dir),
+            threads=int(res.cpus) if res.cpus >= 1 else 1,
+            trial=trial,
+            deterministic=getattr(self.study, "deterministic", True),
+            until_epoch=self.until_epoch,
+        )
 
     def _trial_job(self, st: CellState, number: int, trial_id: int, t0: float | None = None) -> Job:
         import optuna
@@ -384,8 +409,11 @@ class StudyRunner:
 
     def _tell(self, st: CellState, job: Job, value: float | None = None, state: Any = None) -> None:
         """Optuna `tell`, retried while the storage is unavailable (skip_if_finished: idempotent)."""
-        with_retry(lambda: self._study(st).tell(job.trial_number, value, state=state, skip_if_finished=True),
-                   f"Optuna storage {display_url(self.storage_url)}", self._say)
+        with_retry(
+            lambda: self._study(st).tell(job.trial_number, value, state=state, skip_if_finished=True),
+            f"Optuna storage {display_url(self.storage_url)}",
+            self._say,
+        )
 
     # -- results ---------------------------------------------------------------------------
     def _record(self, st: CellState, job: Job, result: WorkerResult) -> None:
@@ -394,10 +422,17 @@ class StudyRunner:
         self._tag_splits(st, result)
         params = {**(result.hparams or job.hparams), "seed": job.seed}
         live_run, live_epochs = self._live.pop(job.run_key) if self._live is not None else (None, set())
-        self.tracker.log_run(self._cell_run(st), job.run_key, self._run_tags(job, result), params, result,
-                             job.run_dir / BEST_WEIGHTS if result.status == RunStatus.FINISHED else None,
-                             new=job.run_key not in st.records and job.run_key not in self._logged,
-                             live_run_id=live_run, logged_epochs=live_epochs)
+        self.tracker.log_run(
+            self._cell_run(st),
+            job.run_key,
+            self._run_tags(job, result),
+            params,
+            result,
+            job.run_dir / BEST_WEIGHTS if result.status == RunStatus.FINISHED else None,
+            new=job.run_key not in st.records and job.run_key not in self._logged,
+            live_run_id=live_run,
+            logged_epochs=live_epochs,
+        )
         self._logged.add(job.run_key)
         t1 = time.perf_counter()
         status = result.status
@@ -420,8 +455,11 @@ class StudyRunner:
         """One line for a run that errored or diverged, one per note the run had."""
         what = f"{job.cell.label} {job.key.name}"
         if result.status == RunStatus.ERRORED:
-            then = (f"attempt {attempt} of {max_attempts()}: the next `tprbench run` retries it" if retry
-                    else f"attempt {attempt} of {max_attempts()}: not retried again (use --force to start the cell over)")
+            then = (
+                f"attempt {attempt} of {max_attempts()}: the next `tprbench run` retries it"
+                if retry
+                else f"attempt {attempt} of {max_attempts()}: not retried again (use --force to start the cell over)"
+            )
             self._say(f"[yellow]{what} {RunStatus.ERRORED} ({then}):[/] {result.reason[:200]}")
         elif is_failure(result.status):
             self._say(f"[yellow]{what} {result.status}:[/] {result.reason[:200]}")
@@ -433,8 +471,14 @@ class StudyRunner:
     def _run_tags(self, job: Job, result: WorkerResult | None = None) -> dict[str, Any]:
         """The tags of a trial/seed run besides those the writer adds (none of the result's when
         the run is only starting)."""
-        tags = {Tag.PHASE: job.phase, Tag.SEED: job.seed, Tag.GIT_COMMIT: self.commit, Tag.PARAMS_HASH: params_hash(job.hparams),
-                **cell_tags(job.cell), Tag.HOST: result.worker.get("host", "") if result is not None else ""}
+        tags = {
+            Tag.PHASE: job.phase,
+            Tag.SEED: job.seed,
+            Tag.GIT_COMMIT: self.commit,
+            Tag.PARAMS_HASH: params_hash(job.hparams),
+            **cell_tags(job.cell),
+            Tag.HOST: result.worker.get("host", "") if result is not None else "",
+        }
         if job.trial_number is not None:
             tags[Tag.TRIAL] = job.trial_number
         if result is None:
@@ -480,11 +524,20 @@ class StudyRunner:
         """Where one job's time went: driver (Optuna ask/suggest/tell, MLflow record), Ray
         (submit → worker start, worker end → result seen by the driver) and the worker itself."""
         w = result.worker
-        row = {"run_key": job.run_key, "phase": job.phase, "status": result.status,
-               "submitted": job.started, "done": time.time(), "optuna_seconds": job.prepare_seconds + tell,
-               "prepare_seconds": job.prepare_seconds, "tell_seconds": tell,
-               "mlflow_seconds": log, "worker_seconds": w.get("worker_seconds"), "get_seconds": w.get("get_seconds", 0.0),
-               **{k: w.get(k) for k in ("node_id", "pid", "resources", "gpu_ids", "start", "end")}}
+        row = {
+            "run_key": job.run_key,
+            "phase": job.phase,
+            "status": result.status,
+            "submitted": job.started,
+            "done": time.time(),
+            "optuna_seconds": job.prepare_seconds + tell,
+            "prepare_seconds": job.prepare_seconds,
+            "tell_seconds": tell,
+            "mlflow_seconds": log,
+            "worker_seconds": w.get("worker_seconds"),
+            "get_seconds": w.get("get_seconds", 0.0),
+            **{k: w.get(k) for k in ("node_id", "pid", "resources", "gpu_ids", "start", "end")},
+        }
         if w.get("start") is not None and w.get("end") is not None and w.get("ready_at") is not None:
             row["dispatch_seconds"] = max(w["start"] - job.started, 0.0)
             row["return_seconds"] = max(w["ready_at"] - w["end"], 0.0)
@@ -507,12 +560,13 @@ class StudyRunner:
                     with self.lease:
                         self._close_left_open(states)
                 gave_up = sum(st.status == CellStatus.ERRORED for st in states)
-                self._say("nothing to do: every cell is done" + (
-                    f" or errored past the retry cap ({gave_up} cell(s); `study show` says why)" if gave_up else "")
-                    + " (use --force to rerun)")
+                self._say(
+                    "nothing to do: every cell is done"
+                    + (f" or errored past the retry cap ({gave_up} cell(s); `study show` says why)" if gave_up else "")
+                    + " (use --force to rerun)"
+                )
             self.snapshots.take()  # the record as this driver leaves it (only if it wrote anything)
-            return {"cells": len(states), "seconds": time.time() - self.started,
-                    "states": {st.cell.id: st.status for st in states}}
+            return {"cells": len(states), "seconds": time.time() - self.started, "states": {st.cell.id: st.status for st in states}}
 
     def _drive(self, states: list[CellState], address: str | None, num_cpus: int | None, ray_temp_dir: str | None) -> None:
         """Dispatch until nothing is left; the record is closed however it ends."""
@@ -522,8 +576,7 @@ class StudyRunner:
             self._say_resume(states)
             self._prepare_data()
             t0 = time.monotonic()
-            self._phase(f"connecting to Ray at {address}" if address else
-                        f"starting a local Ray ({num_cpus or os.cpu_count()} CPU(s))")
+            self._phase(f"connecting to Ray at {address}" if address else f"starting a local Ray ({num_cpus or os.cpu_count()} CPU(s))")
             init_ray(address, num_cpus, ray_temp_dir)
             self._phase(f"Ray ready in {time.monotonic() - t0:.1f} s; planning {len(states)} cell(s)")
             self._dispatch(states)
@@ -543,8 +596,7 @@ class StudyRunner:
         self.snapshots.changed()
         what = [f"{len(self.left_open)} cell run(s)"] if self.left_open else []
         what += ["the study run"] if self.study_left_open else []
-        self._say(f"closed what a stopped driver left open ({' and '.join(what)}): summary metrics logged and ended "
-                  "as a finished driver ends them")
+        self._say(f"closed what a stopped driver left open ({' and '.join(what)}): summary metrics logged and ended as a finished driver ends them")
 
     def _say_resume(self, states: list[CellState]) -> None:
         """What a rerun continues: trials from checkpoints, errored runs retried, runs already recorded."""
@@ -554,8 +606,9 @@ class StudyRunner:
         retried = sum(st.retried for st in states)
         # A stale trial continues from its checkpoint only if it wrote one (the message once
         # said so of trials killed in their first epoch, which start over).
-        unfinished = [RunKey.trial(st.cell.id, number) for st in states for number, _ in st.stale
-                      if self._errored(st, RunKey.trial(st.cell.id, number)) is None]
+        unfinished = [
+            RunKey.trial(st.cell.id, number) for st in states for number, _ in st.stale if self._errored(st, RunKey.trial(st.cell.id, number)) is None
+        ]
         saved = sum((key.run_dir(self.work_dir) / CHECKPOINT).exists() for key in unfinished)
         parts = [f"{saved} trial(s) continue from their checkpoints"] if saved else []
         if len(unfinished) > saved:
@@ -585,8 +638,7 @@ class StudyRunner:
                 if st.cell.id not in self._touched:  # not worked on by this driver: left as it was
                     continue
                 stopped = outcome == MlflowStatus.KILLED or st.status == CellStatus.PAUSED
-                ends.append((self.cell_runs[st.cell.id], _ended(st.status == CellStatus.DONE, stopped),
-                             summary.get(st.cell.id) or {}))
+                ends.append((self.cell_runs[st.cell.id], _ended(st.status == CellStatus.DONE, stopped), summary.get(st.cell.id) or {}))
             self.tracker.end_many(ends)  # in bulk: one transaction per 2,000 cells on a SQL store
             study_ok = outcome == MlflowStatus.FINISHED and all(st.status == CellStatus.DONE for st in states)
             paused = outcome == MlflowStatus.FINISHED and all(st.status in (CellStatus.DONE, CellStatus.PAUSED) for st in states)
@@ -605,7 +657,7 @@ class StudyRunner:
         if set(cell_ids) == {c.id for c in self.cells} and len(cells) == len(self.cells):
             self.closing_aggregate = agg  # every planned cell, as recorded now (ending the runs changes no column)
         out: dict[str, dict[str, float]] = {}
-        for row in (agg if isinstance(agg, list) else records(agg)):
+        for row in agg if isinstance(agg, list) else records(agg):
             m = out.setdefault(row["cell_id"], {})
             key = str(row["metric_key"]).removeprefix("best_")
             if row["n"]:
@@ -641,8 +693,9 @@ class StudyRunner:
             self.cell_runs[cid] = run["run_id"]  # the first created wins (as the report reads it)
             tags[cid] = prefixed(run["tags"])
         # Left RUNNING by a driver that died (no live driver holds the lease): closed by this one.
-        self.left_open = {cid for cid, rid in self.cell_runs.items() if any(
-            r["run_id"] == rid and r["status"] == MlflowStatus.RUNNING for r in cell_runs)}
+        self.left_open = {
+            cid for cid, rid in self.cell_runs.items() if any(r["run_id"] == rid and r["status"] == MlflowStatus.RUNNING for r in cell_runs)
+        }
         self.study_left_open = self.tracker.study_run_status == MlflowStatus.RUNNING
         found = self.tracker.retry(lambda: reader.run_records(ids), "read records")
         by_cell: dict[str, dict[str, Any]] = {c.id: {} for c in self.cells}
@@ -651,17 +704,21 @@ class StudyRunner:
         names = [self._optuna_name(c) for c in self.cells]
         # A journal is read directly (no replay; the storage is opened only when there is work), a
         # database through the driver's own storage.
-        trials = with_retry(lambda: read_trial_states(self.storage_url, names, opened=lambda: self.storage),
-                            f"Optuna storage {display_url(self.storage_url)}", self._say)
-        states = [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {}))
-                  for c, name in zip(self.cells, names)]
+        trials = with_retry(
+            lambda: read_trial_states(self.storage_url, names, opened=lambda: self.storage),
+            f"Optuna storage {display_url(self.storage_url)}",
+            self._say,
+        )
+        states = [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {})) for c, name in zip(self.cells, names)]
         self.snapshots = Snapshots(sqlite_path(self.tracking_uri), self.root, note=self._say)
         if not self.force:
             for st, name in zip(states, names):
                 self._recover_trials(st, trials.get(name, []))
         if self.recovered:
-            self._say(f"recorded {self.recovered} ended search trial(s) again from their run directories' result.json "
-                      "(the record lacked them: restored from an older snapshot?)")
+            self._say(
+                f"recorded {self.recovered} ended search trial(s) again from their run directories' result.json "
+                "(the record lacked them: restored from an older snapshot?)"
+            )
         return states
 
     def _recover_trials(self, st: CellState, trials: list[tuple[int, int, str]]) -> None:
@@ -684,8 +741,15 @@ class StudyRunner:
             proposed = {**frozen.params, **frozen.user_attrs.get("fixed", {})}
             job = Job(st.cell, key, self._work(st.cell, SEARCH_SEED_OFFSET + number, proposed, done.parent))
             params = {**(result.hparams or proposed), "seed": job.seed}
-            self.tracker.log_run(self._cell_run(st), job.run_key, self._run_tags(job, result), params, result,
-                                 done.parent / BEST_WEIGHTS if result.status == RunStatus.FINISHED else None, new=True)
+            self.tracker.log_run(
+                self._cell_run(st),
+                job.run_key,
+                self._run_tags(job, result),
+                params,
+                result,
+                done.parent / BEST_WEIGHTS if result.status == RunStatus.FINISHED else None,
+                new=True,
+            )
             self._logged.add(job.run_key)
             self.recovered += 1
             self.snapshots.changed()
@@ -696,7 +760,8 @@ class StudyRunner:
 
         res = self.study.resources
         self._remote = ray.remote(max_calls=0)(run_job).options(
-            num_cpus=res.cpus, num_gpus=res.gpus or 0, max_retries=res.retries, retry_exceptions=False)
+            num_cpus=res.cpus, num_gpus=res.gpus or 0, max_retries=res.retries, retry_exceptions=False
+        )
         check_fits(res)
         self._capacity, self._capacity_checked = slots(res), time.monotonic()
         self._say(f"{len(states)} cells, {self._capacity} trial slot(s); tracking {self.tracking_uri}")
@@ -814,4 +879,3 @@ def _ended(done: bool, stopped: bool) -> MlflowStatus:
 
 def _dump(model: Any) -> Any:
     return model.model_dump(mode="json") if hasattr(model, "model_dump") else model
-

@@ -20,8 +20,7 @@ from ..record.storage import cell_study_name, default_storage_url, read_trial_st
 from .cells import cell_status, count_trials
 
 
-def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None,
-                 storage_url: str | None = None) -> list[dict[str, Any]]:
+def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None, storage_url: str | None = None) -> list[dict[str, Any]]:
     """What is done per cell, read from Optuna and MLflow without changing (or creating) either."""
     root = Path(root).resolve()
     ids = [c.id for c in cells]
@@ -54,24 +53,47 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
         running = max(len(unfinished) - sum(r in retried or r in paused for r in cell_trials), 0)
         # records are keyed by run key: one per seed
         seeds_done = len(seeds) - sum(r in retried or r in paused for r in seeds)
-        status = cell_status(done, study.trials, running, failed + pruned,
-                             seeds_done, study.seeds, errored=len(errored), paused=len(paused))
-        rows.append({"id": cell.id, "label": cell.label, "task": cell.task, "arch": cell.arch, "unit": cell.unit,
-                     "dims": {"dim": cell.dim, "input_dim": cell.input_dim},
-                     "trials_done": done, "trials_wanted": study.trials, "trials_failed": failed,
-                     "trials_pruned": pruned, "trials_running": running,
-                     "seeds_done": seeds_done, "seeds_failed": sum(is_diverged(r.status) for r in seeds),
-                     "seeds_wanted": study.seeds, "runs_errored": len(errored), "errored_retried": len(retried),
-                     "runs_paused": len(paused),
-                     "errored_reason": errored[0].tags.get(Tag.REASON, "") if errored else "", "status": status})
+        status = cell_status(done, study.trials, running, failed + pruned, seeds_done, study.seeds, errored=len(errored), paused=len(paused))
+        rows.append(
+            {
+                "id": cell.id,
+                "label": cell.label,
+                "task": cell.task,
+                "arch": cell.arch,
+                "unit": cell.unit,
+                "dims": {"dim": cell.dim, "input_dim": cell.input_dim},
+                "trials_done": done,
+                "trials_wanted": study.trials,
+                "trials_failed": failed,
+                "trials_pruned": pruned,
+                "trials_running": running,
+                "seeds_done": seeds_done,
+                "seeds_failed": sum(is_diverged(r.status) for r in seeds),
+                "seeds_wanted": study.seeds,
+                "runs_errored": len(errored),
+                "errored_retried": len(retried),
+                "runs_paused": len(paused),
+                "errored_reason": errored[0].tags.get(Tag.REASON, "") if errored else "",
+                "status": status,
+            }
+        )
     return rows
 
 
 def describe_optuna_study(study: Any, cell: Any, study_name: str) -> None:
     """What optuna-dashboard shows beside `<study>/<cell id>`: the cell's label, task, unit and
     dims as user attributes, and the objective's name (the cell's metric, not "Objective 0")."""
-    attrs = {"label": cell.label, "study": study_name, "cell_id": cell.id, "task": cell.task, "arch": cell.arch,
-             "unit": cell.unit, "dim": cell.dim, "metric": cell.metric, "direction": cell.direction}
+    attrs = {
+        "label": cell.label,
+        "study": study_name,
+        "cell_id": cell.id,
+        "task": cell.task,
+        "arch": cell.arch,
+        "unit": cell.unit,
+        "dim": cell.dim,
+        "metric": cell.metric,
+        "direction": cell.direction,
+    }
     have = study.user_attrs
     for key, value in attrs.items():
         if have.get(key) != value:

@@ -99,12 +99,12 @@ class Tag(StrEnum):
     @property
     def bare(self) -> str:
         """The name without the prefix: the readers' column, the key of `tags` in a cell-run dict."""
-        return self.value[len(PREFIX):]
+        return self.value[len(PREFIX) :]
 
 
 def bare(key: str) -> str:
     """`tprbench.<name>` → `<name>` (any tag of the record, known to `Tag` or not)."""
-    return key[len(PREFIX):] if key.startswith(PREFIX) else key
+    return key[len(PREFIX) :] if key.startswith(PREFIX) else key
 
 
 def prefixed(tags: dict[str, Any]) -> dict[str, Any]:
@@ -216,17 +216,48 @@ def is_trial_key(text: str) -> bool:
 #: Columns every reader gives for a trial/seed run besides its tags, params and metrics.
 FIXED = ("run_id", "mlflow_status", "start_time", "end_time")
 #: The tags a trial/seed run frame has a column of (bare names), in the frame's order.
-RUN_TAGS = (Tag.STUDY, Tag.CELL, Tag.TASK, Tag.ARCH, Tag.UNIT, Tag.DIM, Tag.INPUT_DIM, Tag.LABEL, Tag.RUN_KEY,
-            Tag.PHASE, Tag.SEED, Tag.TRIAL, Tag.STATUS, Tag.REASON, Tag.PARAMS_HASH, Tag.PARAMS_FORMULA,
-            Tag.PARAMS_TOTAL, Tag.GIT_COMMIT, Tag.HOST)
+RUN_TAGS = (
+    Tag.STUDY,
+    Tag.CELL,
+    Tag.TASK,
+    Tag.ARCH,
+    Tag.UNIT,
+    Tag.DIM,
+    Tag.INPUT_DIM,
+    Tag.LABEL,
+    Tag.RUN_KEY,
+    Tag.PHASE,
+    Tag.SEED,
+    Tag.TRIAL,
+    Tag.STATUS,
+    Tag.REASON,
+    Tag.PARAMS_HASH,
+    Tag.PARAMS_FORMULA,
+    Tag.PARAMS_TOTAL,
+    Tag.GIT_COMMIT,
+    Tag.HOST,
+)
 RUN_COLUMNS = ("run_id", "mlflow_status", "start_time", *(t.bare for t in RUN_TAGS))
 #: Per-run columns that hold integers (tags), cast after loading.
 INT_TAGS = tuple(t.bare for t in (Tag.DIM, Tag.INPUT_DIM, Tag.SEED, Tag.TRIAL, Tag.PARAMS_FORMULA, Tag.PARAMS_TOTAL))
 #: The cell run's params (`CellRecord.params`), read back as the cell frame's columns.
 CELL_PARAMS = ("unit", "unit_canonical", "task", "arch", "dim", "input_dim", "epochs", "data", "task_options")
-CELL_COLUMNS = ("run_id", Tag.CELL.bare, Tag.TASK.bare, Tag.ARCH.bare, Tag.UNIT.bare, "unit_canonical", Tag.DIM.bare,
-                Tag.INPUT_DIM.bare, Tag.LABEL.bare, "epochs", "data", "task_options", Tag.FINAL_PARAMS_HASH.bare,
-                Tag.FINAL_PARAMS.bare)
+CELL_COLUMNS = (
+    "run_id",
+    Tag.CELL.bare,
+    Tag.TASK.bare,
+    Tag.ARCH.bare,
+    Tag.UNIT.bare,
+    "unit_canonical",
+    Tag.DIM.bare,
+    Tag.INPUT_DIM.bare,
+    Tag.LABEL.bare,
+    "epochs",
+    "data",
+    "task_options",
+    Tag.FINAL_PARAMS_HASH.bare,
+    Tag.FINAL_PARAMS.bare,
+)
 #: Columns a cell frame carries when the record has them (the cell-schema tags); absent otherwise.
 CELL_SCHEMA_COLUMNS = tuple(t.bare for t in (Tag.METRIC, Tag.DIRECTION, Tag.VALID_SPLIT, Tag.TEST_SPLITS))
 

@@ -98,9 +98,11 @@ def check(path: str | Path) -> None:
         pass
     problem = quick_check(path)
     if problem is not None:
-        raise RecordCorrupt(f"{path}: the MLflow record is damaged ({problem}); nothing was read or written. Restore "
-                            f"it from its latest snapshot: tprbench record restore --root {path.parent} "
-                            "(docs/reliability.md), then rerun the study")
+        raise RecordCorrupt(
+            f"{path}: the MLflow record is damaged ({problem}); nothing was read or written. Restore "
+            f"it from its latest snapshot: tprbench record restore --root {path.parent} "
+            "(docs/reliability.md), then rerun the study"
+        )
     _mark_checked(stamp, key)
 
 
@@ -139,14 +141,18 @@ def take_snapshot(db: Path, root: Path, keep: int = KEEP) -> Path | None:
             src.close()
         problem = quick_check(tmp)
         if problem is not None:
-            raise RecordCorrupt(f"{db}: the MLflow record is damaged ({problem}); the snapshots in {folder} were "
-                                f"kept as they are: tprbench record restore --root {root} (docs/reliability.md)")
+            raise RecordCorrupt(
+                f"{db}: the MLflow record is damaged ({problem}); the snapshots in {folder} were "
+                f"kept as they are: tprbench record restore --root {root} (docs/reliability.md)"
+            )
         os.replace(tmp, folder / name)
         if _stamp(db) == before:  # the copy checked sound, and the file did not change meanwhile: so is it
             _mark_checked(*before)  # (the next reader skips its quick_check: 5 s at 100k runs)
     except sqlite3.DatabaseError as exc:
-        raise RecordCorrupt(f"{db}: the MLflow record is damaged ({exc}); the snapshots in {folder} were kept as "
-                            f"they are: tprbench record restore --root {root} (docs/reliability.md)") from None
+        raise RecordCorrupt(
+            f"{db}: the MLflow record is damaged ({exc}); the snapshots in {folder} were kept as "
+            f"they are: tprbench record restore --root {root} (docs/reliability.md)"
+        ) from None
     finally:
         tmp.unlink(missing_ok=True)
     for old in snapshots(root)[keep:]:
@@ -206,8 +212,10 @@ def restore(db: str | Path, root: str | Path) -> str:
             good = snap
             break
     if good is None:
-        raise RestoreError(f"no good snapshot of {db} in {root / SNAPSHOT_DIR}: nothing to restore from (snapshots "
-                           "are taken by `tprbench run` as cells finish); see docs/reliability.md")
+        raise RestoreError(
+            f"no good snapshot of {db} in {root / SNAPSHOT_DIR}: nothing to restore from (snapshots "
+            "are taken by `tprbench run` as cells finish); see docs/reliability.md"
+        )
     lines = []
     if db.exists():
         aside = db.with_name(f"{db.name}.damaged-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
@@ -219,8 +227,10 @@ def restore(db: str | Path, root: str | Path) -> str:
     shutil.rmtree(db.resolve().parent / "cache" / "record-check", ignore_errors=True)
     shutil.rmtree(db.resolve().parent / "cache" / "summary", ignore_errors=True)  # rebuilt from the restored record
     lines.append(f"restored {db} from the snapshot {good.name}")
-    lines.append("runs that ended after that snapshot come back from their run directories: rerun each study of "
-                 "this root with `tprbench run STUDY.toml --root ...` (nothing is trained again)")
+    lines.append(
+        "runs that ended after that snapshot come back from their run directories: rerun each study of "
+        "this root with `tprbench run STUDY.toml --root ...` (nothing is trained again)"
+    )
     return "\n".join(lines)
 
 

@@ -75,21 +75,25 @@ def parse(text: str | None) -> dict[str, Any] | None:
 def describe(holder: dict[str, Any]) -> str:
     started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder.get("started", 0))))
     ago = max(time.time() - float(holder.get("heartbeat", 0)), 0.0)
-    return (f"host {holder.get('host')}, pid {holder.get('pid')}, started {started}, root {holder.get('root')}, "
-            f"last heartbeat {ago:.0f} s ago")
+    return f"host {holder.get('host')}, pid {holder.get('pid')}, started {started}, root {holder.get('root')}, last heartbeat {ago:.0f} s ago"
 
 
 class DriverLease:
     """The lease of one study in one record, for one driver (`tracker` writes the study run's tags)."""
 
-    def __init__(self, tracker: Any, study_run_id: str, root: Path, seconds: float | None = None,
-                 note: Any = None) -> None:
+    def __init__(self, tracker: Any, study_run_id: str, root: Path, seconds: float | None = None, note: Any = None) -> None:
         self.tracker, self.run_id, self.root = tracker, study_run_id, Path(root)
         self.note = note  # told when the lease could not be renewed or removed (the driver's messages)
         self.seconds = lease_seconds() if seconds is None else seconds
         self.host, self.pid = socket.gethostname(), os.getpid()
-        self.mine = {"host": self.host, "pid": self.pid, "pid_start": process_start(self.pid), "started": time.time(),
-                     "root": str(self.root), "token": uuid.uuid4().hex}
+        self.mine = {
+            "host": self.host,
+            "pid": self.pid,
+            "pid_start": process_start(self.pid),
+            "started": time.time(),
+            "root": str(self.root),
+            "token": uuid.uuid4().hex,
+        }
         self.held = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -98,8 +102,7 @@ class DriverLease:
     def holder(self) -> dict[str, Any] | None:
         """The lease as recorded now (one query)."""
         source = self.tracker.reader.source
-        found = self.tracker.retry(lambda: source.study_run(self.tracker.experiment_id, self.tracker.study),
-                                   "read the driver lease")
+        found = self.tracker.retry(lambda: source.study_run(self.tracker.experiment_id, self.tracker.study), "read the driver lease")
         return None if found is None else parse(found[1].get(Tag.DRIVER.bare))
 
     def alive(self, holder: dict[str, Any] | None) -> bool:
@@ -118,9 +121,11 @@ class DriverLease:
             raise DriverBusy(self._busy(holder, what))
 
     def _busy(self, holder: dict[str, Any], what: str) -> str:
-        return (f"study {self.tracker.study!r} in {self.tracker.uri} is driven by another `tprbench run` "
-                f"({describe(holder)}): one driver per study per record, so this one {what}. Wait for it to end, or "
-                f"stop it (a dead driver's lease ends {self.seconds:.0f} s after its last heartbeat, at once on its own host)")
+        return (
+            f"study {self.tracker.study!r} in {self.tracker.uri} is driven by another `tprbench run` "
+            f"({describe(holder)}): one driver per study per record, so this one {what}. Wait for it to end, or "
+            f"stop it (a dead driver's lease ends {self.seconds:.0f} s after its last heartbeat, at once on its own host)"
+        )
 
     # -- holding ---------------------------------------------------------------------------------
     def acquire(self) -> None:
@@ -158,11 +163,9 @@ class DriverLease:
         self.held = False
         try:
             if (self.holder() or {}).get("token") == self.mine["token"]:
-                self.tracker.retry(lambda: self.tracker.client.delete_tag(self.run_id, Tag.DRIVER),
-                                   "remove the driver lease")
+                self.tracker.retry(lambda: self.tracker.client.delete_tag(self.run_id, Tag.DRIVER), "remove the driver lease")
         except Exception as exc:  # the store is down: the lease expires by itself
-            self._tell(f"driver lease not removed ({type(exc).__name__}: {str(exc)[:200]}); it expires "
-                       f"{self.seconds:.0f} s after its last heartbeat")
+            self._tell(f"driver lease not removed ({type(exc).__name__}: {str(exc)[:200]}); it expires {self.seconds:.0f} s after its last heartbeat")
 
     def _tell(self, text: str) -> None:
         if self.note is not None:

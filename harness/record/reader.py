@@ -69,22 +69,51 @@ class CellRecord:
     @classmethod
     def of_cell(cls, cell: Any) -> CellRecord:
         """From a harness.study.Cell (or anything with its attributes)."""
-        return cls(cell.id, cell.study, cell.label, cell.task, cell.arch, cell.unit,
-                   getattr(cell, "unit_canonical", None), cell.dim, cell.input_dim, getattr(cell, "epochs", None),
-                   getattr(cell, "data", None), dict(getattr(cell, "task_options", {}) or {}),
-                   getattr(cell, "metric", None), getattr(cell, "direction", None))
+        return cls(
+            cell.id,
+            cell.study,
+            cell.label,
+            cell.task,
+            cell.arch,
+            cell.unit,
+            getattr(cell, "unit_canonical", None),
+            cell.dim,
+            cell.input_dim,
+            getattr(cell, "epochs", None),
+            getattr(cell, "data", None),
+            dict(getattr(cell, "task_options", {}) or {}),
+            getattr(cell, "metric", None),
+            getattr(cell, "direction", None),
+        )
 
     def tags(self) -> dict[str, Any]:
         """Tags of the cell run (and, less the final params and splits, of each of its runs)."""
-        out: dict[str, Any] = {Tag.STUDY: self.study, Tag.CELL: self.cell_id, Tag.TASK: self.task, Tag.ARCH: self.arch,
-                               Tag.UNIT: self.unit, Tag.DIM: self.dim, Tag.INPUT_DIM: self.input_dim, Tag.LABEL: self.label}
+        out: dict[str, Any] = {
+            Tag.STUDY: self.study,
+            Tag.CELL: self.cell_id,
+            Tag.TASK: self.task,
+            Tag.ARCH: self.arch,
+            Tag.UNIT: self.unit,
+            Tag.DIM: self.dim,
+            Tag.INPUT_DIM: self.input_dim,
+            Tag.LABEL: self.label,
+        }
         if self.metric:
             out[Tag.METRIC], out[Tag.DIRECTION] = self.metric, self.direction
         return out
 
     def params(self) -> dict[str, Any]:
-        values = (self.unit, self.unit_canonical, self.task, self.arch, self.dim, self.input_dim, self.epochs, self.data,
-                  json.dumps(self.task_options, sort_keys=True))
+        values = (
+            self.unit,
+            self.unit_canonical,
+            self.task,
+            self.arch,
+            self.dim,
+            self.input_dim,
+            self.epochs,
+            self.data,
+            json.dumps(self.task_options, sort_keys=True),
+        )
         return dict(zip(CELL_PARAMS, values))
 
 
@@ -115,8 +144,7 @@ class RunRecord:
     @classmethod
     def from_run(cls, run: Any) -> RunRecord:
         tags = dict(run.data.tags)
-        return cls(run.info.run_id, tags.get(Tag.RUN_KEY, ""), tags.get(Tag.STATUS, ""), tags, dict(run.data.params),
-                   dict(run.data.metrics))
+        return cls(run.info.run_id, tags.get(Tag.RUN_KEY, ""), tags.get(Tag.STATUS, ""), tags, dict(run.data.params), dict(run.data.metrics))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,14 +285,12 @@ class RecordReader:
     every read is a few queries whatever their number (harness.record.sources). Ended runs go
     through the study's summary (harness.record.summary) when there is a place for it (`root`)."""
 
-    def __init__(self, tracking_uri: str, study: str, must_exist: bool = True, root: str | Path | None = None,
-                 client: Any = None) -> None:
+    def __init__(self, tracking_uri: str, study: str, must_exist: bool = True, root: str | Path | None = None, client: Any = None) -> None:
         self.uri, self.study, self.root = tracking_uri, study, root
         path = sqlite_path(tracking_uri)
         if path is not None and not path.exists():
             if must_exist:
-                raise ReportError(f"no MLflow store at {tracking_uri} ({path} does not exist): "
-                                  "check --root / --tracking-uri, or run the study first")
+                raise ReportError(f"no MLflow store at {tracking_uri} ({path} does not exist): check --root / --tracking-uri, or run the study first")
             self.source, self.experiment_id = None, None  # never create an empty SQLite file for a wrong --root
             self._summary = None
             return
@@ -275,8 +301,9 @@ class RecordReader:
         self._summary = None
 
     @classmethod
-    def of_client(cls, client: Any, tracking_uri: str, study: str, experiment_id: str | None,
-                  root: str | Path | None = None, source: Any = None) -> RecordReader:
+    def of_client(
+        cls, client: Any, tracking_uri: str, study: str, experiment_id: str | None, root: str | Path | None = None, source: Any = None
+    ) -> RecordReader:
         """A reader sharing a writer's client or source (harness.record.writer.Tracker reads through it)."""
         reader = cls.__new__(cls)
         reader.uri, reader.study, reader.root, reader.experiment_id = tracking_uri, study, root, experiment_id
@@ -288,11 +315,12 @@ class RecordReader:
         import difflib
 
         name, prefix = experiment_name(self.study), experiment_name("")
-        known = sorted(n[len(prefix):] for n in self.source.experiment_names() if n.startswith(prefix))
+        known = sorted(n[len(prefix) :] for n in self.source.experiment_names() if n.startswith(prefix))
         close = difflib.get_close_matches(self.study, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        return (f"study {self.study!r} has no record in {self.uri} (no experiment {name!r}){hint} "
-                f"(studies recorded there: {', '.join(known) or 'none'})")
+        return (
+            f"study {self.study!r} has no record in {self.uri} (no experiment {name!r}){hint} (studies recorded there: {', '.join(known) or 'none'})"
+        )
 
     @property
     def summary(self) -> Any:
@@ -368,9 +396,15 @@ class RecordReader:
                 run_ids = list(cols["run_id"])
             if keys is None:
                 wanted = set(run_ids)
-                keys = sorted({k[len("metric."):] for k, values in cols.items() if k.startswith("metric.")
-                               and per_epoch(k[len("metric."):])
-                               and any(v is not None and r in wanted for r, v in zip(cols["run_id"], values))})
+                keys = sorted(
+                    {
+                        k[len("metric.") :]
+                        for k, values in cols.items()
+                        if k.startswith("metric.")
+                        and per_epoch(k[len("metric.") :])
+                        and any(v is not None and r in wanted for r, v in zip(cols["run_id"], values))
+                    }
+                )
         run_ids, keys = sorted(set(run_ids)), list(keys)
         rows = self.source.history(run_ids, keys) if self.source is not None and run_ids and keys else []
         df = pd.DataFrame(rows, columns=["run_id", "key", "step", "value", "timestamp"])

@@ -52,8 +52,7 @@ def is_transient(exc: BaseException) -> bool:
     return name in ("OperationalError", "ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout")
 
 
-def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] | None = None,
-               window: float | None = None) -> T:
+def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] | None = None, window: float | None = None) -> T:
     """Call `fn`; on a transient store error, retry with exponential backoff (0.5 s doubling to
     8 s) for up to `window` seconds (default $TPRBENCH_STORE_RETRY_SECONDS, else 120), then raise
     StoreUnavailable naming the store and the first line of the error. `fn` must be idempotent.
@@ -77,10 +76,13 @@ def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] |
                 raise StoreUnavailable(
                     f"{what}: unavailable for {waited:.0f} s ({type(exc).__name__}: {first}); stopped. Everything "
                     f"recorded so far is kept: rerun the same command to resume (set {RETRY_ENV} to wait longer "
-                    f"than {window:.0f} s)") from exc
+                    f"than {window:.0f} s)"
+                ) from exc
             if on_retry is not None:
-                on_retry(f"{what}: {type(exc).__name__}: {first}; retrying in {min(delay, left):.1f} s "
-                         f"(unavailable for {waited:.0f} s; giving up after {window:.0f} s)")
+                on_retry(
+                    f"{what}: {type(exc).__name__}: {first}; retrying in {min(delay, left):.1f} s "
+                    f"(unavailable for {waited:.0f} s; giving up after {window:.0f} s)"
+                )
             time.sleep(min(delay, left))
             delay = min(delay * 2, 8.0)
 

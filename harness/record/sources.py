@@ -57,7 +57,7 @@ def sqlite_path(uri: str) -> Path | None:
     """The file of a `sqlite:///path` URI (None for anything else, or an in-memory database)."""
     if not uri.startswith("sqlite:"):
         return None
-    rest = uri[len("sqlite:"):]
+    rest = uri[len("sqlite:") :]
     if rest.startswith("///"):
         rest = rest[3:].split("?", 1)[0]
         return Path(rest) if rest and rest != ":memory:" else None
@@ -79,7 +79,7 @@ def empty_columns() -> Columns:
 def chunks(items: list[Any], size: int = CHUNK) -> Iterator[list[Any]]:
     """Consecutive slices of at most `size` items (an `IN (…)` list's worth of ids)."""
     for i in range(0, len(items), size):
-        yield items[i:i + size]
+        yield items[i : i + size]
 
 
 def _id_lists(ids: list[str]) -> Iterator[tuple[str, dict[str, str]]]:
@@ -133,8 +133,7 @@ class SqlSource:
         if path is not None:
             check(path)  # a damaged file stops here with one line, before anything reads half of it
             # Read-only: a reader never creates, migrates or locks the store for writing.
-            self._con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout,
-                                        check_same_thread=False)
+            self._con = sqlite3.connect(f"file:{quote(str(path))}?mode=ro", uri=True, timeout=timeout, check_same_thread=False)
         else:
             import sqlalchemy
 
@@ -160,24 +159,26 @@ class SqlSource:
 
     # -- experiments -------------------------------------------------------------------------
     def experiment_id(self, name: str) -> str | None:
-        rows = list(self.query("SELECT experiment_id FROM experiments WHERE name = :n AND lifecycle_stage = 'active'",
-                               {"n": name}))
+        rows = list(self.query("SELECT experiment_id FROM experiments WHERE name = :n AND lifecycle_stage = 'active'", {"n": name}))
         return str(rows[0][0]) if rows else None
 
     def experiment_names(self) -> list[str]:
         return [r[0] for r in self.query("SELECT name FROM experiments WHERE lifecycle_stage = 'active'")]
 
     # -- selections ----------------------------------------------------------------------------
-    def index(self, experiment_id: str, kind: str, cell_ids: Iterable[str] | None = None,
-              ended: bool = True) -> list[tuple[str, str, int, int | None]]:
+    def index(
+        self, experiment_id: str, kind: str, cell_ids: Iterable[str] | None = None, ended: bool = True
+    ) -> list[tuple[str, str, int, int | None]]:
         """(run id, status, start time, end time) of the experiment's active runs of one kind
         (ended ones only by default), of `cell_ids` when given: one scan of the experiment's runs
         of that kind, with the asked cells kept here. MLflow indexes tags by (key, run) only, not
         by value, so a database filter on cell ids (`value IN (...)`) scans the same rows again
         for every chunk of ids — 5× slower at 10,000 cells."""
         params: dict[str, Any] = {"exp": int(experiment_id), "kind": kind}
-        sql = (f"SELECT r.run_uuid, r.status, r.start_time, r.end_time, c.value FROM runs r {_KIND} AND k.value = :kind "
-               f"{_CELL} WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active'")
+        sql = (
+            f"SELECT r.run_uuid, r.status, r.start_time, r.end_time, c.value FROM runs r {_KIND} AND k.value = :kind "
+            f"{_CELL} WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active'"
+        )
         if ended:
             sql += f" AND r.status IN {_ENDED}"
         wanted = None if cell_ids is None else set(cell_ids)
@@ -187,14 +188,13 @@ class SqlSource:
     def _fill(self, b: _Builder, where: str, params: dict[str, Any], tag_names: bool = True) -> None:
         """Tags, params and latest metrics of the runs `where` lists (run ids)."""
         cut = len(PREFIX) if tag_names else 0  # every key starts with the prefix (the query says so)
-        for run_id, key, value in self.query(
-                f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) {_OUR_TAGS}", params):
+        for run_id, key, value in self.query(f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) {_OUR_TAGS}", params):
             b.set(run_id, key[cut:], value)
-        for run_id, key, value in self.query(
-                f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
+        for run_id, key, value in self.query(f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
             b.set(run_id, "param." + key, value)
         for run_id, key, value, is_nan in self.query(
-                f"SELECT m.run_uuid, m.key, m.value, m.is_nan FROM latest_metrics m WHERE m.run_uuid IN ({where})", params):
+            f"SELECT m.run_uuid, m.key, m.value, m.is_nan FROM latest_metrics m WHERE m.run_uuid IN ({where})", params
+        ):
             b.set(run_id, "metric." + key, _metric_value(value, is_nan))
 
     def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = Kind.RUN) -> Columns:
@@ -220,11 +220,9 @@ class SqlSource:
         for run_id, status, start, _end in rows:
             out[run_id] = {"run_id": run_id, "status": status, "start_time": start, "tags": {}, "params": {}}
         for where, params in _id_lists([r[0] for r in rows]):
-            for run_id, key, value in self.query(
-                    f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) {_OUR_TAGS}", params):
+            for run_id, key, value in self.query(f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) {_OUR_TAGS}", params):
                 out[run_id]["tags"][bare(key)] = value
-            for run_id, key, value in self.query(
-                    f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
+            for run_id, key, value in self.query(f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
                 out[run_id]["params"][key] = value
         return list(out.values())
 
@@ -234,15 +232,16 @@ class SqlSource:
         if not rows:
             return None
         _start, rid, status = rows[0]
-        tags = {bare(k): v for k, v in self.query("SELECT key, value FROM tags WHERE run_uuid = :r", {"r": rid})
-                if k.startswith(PREFIX)}
+        tags = {bare(k): v for k, v in self.query("SELECT key, value FROM tags WHERE run_uuid = :r", {"r": rid}) if k.startswith(PREFIX)}
         return rid, tags, status
 
     def pending(self, experiment_id: str) -> list[str]:
         """Runs a killed driver left half-written: kind `pending`, or a trial/seed run that never ended."""
-        sql = (f"SELECT r.run_uuid FROM runs r {_KIND} "
-               f"WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active' AND (k.value = '{Kind.PENDING}' OR "
-               f"(k.value = '{Kind.RUN}' AND r.status NOT IN {_ENDED}))")
+        sql = (
+            f"SELECT r.run_uuid FROM runs r {_KIND} "
+            f"WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'active' AND (k.value = '{Kind.PENDING}' OR "
+            f"(k.value = '{Kind.RUN}' AND r.status NOT IN {_ENDED}))"
+        )
         return [r[0] for r in self.query(sql, {"exp": int(experiment_id)})]
 
     def history(self, run_ids: list[str], keys: list[str]) -> list[tuple[str, str, int, float, int]]:
@@ -254,8 +253,7 @@ class SqlSource:
             return rows
         for where, ids in _id_lists(sorted(set(run_ids))):
             params = dict(kparams, **ids)
-            sql = (f"SELECT run_uuid, key, step, value, is_nan, timestamp FROM metrics WHERE key IN ({knames}) "
-                   f"AND run_uuid IN ({where})")
+            sql = f"SELECT run_uuid, key, step, value, is_nan, timestamp FROM metrics WHERE key IN ({knames}) AND run_uuid IN ({where})"
             rows += [(r, k, int(s), _metric_value(v, n), int(t)) for r, k, s, v, n, t in self.query(sql, params)]
         return rows
 
@@ -296,8 +294,7 @@ class ClientSource:
         view = ViewType.DELETED_ONLY if deleted else ViewType.ACTIVE_ONLY
         runs, token = [], None
         while True:
-            page = self.client.search_runs([experiment_id], filter_string=flt, run_view_type=view, max_results=1000,
-                                           page_token=token)
+            page = self.client.search_runs([experiment_id], filter_string=flt, run_view_type=view, max_results=1000, page_token=token)
             runs.extend(page)
             token = page.token
             if not token:
@@ -323,8 +320,7 @@ class ClientSource:
                 b.set(rid, "metric." + k, float(v))
         return b.cols
 
-    def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = Kind.RUN,
-             extra: str = "") -> Columns:
+    def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = Kind.RUN, extra: str = "") -> Columns:
         wanted = None if cell_ids is None else sorted(set(cell_ids))
         flt = kind_filter(kind)
         if wanted is not None and len(wanted) == 1:
@@ -340,9 +336,15 @@ class ClientSource:
             tags = run.data.tags
             if wanted is not None and tags.get(Tag.CELL) not in wanted:
                 continue
-            out.append({"run_id": run.info.run_id, "status": run.info.status, "start_time": run.info.start_time,
-                        "tags": {bare(k): v for k, v in tags.items() if k.startswith(PREFIX) and k != Tag.KIND},
-                        "params": dict(run.data.params)})
+            out.append(
+                {
+                    "run_id": run.info.run_id,
+                    "status": run.info.status,
+                    "start_time": run.info.start_time,
+                    "tags": {bare(k): v for k, v in tags.items() if k.startswith(PREFIX) and k != Tag.KIND},
+                    "params": dict(run.data.params),
+                }
+            )
         return out
 
     def study_run(self, experiment_id: str, study: str) -> tuple[str, dict[str, str], str] | None:
@@ -365,8 +367,7 @@ class ClientSource:
         for key in keys:
             if bulk is not None:
                 for chunk in chunks(run_ids):
-                    rows += [(m.run_id, key, int(m.step), float(m.value), int(m.timestamp))
-                             for m in bulk(chunk, key, max_results=10**9)]
+                    rows += [(m.run_id, key, int(m.step), float(m.value), int(m.timestamp)) for m in bulk(chunk, key, max_results=10**9)]
             else:
                 rows += _history_threaded(self.client, run_ids, key)
         return rows

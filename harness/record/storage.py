@@ -69,12 +69,12 @@ def _check_driver(url: str) -> None:
     try:
         parsed.get_dialect().import_dbapi()
     except NoSuchModuleError:
-        raise StorageError(f"--storage {display_url(url)}: unknown database {parsed.drivername!r} "
-                           "(use postgresql://…, mysql://… or sqlite:///…)") from None
+        raise StorageError(
+            f"--storage {display_url(url)}: unknown database {parsed.drivername!r} (use postgresql://…, mysql://… or sqlite:///…)"
+        ) from None
     except ImportError as exc:
         hint = DRIVER_HINT if parsed.get_backend_name() == "postgresql" else "install the database driver SQLAlchemy names"
-        raise StorageError(f"--storage {display_url(url)}: the database driver is not installed "
-                           f"({type(exc).__name__}: {exc}); {hint}") from None
+        raise StorageError(f"--storage {display_url(url)}: the database driver is not installed ({type(exc).__name__}: {exc}); {hint}") from None
 
 
 def repair_journal(path: str | Path) -> str | None:
@@ -123,9 +123,11 @@ def repair_journal(path: str | Path) -> str | None:
             os.fsync(fh.fileno())
     finally:
         lock.release()
-    return (f"{path}: its last record was cut off ({size - keep} bytes without an end of line: a writer stopped "
-            f"mid-line, e.g. killed or out of space); dropped it and kept the file as it was in {copy.name}. "
-            "Finished runs are in the MLflow record: a trial whose last record was torn runs again from its checkpoint")
+    return (
+        f"{path}: its last record was cut off ({size - keep} bytes without an end of line: a writer stopped "
+        f"mid-line, e.g. killed or out of space); dropped it and kept the file as it was in {copy.name}. "
+        "Finished runs are in the MLflow record: a trial whose last record was torn runs again from its checkpoint"
+    )
 
 
 def open_storage(url: str, create: bool = True, repair: bool = True, notify: Callable[[str], None] | None = None):
@@ -140,7 +142,7 @@ def open_storage(url: str, create: bool = True, repair: bool = True, notify: Cal
     from optuna.storages.journal import JournalFileBackend
 
     if url.startswith(JOURNAL_PREFIX):
-        path = url[len(JOURNAL_PREFIX):]
+        path = url[len(JOURNAL_PREFIX) :]
         if create:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         if repair and create:
@@ -151,8 +153,10 @@ def open_storage(url: str, create: bool = True, repair: bool = True, notify: Cal
             storage = optuna.storages.JournalStorage(JournalFileBackend(path))  # replays the file
             storage.get_all_studies()  # so damage is found here
         except (json.JSONDecodeError, ValueError) as exc:
-            raise JournalError(f"{path}: the Optuna journal has a damaged record ({exc}); move it aside and restore "
-                               f"a copy (docs/reliability.md: a damaged Optuna journal)") from None
+            raise JournalError(
+                f"{path}: the Optuna journal has a damaged record ({exc}); move it aside and restore "
+                f"a copy (docs/reliability.md: a damaged Optuna journal)"
+            ) from None
         return storage
     _check_driver(url)
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {}
@@ -209,14 +213,13 @@ _STATE_NAMES = {0: TrialState.RUNNING, 1: TrialState.COMPLETE, 2: TrialState.PRU
 TRIAL_ENDED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
-def read_trial_states(url: str, study_names: list[str],
-                      opened: Callable[[], Any] | None = None) -> dict[str, list[tuple[int, int, str]]]:
+def read_trial_states(url: str, study_names: list[str], opened: Callable[[], Any] | None = None) -> dict[str, list[tuple[int, int, str]]]:
     """`trial_states` of the named studies. A journal is read by `journal_trial_states` (no replay
     through Optuna; a journal that does not exist has no studies); a database through Optuna's
     tables, on the storage `opened()` gives (the driver's own), else one opened read-only here,
     which creates nothing."""
     if url.startswith(JOURNAL_PREFIX):
-        path = Path(url[len(JOURNAL_PREFIX):])
+        path = Path(url[len(JOURNAL_PREFIX) :])
         return journal_trial_states(path, study_names) if path.exists() else {}
     if opened is not None:
         return trial_states(opened(), study_names)
@@ -285,7 +288,7 @@ def _state_records(path: Path):
     prefix = b'{"op_code":'
     for i, line in enumerate(complete):
         if line.startswith(prefix):
-            op_text = line[len(prefix):len(prefix) + 3].split(b",", 1)[0]
+            op_text = line[len(prefix) : len(prefix) + 3].split(b",", 1)[0]
             if op_text.isdigit() and int(op_text) not in wanted_ops:
                 continue
         try:
@@ -293,8 +296,10 @@ def _state_records(path: Path):
         except json.JSONDecodeError as exc:
             if i == len(complete) - 1:
                 return
-            raise JournalError(f"{path}: the Optuna journal has a damaged record at line {i + 1} ({exc}); move it aside "
-                               "and restore a copy (docs/reliability.md: a damaged Optuna journal)") from None
+            raise JournalError(
+                f"{path}: the Optuna journal has a damaged record at line {i + 1} ({exc}); move it aside "
+                "and restore a copy (docs/reliability.md: a damaged Optuna journal)"
+            ) from None
 
 
 def _rdb_trial_states(storage, study_names: list[str]) -> dict[str, list[tuple[int, int, str]]]:
@@ -304,11 +309,13 @@ def _rdb_trial_states(storage, study_names: list[str]) -> dict[str, list[tuple[i
     session = storage.scoped_session()
     try:
         for i in range(0, len(study_names), 500):
-            chunk = study_names[i:i + 500]
-            rows = (session.query(models.StudyModel.study_name, models.TrialModel.number, models.TrialModel.trial_id,
-                                  models.TrialModel.state)
-                    .outerjoin(models.TrialModel, models.TrialModel.study_id == models.StudyModel.study_id)
-                    .filter(models.StudyModel.study_name.in_(chunk)).all())
+            chunk = study_names[i : i + 500]
+            rows = (
+                session.query(models.StudyModel.study_name, models.TrialModel.number, models.TrialModel.trial_id, models.TrialModel.state)
+                .outerjoin(models.TrialModel, models.TrialModel.study_id == models.StudyModel.study_id)
+                .filter(models.StudyModel.study_name.in_(chunk))
+                .all()
+            )
             for name, number, trial_id, state in rows:
                 trials = out.setdefault(name, [])
                 if trial_id is not None:

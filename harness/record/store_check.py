@@ -26,8 +26,10 @@ class StoreRefused(RuntimeError):
 
 
 def _refused(option: str, url: str, why: str) -> StoreRefused:
-    return StoreRefused(f"{option} {display_url(url)}: {why}; nothing was created or recorded (not retried: this "
-                        "store never answered). Check the address, or start the store, and rerun")
+    return StoreRefused(
+        f"{option} {display_url(url)}: {why}; nothing was created or recorded (not retried: this "
+        "store never answered). Check the address, or start the store, and rerun"
+    )
 
 
 def _first_line(exc: BaseException) -> str:
@@ -86,8 +88,7 @@ def check_tracking(uri: str) -> None:
     if len(scheme) == 1:  # a Windows drive letter is not a scheme
         scheme = ""
     if scheme not in TRACKING_SCHEMES:
-        raise _refused("--tracking-uri", uri, f"unknown scheme {scheme!r} (use sqlite:///…, postgresql://…, "
-                                              "http(s)://an MLflow server)")
+        raise _refused("--tracking-uri", uri, f"unknown scheme {scheme!r} (use sqlite:///…, postgresql://…, http(s)://an MLflow server)")
     if scheme == "sqlite":
         _sqlite_dir("--tracking-uri", uri)
     elif scheme in SQL_SCHEMES:
@@ -95,7 +96,7 @@ def check_tracking(uri: str) -> None:
     elif scheme in ("http", "https"):
         _http_contact(uri)
     elif scheme in ("file", ""):
-        path = Path(uri[len("file://"):] if scheme == "file" else uri)
+        path = Path(uri[len("file://") :] if scheme == "file" else uri)
         if not path.parent.is_dir():
             raise _refused("--tracking-uri", uri, f"the directory {path.parent} does not exist")
 
@@ -106,8 +107,11 @@ def check_storage(url: str) -> None:
         return
     scheme = scheme_of(url)
     if scheme not in SQL_SCHEMES:
-        raise _refused("--storage", url, f"unknown scheme {scheme!r} (use postgresql://…, mysql://…, sqlite:///…, "
-                                         "or leave it out for the journal file under --root)")
+        raise _refused(
+            "--storage",
+            url,
+            f"unknown scheme {scheme!r} (use postgresql://…, mysql://…, sqlite:///…, or leave it out for the journal file under --root)",
+        )
     if scheme == "sqlite":
         _sqlite_dir("--storage", url)
         return  # SQLite answers once its directory exists (the file is the storage's to create)

@@ -131,8 +131,7 @@ class Summary:
 
         if self.path is None or not self.changed:
             return
-        table = self.table.replace_schema_metadata({"tprbench.summary": str(VERSION),
-                                                    "tprbench.tombstones": json.dumps(self.tombstones)})
+        table = self.table.replace_schema_metadata({"tprbench.summary": str(VERSION), "tprbench.tombstones": json.dumps(self.tombstones)})
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         tmp_digest = self.path.with_name(f".{self.path.name}.{os.getpid()}.sha256.tmp")
         try:
@@ -196,8 +195,7 @@ def _drop(table: Any, run_ids: set[str]):
     return table.filter(pc.invert(pc.is_in(table["run_id"], value_set=pa.array(sorted(run_ids), type=pa.string()))))
 
 
-def ended_runs(source: SqlSource | ClientSource, experiment_id: str, cell_ids: list[str] | None,
-               summary: Summary) -> Columns:
+def ended_runs(source: SqlSource | ClientSource, experiment_id: str, cell_ids: list[str] | None, summary: Summary) -> Columns:
     """The ended trial/seed runs of the asked cells (all when None) as Columns, read through the
     summary: from the file what it holds and the record confirms, from the record the rest."""
     if summary.path is None:
@@ -259,4 +257,3 @@ def _same_rows(table: Any, fresh: Columns) -> bool:
     """Whether every fresh run is already held with the same end time (nothing to write)."""
     held = dict(zip(table.column("run_id").to_pylist(), table.column("end_time").to_pylist()))
     return all(held.get(r) == e for r, e in zip(fresh["run_id"], fresh["end_time"]))
-

@@ -59,8 +59,9 @@ def git_commit(cwd: str | Path | None = None) -> str:
         if head.returncode:
             return "unknown"
         outputs = [f":(top,exclude){d}" for d in OUTPUT_DIRS]
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *outputs],
-                               cwd=cwd, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top)", *outputs], cwd=cwd, capture_output=True, text=True, timeout=10
+        )
         return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"
@@ -98,8 +99,7 @@ class Tracker:
     Reads go through `self.reader` (harness.record: plain SQL on a SQL store); the MLflow client
     is created on the first write, so a rerun with nothing to write never imports MLflow."""
 
-    def __init__(self, tracking_uri: str, study: str, artifact_root: Path | None = None, create: bool = True,
-                 root: Path | None = None) -> None:
+    def __init__(self, tracking_uri: str, study: str, artifact_root: Path | None = None, create: bool = True, root: Path | None = None) -> None:
         self.uri, self.study, self.root = tracking_uri, study, root
         self.artifact_root = artifact_root
         self._client: Any = None
@@ -125,13 +125,14 @@ class Tracker:
             exp_id = with_retry(lambda: self.client.get_experiment_by_name(name), where)
             exp_id = None if exp_id is None else exp_id.experiment_id
         if exp_id is None and create:
-            exp_id = with_retry(lambda: self.client.create_experiment(
-                name, artifact_location=artifact_location(tracking_uri, artifact_root), tags=EXPERIMENT_TAGS), where)
+            exp_id = with_retry(
+                lambda: self.client.create_experiment(name, artifact_location=artifact_location(tracking_uri, artifact_root), tags=EXPERIMENT_TAGS),
+                where,
+            )
         self.experiment_id = exp_id
         if source is None and is_sql_uri(tracking_uri) and (path is None or path.exists()):
             source = SqlSource(tracking_uri)
-        self.reader = RecordReader.of_client(None if source is not None else self.client, tracking_uri, study,
-                                             exp_id, root, source=source)
+        self.reader = RecordReader.of_client(None if source is not None else self.client, tracking_uri, study, exp_id, root, source=source)
 
     @property
     def client(self) -> Any:
@@ -149,6 +150,7 @@ class Tracker:
 
     def retry(self, fn: Callable[[], T], what: str = "") -> T:
         """`fn()` with retries while the tracking store is transiently unavailable."""
+
         def note(message: str) -> None:
             self.retries += 1
             if self.on_retry is not None:
@@ -197,8 +199,11 @@ class Tracker:
         """The study run (found, else created); its git_commit tag is written only when it changes."""
         found = self.retry(lambda: self.reader.source.study_run(self.experiment_id, self.study), "find the study run")
         if found is None:
-            run_id = self.retry(lambda: self.client.create_run(
-                self.experiment_id, tags={Tag.KIND: Kind.STUDY, Tag.STUDY: self.study}, run_name=self.study).info.run_id)
+            run_id = self.retry(
+                lambda: (
+                    self.client.create_run(self.experiment_id, tags={Tag.KIND: Kind.STUDY, Tag.STUDY: self.study}, run_name=self.study).info.run_id
+                )
+            )
             recorded, self.study_run_tags, self.study_run_status = None, {}, MlflowStatus.RUNNING
         else:
             run_id, tags, self.study_run_status = found
@@ -221,11 +226,13 @@ class Tracker:
     def create_cell_run(self, cell: Any, study_run_id: str, extra_tags: dict[str, Any] | None = None) -> str:
         """A new cell run holding the cell's record (and `extra_tags`): two writes."""
         record = CellRecord.of_cell(cell)
-        tags = {Tag.KIND: Kind.CELL, Tag.STUDY: self.study, Tag.CELL: cell.id, MLFLOW_PARENT: study_run_id,
-                **record.tags(), **(extra_tags or {})}
-        run_id = self.retry(lambda: self.client.create_run(
-            self.experiment_id, tags={str(k): str(v)[:5000] for k, v in tags.items()}, run_name=cell.label).info.run_id,
-            "create a cell run")
+        tags = {Tag.KIND: Kind.CELL, Tag.STUDY: self.study, Tag.CELL: cell.id, MLFLOW_PARENT: study_run_id, **record.tags(), **(extra_tags or {})}
+        run_id = self.retry(
+            lambda: (
+                self.client.create_run(self.experiment_id, tags={str(k): str(v)[:5000] for k, v in tags.items()}, run_name=cell.label).info.run_id
+            ),
+            "create a cell run",
+        )
         self.retry(lambda: self._log(run_id, params=record.params()), "cell params")
         self._parents[f"cell/{cell.id}"] = run_id
         return run_id
@@ -290,6 +297,7 @@ class Tracker:
         trains. Readers ignore it until it has ended. A run
         left RUNNING for this key by a driver that died is deleted first. None when the key is
         already recorded (a finished result is never written twice)."""
+
         def create() -> str | None:
             for run in self.search(f"tags.`{Tag.RUN_KEY}` = '{run_key}'"):
                 if run.info.status in MLFLOW_ENDED:
@@ -297,10 +305,10 @@ class Tracker:
                         return None
                 else:
                     self.client.delete_run(run.info.run_id)
-            all_tags = {**tags, Tag.RUN_KEY: run_key, Tag.KIND: Kind.RUN, Tag.STUDY: self.study, Tag.STATUS: LIVE_STATUS,
-                        MLFLOW_PARENT: cell_run_id}
-            return self.client.create_run(self.experiment_id, start_time=_ms(start), tags={str(k): str(v) for k, v in all_tags.items()},
-                                          run_name=run_name(label, run_key)).info.run_id
+            all_tags = {**tags, Tag.RUN_KEY: run_key, Tag.KIND: Kind.RUN, Tag.STUDY: self.study, Tag.STATUS: LIVE_STATUS, MLFLOW_PARENT: cell_run_id}
+            return self.client.create_run(
+                self.experiment_id, start_time=_ms(start), tags={str(k): str(v) for k, v in all_tags.items()}, run_name=run_name(label, run_key)
+            ).info.run_id
 
         return self.retry(create, f"start {run_key}")
 
@@ -308,8 +316,9 @@ class Tracker:
         """Per-epoch metrics (epoch, metrics, wall time in seconds) of a run that is training."""
         from mlflow.entities import Metric
 
-        metrics = [Metric(k, float(v), int(ts * 1000), int(epoch)) for epoch, row, ts in rows
-                   for k, v in row.items() if k != "epoch" and v is not None]
+        metrics = [
+            Metric(k, float(v), int(ts * 1000), int(epoch)) for epoch, row, ts in rows for k, v in row.items() if k != "epoch" and v is not None
+        ]
         if metrics:
             self.retry(lambda: self._log(run_id, metrics), "log epochs")
 
@@ -322,8 +331,7 @@ class Tracker:
         self.retry(lambda: self._log(cell_run_id, tags=split_tags(valid_split, test_splits)), "set splits")
 
     # -- writing runs ----------------------------------------------------------------------
-    def _log(self, run_id: str, metrics: Iterable[Any] = (), params: dict[str, Any] | None = None,
-             tags: dict[str, Any] | None = None) -> None:
+    def _log(self, run_id: str, metrics: Iterable[Any] = (), params: dict[str, Any] | None = None, tags: dict[str, Any] | None = None) -> None:
         from mlflow.entities import Param, RunTag
 
         metrics = list(metrics)
@@ -331,16 +339,25 @@ class Tracker:
         tags_l = [RunTag(str(k), str(v)[:5000]) for k, v in (tags or {}).items()]
         i_p = i_t = i_m = 0
         while True:
-            p, t = params_l[i_p:i_p + MAX_BATCH["params"]], tags_l[i_t:i_t + MAX_BATCH["tags"]]
-            m = metrics[i_m:i_m + MAX_BATCH["metrics"] - len(p) - len(t)]  # at most 1,000 entities a batch
+            p, t = params_l[i_p : i_p + MAX_BATCH["params"]], tags_l[i_t : i_t + MAX_BATCH["tags"]]
+            m = metrics[i_m : i_m + MAX_BATCH["metrics"] - len(p) - len(t)]  # at most 1,000 entities a batch
             if not (p or t or m):
                 return
             self.client.log_batch(run_id, metrics=m, params=p, tags=t)
             i_p, i_t, i_m = i_p + len(p), i_t + len(t), i_m + len(m)
 
-    def log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                result: WorkerResult, artifact: Path | None = None, new: bool = False,
-                live_run_id: str | None = None, logged_epochs: set[int] | None = None) -> str:
+    def log_run(
+        self,
+        cell_run_id: str,
+        run_key: str,
+        tags: dict[str, Any],
+        params: dict[str, Any],
+        result: WorkerResult,
+        artifact: Path | None = None,
+        new: bool = False,
+        live_run_id: str | None = None,
+        logged_epochs: set[int] | None = None,
+    ) -> str:
         """Record one trial/seed run. Idempotent by `run_key`; returns the MLflow run id.
 
         `new=True`: the caller knows no run with this key exists (the driver read its cells'
@@ -355,14 +372,22 @@ class Tracker:
         def once() -> str:
             attempt[0] += 1
             search = live_run_id is not None or not (new and attempt[0] == 1)
-            return self._log_run(cell_run_id, run_key, tags, params, result, artifact, live_run_id,
-                                 logged_epochs or set(), search)
+            return self._log_run(cell_run_id, run_key, tags, params, result, artifact, live_run_id, logged_epochs or set(), search)
 
         return self.retry(once, f"record {run_key}")
 
-    def _log_run(self, cell_run_id: str, run_key: str, tags: dict[str, Any], params: dict[str, Any],
-                 result: WorkerResult, artifact: Path | None, live_run_id: str | None, logged_epochs: set[int],
-                 search: bool = True) -> str:
+    def _log_run(
+        self,
+        cell_run_id: str,
+        run_key: str,
+        tags: dict[str, Any],
+        params: dict[str, Any],
+        result: WorkerResult,
+        artifact: Path | None,
+        live_run_id: str | None,
+        logged_epochs: set[int],
+        search: bool = True,
+    ) -> str:
         errored, live_ok = [], False
         if search:
             for run in self.search(f"tags.`{Tag.RUN_KEY}` = '{run_key}'"):
@@ -377,17 +402,19 @@ class Tracker:
         attempt = max((carried_attempt(r.data.tags.get(Tag.STATUS), r.data.tags) for r in errored), default=0) + 1
         worker = result.worker
         end_ms = _ms(worker.get("end")) or int(time.time() * 1000)
-        all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result, end_ms, attempt,
-                                             logged_epochs if live_ok else set())
+        all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result, end_ms, attempt, logged_epochs if live_ok else set())
         if live_ok:
             run_id = live_run_id
             self._log(run_id, metrics, params=params, tags=all_tags)
         else:
             # Readers see only ended runs: one created with its tags, then given its metrics and
             # params, then ended, is either complete or invisible (and deleted by the next driver).
-            run_id = self.client.create_run(self.experiment_id, start_time=_ms(worker.get("start")),
-                                            tags={str(k): str(v)[:5000] for k, v in all_tags.items()},
-                                            run_name=run_name(str(tags.get(Tag.LABEL, "")), run_key)).info.run_id
+            run_id = self.client.create_run(
+                self.experiment_id,
+                start_time=_ms(worker.get("start")),
+                tags={str(k): str(v)[:5000] for k, v in all_tags.items()},
+                run_name=run_name(str(tags.get(Tag.LABEL, "")), run_key),
+            ).info.run_id
             self._log(run_id, metrics, params=params)
         if artifact is not None and artifact.exists():
             self.client.log_artifact(run_id, str(artifact))
@@ -396,16 +423,30 @@ class Tracker:
         self.client.set_terminated(run_id, mlflow_status(result.status), end_time=end_ms)
         return run_id
 
-    def run_payload(self, cell_run_id: str, run_key: str, tags: dict[str, Any], result: WorkerResult,
-                    now: int | None = None, attempt: int = 1, logged_epochs: set[int] | None = None,
-                    ) -> tuple[dict[str, Any], list[Any]]:
+    def run_payload(
+        self,
+        cell_run_id: str,
+        run_key: str,
+        tags: dict[str, Any],
+        result: WorkerResult,
+        now: int | None = None,
+        attempt: int = 1,
+        logged_epochs: set[int] | None = None,
+    ) -> tuple[dict[str, Any], list[Any]]:
         """(tags, metrics) of a trial/seed run record: what `log_run` and `log_bulk` write. Epoch
         metrics carry the worker's time of each epoch when it sent them (`epoch_times`), else `now`
         (ms); epochs in `logged_epochs` (logged live) are left out."""
         from mlflow.entities import Metric
 
-        all_tags = {**tags, Tag.RUN_KEY: run_key, Tag.KIND: Kind.RUN, Tag.STUDY: self.study, Tag.STATUS: result.status,
-                    Tag.ATTEMPT: attempt, MLFLOW_PARENT: cell_run_id}
+        all_tags = {
+            **tags,
+            Tag.RUN_KEY: run_key,
+            Tag.KIND: Kind.RUN,
+            Tag.STUDY: self.study,
+            Tag.STATUS: result.status,
+            Tag.ATTEMPT: attempt,
+            MLFLOW_PARENT: cell_run_id,
+        }
         if result.reason:
             all_tags[Tag.REASON] = result.reason
         now = int(time.time() * 1000) if now is None else now
@@ -434,8 +475,9 @@ class Tracker:
             self.retry(lambda r=run: self._log_one(r), "write")
 
     def _log_one(self, run: BulkRun) -> None:
-        run_id = self.client.create_run(self.experiment_id, start_time=run.start_time,
-                                        tags={str(k): str(v)[:5000] for k, v in run.tags.items()}, run_name=run.name).info.run_id
+        run_id = self.client.create_run(
+            self.experiment_id, start_time=run.start_time, tags={str(k): str(v)[:5000] for k, v in run.tags.items()}, run_name=run.name
+        ).info.run_id
         run.run_id = run_id
         self._log(run_id, run.metrics, params=run.params)
         if run.status != MlflowStatus.RUNNING:
@@ -472,27 +514,38 @@ def _bulk_sql(store: Any, experiment_id: str, runs: list[BulkRun]) -> None:
     location = store.get_experiment(experiment_id).artifact_location
     run_rows, tag_rows, param_rows, metric_rows, latest_rows = [], [], [], [], []
     for run in runs:
-        run_rows.append({"run_uuid": run.run_id, "name": run.name, "source_type": "UNKNOWN", "source_name": "",
-                         "entry_point_name": "", "user_id": "unknown", "status": run.status, "start_time": run.start_time,
-                         "end_time": run.end_time, "deleted_time": None, "source_version": "",
-                         "lifecycle_stage": "active", "artifact_uri": append_to_uri_path(location, run.run_id, "artifacts"),
-                         "experiment_id": int(experiment_id)})
+        run_rows.append(
+            {
+                "run_uuid": run.run_id,
+                "name": run.name,
+                "source_type": "UNKNOWN",
+                "source_name": "",
+                "entry_point_name": "",
+                "user_id": "unknown",
+                "status": run.status,
+                "start_time": run.start_time,
+                "end_time": run.end_time,
+                "deleted_time": None,
+                "source_version": "",
+                "lifecycle_stage": "active",
+                "artifact_uri": append_to_uri_path(location, run.run_id, "artifacts"),
+                "experiment_id": int(experiment_id),
+            }
+        )
         tags = {"mlflow.runName": run.name, **{str(k): str(v)[:5000] for k, v in run.tags.items()}}
         tag_rows += [{"key": k, "value": v, "run_uuid": run.run_id} for k, v in tags.items()]
         param_rows += [{"key": k, "value": param_text(v)[:6000], "run_uuid": run.run_id} for k, v in run.params.items()]
         latest: dict[str, dict[str, Any]] = {}
         for m in run.metrics:
             is_nan, value = _sanitize(float(m.value))
-            row = {"key": m.key, "value": value, "timestamp": m.timestamp, "step": m.step, "is_nan": is_nan,
-                   "run_uuid": run.run_id}
+            row = {"key": m.key, "value": value, "timestamp": m.timestamp, "step": m.step, "is_nan": is_nan, "run_uuid": run.run_id}
             metric_rows.append(row)
             old = latest.get(m.key)
             if old is None or (row["step"], row["timestamp"], row["value"]) > (old["step"], old["timestamp"], old["value"]):
                 latest[m.key] = row
         latest_rows += list(latest.values())
     with store.ManagedSessionMaker() as session:
-        for model, rows in ((SqlRun, run_rows), (SqlTag, tag_rows), (SqlParam, param_rows), (SqlMetric, metric_rows),
-                            (SqlLatestMetric, latest_rows)):
+        for model, rows in ((SqlRun, run_rows), (SqlTag, tag_rows), (SqlParam, param_rows), (SqlMetric, metric_rows), (SqlLatestMetric, latest_rows)):
             if rows:
                 session.execute(model.__table__.insert(), rows)
 
@@ -514,23 +567,29 @@ def _end_sql(store: Any, ends: list[tuple[str, str, dict[str, float]]], now: int
     with store.ManagedSessionMaker() as session:
         held: dict[tuple[str, str], tuple[int, int, float]] = {}
         for ids in chunks([e[0] for e in ends]):
-            found = session.execute(sa.select(latest_t.c.run_uuid, latest_t.c.key, latest_t.c.step, latest_t.c.timestamp,
-                                              latest_t.c.value).where(latest_t.c.run_uuid.in_(ids)))
+            found = session.execute(
+                sa.select(latest_t.c.run_uuid, latest_t.c.key, latest_t.c.step, latest_t.c.timestamp, latest_t.c.value).where(
+                    latest_t.c.run_uuid.in_(ids)
+                )
+            )
             held.update({(r[0], r[1]): (r[2], r[3], r[4]) for r in found})
-        newer = [r for r in rows if (r["run_uuid"], r["key"]) not in held
-                 or (r["step"], r["timestamp"], r["value"]) > held[(r["run_uuid"], r["key"])]]
+        newer = [
+            r for r in rows if (r["run_uuid"], r["key"]) not in held or (r["step"], r["timestamp"], r["value"]) > held[(r["run_uuid"], r["key"])]
+        ]
         if rows:
             session.execute(SqlMetric.__table__.insert(), rows)
         replaced = [{"r": r["run_uuid"], "k": r["key"]} for r in newer if (r["run_uuid"], r["key"]) in held]
         if replaced:
-            session.execute(latest_t.delete().where(latest_t.c.run_uuid == sa.bindparam("r"),
-                                                    latest_t.c.key == sa.bindparam("k")), replaced)
+            session.execute(latest_t.delete().where(latest_t.c.run_uuid == sa.bindparam("r"), latest_t.c.key == sa.bindparam("k")), replaced)
         if newer:
             session.execute(latest_t.insert(), newer)
         run_t = SqlRun.__table__
-        session.execute(run_t.update().where(run_t.c.run_uuid == sa.bindparam("r"), run_t.c.lifecycle_stage == "active")
-                        .values(status=sa.bindparam("s"), end_time=sa.bindparam("e")),
-                        [{"r": run_id, "s": status, "e": now} for run_id, status, _m in ends])
+        session.execute(
+            run_t.update()
+            .where(run_t.c.run_uuid == sa.bindparam("r"), run_t.c.lifecycle_stage == "active")
+            .values(status=sa.bindparam("s"), end_time=sa.bindparam("e")),
+            [{"r": run_id, "s": status, "e": now} for run_id, status, _m in ends],
+        )
 
 
 def create_sqlite_store(path: Path) -> None:

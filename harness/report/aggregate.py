@@ -31,6 +31,7 @@ BASELINES = {"lstm": 0, "gru": 1}
 
 # -- unit specs → table columns --------------------------------------------------------------
 
+
 def parse_unit(spec: str | None) -> tuple[str, dict[str, str]]:
     """`tpru[roles=32,slices=8]` → ('tpru', {'roles': '32', 'slices': '8'}); units.spec parses it
     (no torch import: the units package is lazy). A spec that does not parse is its own name."""
@@ -68,8 +69,9 @@ def unit_columns_of(names: Iterable[str] = ()) -> UnitColumns:
     UNITS.load_metas()
     builtin = list(UNITS.metas)
     declared = [_declared(n) for n in builtin + sorted(set(names) - set(builtin))]
-    return UnitColumns(tuple(dict.fromkeys(c for report, _ in declared for c in report)),
-                       tuple(dict.fromkeys(c for _, table in declared for c in table)))
+    return UnitColumns(
+        tuple(dict.fromkeys(c for report, _ in declared for c in report)), tuple(dict.fromkeys(c for _, table in declared for c in table))
+    )
 
 
 def _int_or_none(text: Any) -> int | None:
@@ -112,12 +114,21 @@ def _num(v: Any) -> float:
 
 def _sort_key(row: dict[str, Any], columns: UnitColumns) -> tuple:
     """Task, architecture, sizes, baselines first, then units by name and their report columns' numbers."""
-    return (str(row.get("task_label") or ""), str(row.get("arch") or ""), _num(row.get("dim")), _num(row.get("input_dim")),
-            BASELINES.get(row.get("unit_name"), 2), str(row.get("unit_name") or ""),
-            *(_num(row.get(c)) for c in columns.report), str(row.get("unit") or ""), str(row.get("cell_id")))
+    return (
+        str(row.get("task_label") or ""),
+        str(row.get("arch") or ""),
+        _num(row.get("dim")),
+        _num(row.get("input_dim")),
+        BASELINES.get(row.get("unit_name"), 2),
+        str(row.get("unit_name") or ""),
+        *(_num(row.get(c)) for c in columns.report),
+        str(row.get("unit") or ""),
+        str(row.get("cell_id")),
+    )
 
 
 # -- aggregation -------------------------------------------------------------------------------
+
 
 def records(frame: Any, columns: Any = None) -> list[dict[str, Any]]:
     """`frame.to_dict("records")` (of `columns` only, when given), the same values, column by
@@ -154,7 +165,7 @@ def _metric_of(runs: Any) -> str | None:
     counts: dict[str, int] = {}
     for col in runs.columns:
         if col.startswith("metric.best_valid_"):
-            counts[col[len("metric.best_valid_"):]] = int(runs[col].notna().sum())
+            counts[col[len("metric.best_valid_") :]] = int(runs[col].notna().sum())
     counts = {k: v for k, v in counts.items() if v}
     return min(counts, key=lambda k: (-counts[k], k)) if counts else None
 
@@ -263,10 +274,14 @@ def _search_stats(search: list[dict[str, Any]], metric: str, direction: str) -> 
             if (r[best_col] < best[best_col]) if direction == "minimize" else (r[best_col] > best[best_col]):
                 best = r
         best_search, best_trial = float(best[best_col]), best.get("trial")
-    return {"trials": len(search), "trials_finished": len(s_fin),
-            "trials_pruned": sum(r.get("status") == RunStatus.PRUNED for r in search),
-            "trials_failed": sum(bool(is_failure(r.get("status"))) for r in search),
-            "best_search": best_search, "best_trial": None if _is_missing(best_trial) else int(best_trial)}
+    return {
+        "trials": len(search),
+        "trials_finished": len(s_fin),
+        "trials_pruned": sum(r.get("status") == RunStatus.PRUNED for r in search),
+        "trials_failed": sum(bool(is_failure(r.get("status"))) for r in search),
+        "best_search": best_search,
+        "best_trial": None if _is_missing(best_trial) else int(best_trial),
+    }
 
 
 def _first_count(rows: list[dict[str, Any]], col: str) -> int | None:
@@ -287,7 +302,7 @@ def _summaries(finished: list[dict[str, Any]]) -> str:
     for key in names:
         vals = [float(r[key]) for r in finished if _present(r.get(key))]
         if vals:
-            out[key[len(prefix):]] = sum(vals) / len(vals)
+            out[key[len(prefix) :]] = sum(vals) / len(vals)
     return json.dumps(out, sort_keys=True)
 
 
@@ -324,8 +339,9 @@ def mean_std(vals: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(sq / (n - 1))
 
 
-def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur: list[dict[str, Any]],
-               seeds_wanted: int, table: tuple, columns: UnitColumns) -> dict:
+def _cell_base(
+    order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur: list[dict[str, Any]], seeds_wanted: int, table: tuple, columns: UnitColumns
+) -> dict:
     """The per-cell columns of the aggregated frame (shared by its split rows), from the cell's
     runs and counted runs as dicts: plain Python, since a dozen pandas operations on each
     cell's small frames cost ~40 ms a cell — minutes at 5,000 cells."""
@@ -345,19 +361,35 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
     errored_reasons = [f"seed {int(r['seed'])}: {r['reason']}" for r in errored if _present(r.get("reason"))]
     counts = cur + mine if cur else mine
     return {
-        "order": order, "cell_id": cell["cell_id"], "task": cell.get("task"), "task_label": cell["task_label"],
-        "label": cell.get("label"), "arch": cell.get("arch"), "dim": cell.get("dim"), "input_dim": cell.get("input_dim"),
-        "unit": cell.get("unit"), "unit_short": cell["unit_short"], "unit_name": cell["unit_name"],
-        "unit_canonical": cell.get("unit_canonical"), **{c: cell[c] for c in columns.report},
+        "order": order,
+        "cell_id": cell["cell_id"],
+        "task": cell.get("task"),
+        "task_label": cell["task_label"],
+        "label": cell.get("label"),
+        "arch": cell.get("arch"),
+        "dim": cell.get("dim"),
+        "input_dim": cell.get("input_dim"),
+        "unit": cell.get("unit"),
+        "unit_short": cell["unit_short"],
+        "unit_name": cell["unit_name"],
+        "unit_canonical": cell.get("unit_canonical"),
+        **{c: cell[c] for c in columns.report},
         "task_options": cell.get("task_options"),
         "summary": _summaries(valued),
-        "metric": metric, "direction": direction, "seeds_wanted": seeds_wanted, "seeds_finished": finished,
-        "seeds_failed": len(failed), "seeds_missing": len(missing), "seeds_errored": len(errored),
-        "failed_seeds": ",".join(str(int(r["seed"])) for r in failed), "missing_seeds": ",".join(map(str, missing)),
+        "metric": metric,
+        "direction": direction,
+        "seeds_wanted": seeds_wanted,
+        "seeds_finished": finished,
+        "seeds_failed": len(failed),
+        "seeds_missing": len(missing),
+        "seeds_errored": len(errored),
+        "failed_seeds": ",".join(str(int(r["seed"])) for r in failed),
+        "missing_seeds": ",".join(map(str, missing)),
         "errored_seeds": ",".join(str(int(r["seed"])) for r in errored),
-        "seeds_paused": len(paused), "paused_reasons": "; ".join(
-            f"seed {int(r['seed'])} {r['reason']}" for r in paused if _present(r.get("reason"))),
-        "failure_reasons": "; ".join(reasons), "errored_reasons": "; ".join(errored_reasons),
+        "seeds_paused": len(paused),
+        "paused_reasons": "; ".join(f"seed {int(r['seed'])} {r['reason']}" for r in paused if _present(r.get("reason"))),
+        "failure_reasons": "; ".join(reasons),
+        "errored_reasons": "; ".join(errored_reasons),
         "params_formula": _first_count(counts, "params_formula"),
         "params_total": _first_count(counts, "params_total"),
         "final_params": None if _is_missing(cell.get("final_params")) else cell.get("final_params"),
@@ -372,8 +404,20 @@ def _cell_base(order: int, cell: dict[str, Any], mine: list[dict[str, Any]], cur
 def _run_columns(frame: Any, tables: dict[str, tuple]) -> list[str]:
     """The runs' columns the per-cell statistics read (`_cell_base`, the split means): a 100k-run
     record has ~50, most of them hyperparameters no table shows."""
-    wanted = {"cell_id", "status", "phase", "seed", "trial", "git_commit", "reason",
-              "params_formula", "params_total", "metric.params_formula", "metric.params_total", "metric.best_epoch"}
+    wanted = {
+        "cell_id",
+        "status",
+        "phase",
+        "seed",
+        "trial",
+        "git_commit",
+        "reason",
+        "params_formula",
+        "params_total",
+        "metric.params_formula",
+        "metric.params_total",
+        "metric.best_epoch",
+    }
     wanted.update(col for _metric, _direction, splits in tables.values() for _split, col in splits)
     wanted.update(f"metric.best_valid_{metric}" for metric, _direction, _splits in tables.values())
     return [c for c in frame.columns if c in wanted or c.startswith("metric.test_summary_")]
@@ -416,8 +460,18 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
             vals = [float(r[col]) for r in finished if _present(r.get(col))]
             n = len(vals)
             mean, std = mean_std(vals)
-            out.append({**base, "split": split, "split_order": split_order, "metric_key": col[len("metric."):],
-                        "mean": mean, "std": std, "n": n, "by_seed": _by_seed(finished, col)})
+            out.append(
+                {
+                    **base,
+                    "split": split,
+                    "split_order": split_order,
+                    "metric_key": col[len("metric.") :],
+                    "mean": mean,
+                    "std": std,
+                    "n": n,
+                    "by_seed": _by_seed(finished, col),
+                }
+            )
     df = pd.DataFrame(out)
     if len(df):
         for col in ("dim", "input_dim", *unit_cols.report, "params_formula", "params_total", "best_trial"):
@@ -429,8 +483,19 @@ def search_frame(df: Any) -> Any:
     """Search-phase statistics, one row per cell."""
     import pandas as pd
 
-    cols = ["cell_id", "label", "metric", "trials", "trials_finished", "trials_pruned", "trials_failed",
-            "best_search", "best_trial", "final_params_hash", "final_params"]
+    cols = [
+        "cell_id",
+        "label",
+        "metric",
+        "trials",
+        "trials_finished",
+        "trials_pruned",
+        "trials_failed",
+        "best_search",
+        "best_trial",
+        "final_params_hash",
+        "final_params",
+    ]
     if df is None or not len(df):
         return pd.DataFrame(columns=cols)
     out = df.sort_values(["order"], kind="stable").drop_duplicates("cell_id")[cols].reset_index(drop=True)

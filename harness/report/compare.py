@@ -40,8 +40,27 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
 
 
-COMPARE_COLUMNS = ["label", "split", "metric", "match", "cell_id_a", "cell_id_b", "mean_a", "std_a", "n_a", "failed_a",
-                   "missing_a", "mean_b", "std_b", "n_b", "failed_b", "missing_b", "diff", "params_a", "params_b"]
+COMPARE_COLUMNS = [
+    "label",
+    "split",
+    "metric",
+    "match",
+    "cell_id_a",
+    "cell_id_b",
+    "mean_a",
+    "std_a",
+    "n_a",
+    "failed_a",
+    "missing_a",
+    "mean_b",
+    "std_b",
+    "n_b",
+    "failed_b",
+    "missing_b",
+    "diff",
+    "params_a",
+    "params_b",
+]
 ONLY_A, ONLY_B = "A only", "B only"
 
 
@@ -53,8 +72,9 @@ def _side(spec: dict[str, Any], seeds_wanted: int | None) -> Side:
         recorded = sorted({str(c) for c in runs["git_commit"].dropna()})
         runs = runs[runs["git_commit"].fillna("").astype(str).str.startswith(commit)].reset_index(drop=True)
         if not len(runs):
-            raise ReportError(f"study {name!r} in {spec['uri']}: no runs at git commit {commit!r} "
-                              f"(commits recorded: {', '.join(recorded) or 'none'})")
+            raise ReportError(
+                f"study {name!r} in {spec['uri']}: no runs at git commit {commit!r} (commits recorded: {', '.join(recorded) or 'none'})"
+            )
     seeds = seeds_wanted if seeds_wanted is not None else seeds
     if seeds is None:
         seeds = infer_seeds(runs)
@@ -92,15 +112,29 @@ def _rows(ga: dict[str, dict[str, Any]], gb: dict[str, dict[str, Any]], ida: str
     rows = []
     for split in [s for s in ga if s in gb]:
         ra, rb = ga[split], gb[split]
-        rows.append({
-            "label": ra["label"], "split": split, "metric": ra["metric"], "match": how,
-            "cell_id_a": ida, "cell_id_b": idb,
-            "mean_a": ra["mean"], "std_a": ra["std"], "n_a": int(ra["n"]),
-            "failed_a": int(ra["seeds_failed"]), "missing_a": int(ra["seeds_missing"]),
-            "mean_b": rb["mean"], "std_b": rb["std"], "n_b": int(rb["n"]),
-            "failed_b": int(rb["seeds_failed"]), "missing_b": int(rb["seeds_missing"]),
-            "diff": rb["mean"] - ra["mean"], "params_a": _params(ra), "params_b": _params(rb),
-        })
+        rows.append(
+            {
+                "label": ra["label"],
+                "split": split,
+                "metric": ra["metric"],
+                "match": how,
+                "cell_id_a": ida,
+                "cell_id_b": idb,
+                "mean_a": ra["mean"],
+                "std_a": ra["std"],
+                "n_a": int(ra["n"]),
+                "failed_a": int(ra["seeds_failed"]),
+                "missing_a": int(ra["seeds_missing"]),
+                "mean_b": rb["mean"],
+                "std_b": rb["std"],
+                "n_b": int(rb["n"]),
+                "failed_b": int(rb["seeds_failed"]),
+                "missing_b": int(rb["seeds_missing"]),
+                "diff": rb["mean"] - ra["mean"],
+                "params_a": _params(ra),
+                "params_b": _params(rb),
+            }
+        )
     return rows
 
 
@@ -115,15 +149,24 @@ def _one_side_rows(g: dict[str, dict[str, Any]], cell_id: str, which: str) -> li
     its numbers on its side, nothing on the other."""
     rows = []
     for r in g.values():
-        mine = {"mean": r["mean"], "std": r["std"], "n": int(r["n"]), "failed": int(r["seeds_failed"]),
-                "missing": int(r["seeds_missing"])}
+        mine = {"mean": r["mean"], "std": r["std"], "n": int(r["n"]), "failed": int(r["seeds_failed"]), "missing": int(r["seeds_missing"])}
         none = {"mean": float("nan"), "std": float("nan"), "n": 0, "failed": 0, "missing": 0}
         a, b = (mine, none) if which == ONLY_A else (none, mine)
-        rows.append({"label": r["label"], "split": r["split"], "metric": r["metric"], "match": which,
-                     "cell_id_a": cell_id if which == ONLY_A else "", "cell_id_b": cell_id if which == ONLY_B else "",
-                     **{f"{k}_a": v for k, v in a.items()}, **{f"{k}_b": v for k, v in b.items()},
-                     "diff": float("nan"), "params_a": _params(r) if which == ONLY_A else None,
-                     "params_b": _params(r) if which == ONLY_B else None})
+        rows.append(
+            {
+                "label": r["label"],
+                "split": r["split"],
+                "metric": r["metric"],
+                "match": which,
+                "cell_id_a": cell_id if which == ONLY_A else "",
+                "cell_id_b": cell_id if which == ONLY_B else "",
+                **{f"{k}_a": v for k, v in a.items()},
+                **{f"{k}_b": v for k, v in b.items()},
+                "diff": float("nan"),
+                "params_a": _params(r) if which == ONLY_A else None,
+                "params_b": _params(r) if which == ONLY_B else None,
+            }
+        )
     return rows
 
 
@@ -143,9 +186,14 @@ def compare_studies(a: dict[str, Any], b: dict[str, Any], seeds_wanted: int | No
     only_b = [(cid, lbl) for cid, lbl in zip(cb["cell_id"], cb["label"]) if cid not in used_b]
     rows += [row for cid, _ in only_a for row in _one_side_rows(by_a[cid], cid, ONLY_A)]
     rows += [row for cid, _ in only_b for row in _one_side_rows(by_b[cid], cid, ONLY_B)]
-    return Comparison(sa, sb, pd.DataFrame(rows, columns=COMPARE_COLUMNS),
-                      [lbl for _, lbl in only_a], [lbl for _, lbl in only_b],
-                      [n for n in (sa.note, sb.note) if n])
+    return Comparison(
+        sa,
+        sb,
+        pd.DataFrame(rows, columns=COMPARE_COLUMNS),
+        [lbl for _, lbl in only_a],
+        [lbl for _, lbl in only_b],
+        [n for n in (sa.note, sb.note) if n],
+    )
 
 
 def format_diff(diff: Any, metric: str) -> str:
@@ -168,8 +216,7 @@ def comparison_rows(result: Comparison) -> tuple[list[str], list[list[str]]]:
             label, mb = f"{r['label']} (A only)", "not in B"
         elif r["match"] == ONLY_B:
             label, ma = f"{r['label']} (B only)", "not in A"
-        rows.append([label, r["split"], ma, mb, format_diff(r["diff"], r["metric"]),
-                     _format_params(r["params_a"], r["params_b"], r["match"])])
+        rows.append([label, r["split"], ma, mb, format_diff(r["diff"], r["metric"]), _format_params(r["params_a"], r["params_b"], r["match"])])
     return columns, rows
 
 

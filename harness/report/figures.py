@@ -76,9 +76,11 @@ def _mean_curves(history: Any, run_ids: list[str], key: str) -> Any:
 
 #: Per-epoch gradient-flow panels (hparam `grad_log_batches`, tasks/analysis/gradients.py
 #: EPOCH_METRICS), drawn beside the learning curves when the runs logged them; log-scaled keys.
-GRADIENT_PANELS = [("grad_ratio_first_last", "‖∂L/∂s_1‖ / ‖∂L/∂s_T‖", 1.0),
-                   ("grad_frac_sigma_gt_1", "share of steps σ_max(J_t) > 1", 1.0),
-                   ("grad_sigma_max_mean", "mean σ_max(J_t)", 1.0)]
+GRADIENT_PANELS = [
+    ("grad_ratio_first_last", "‖∂L/∂s_1‖ / ‖∂L/∂s_T‖", 1.0),
+    ("grad_frac_sigma_gt_1", "share of steps σ_max(J_t) > 1", 1.0),
+    ("grad_sigma_max_mean", "mean σ_max(J_t)", 1.0),
+]
 LOG_PANELS = {"grad_ratio_first_last"}
 
 
@@ -121,8 +123,7 @@ def _best_rows(rows: Any, limit: int, score: str = "mean") -> Any:
     base = rows["unit_name"].isin(list(BASELINES))
     others = rows[~base & rows[score].notna()]
     ascending = str(rows.iloc[0].get("direction") or "maximize") == "minimize"
-    keep = set(rows[base].index[:limit]) | set(
-        others.sort_values(score, ascending=ascending, kind="stable").index[:max(limit - int(base.sum()), 0)])
+    keep = set(rows[base].index[:limit]) | set(others.sort_values(score, ascending=ascending, kind="stable").index[: max(limit - int(base.sum()), 0)])
     return rows[rows.index.isin(keep)]
 
 
@@ -131,8 +132,14 @@ def _legend(ax: Any, shown: int, total: int) -> None:
     if ax.lines:
         ax.legend(fontsize=7)
     if shown < total:
-        ax.text(0.0, -0.28, f"{shown} of {total} cells drawn (baselines and the best); table.csv has every cell",
-                transform=ax.transAxes, fontsize=6, va="top")
+        ax.text(
+            0.0,
+            -0.28,
+            f"{shown} of {total} cells drawn (baselines and the best); table.csv has every cell",
+            transform=ax.transAxes,
+            fontsize=6,
+            va="top",
+        )
 
 
 def _scale_axis(ax: Any, key: str) -> None:
@@ -174,8 +181,7 @@ def fig_slices(cells: Any, used: Any, history: Any) -> Any | None:
         if fam is None:
             continue
         f = g[(g["unit_name"] == fam) & g["roles"].notna() & g["slices"].notna()]
-        lines = [line for roles, rc in f.groupby("roles", sort=True) if rc["slices"].nunique() >= 2
-                 for line in _slice_lines(int(roles), rc, used)]
+        lines = [line for roles, rc in f.groupby("roles", sort=True) if rc["slices"].nunique() >= 2 for line in _slice_lines(int(roles), rc, used)]
         if len({ln[3] for ln in lines}) >= 1 and len(lines) >= 2:
             panels.append((f"{task} / {arch} / d={dim}: {fam}, slices", str(g.iloc[0]["metric"]), lines))
     return _draw(panels, history, color_by_group=True) if panels else None
@@ -187,8 +193,7 @@ def _slice_lines(roles: int, rc: Any, used: Any) -> list[tuple]:
     for i, (slices, sc) in enumerate(rc.groupby("slices", sort=True)):
         ids = list(used[used["cell_id"].isin(sc["cell_id"])]["run_id"])
         if ids:
-            lines.append((f"{roles} roles, {int(slices)} slice{'s' if slices != 1 else ''}", ids,
-                          STYLES[i % len(STYLES)], roles))
+            lines.append((f"{roles} roles, {int(slices)} slice{'s' if slices != 1 else ''}", ids, STYLES[i % len(STYLES)], roles))
     return lines
 
 
@@ -282,8 +287,7 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
     for (task, arch, dim), g in _groups(cells):
         g = g[g["cell_id"].isin(set(used["cell_id"]))].sort_values("order", kind="stable")
         drawn = _best_rows(g, MAX_LINES)  # `cells` rows are the valid split's
-        lines = [(_unit_label(r, False), list(used[used["cell_id"] == r["cell_id"]]["run_id"]))
-                 for _, r in drawn.iterrows()]
+        lines = [(_unit_label(r, False), list(used[used["cell_id"] == r["cell_id"]]["run_id"])) for _, r in drawn.iterrows()]
         lines = [ln for ln in lines if ln[1]]
         if lines:
             panels.append((f"{task} / {arch} / d={dim}", str(g.iloc[0]["metric"]), lines, len(g)))
@@ -362,8 +366,9 @@ def fig_speed(cells: Any, runs: Any, history: Any, bench: Any | None) -> Any | N
     return fig
 
 
-def make_figures(agg: Any, runs: Any, used: Any, history: Any, out_dir: Path, header: list[str],
-                 bench_csv: str | Path | None = None) -> tuple[list[Path], list[str]]:
+def make_figures(
+    agg: Any, runs: Any, used: Any, history: Any, out_dir: Path, header: list[str], bench_csv: str | Path | None = None
+) -> tuple[list[Path], list[str]]:
     """Write every figure the record supports; returns (files, notes on figures left out)."""
     import pandas as pd
 

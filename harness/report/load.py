@@ -20,8 +20,7 @@ def load_cells(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | Non
     return RecordReader(tracking_uri, study_name).cells(cell_ids)
 
 
-def load_history(tracking_uri: str, study_name: str, run_ids: Iterable[str] | None = None,
-                 keys: Iterable[str] | None = None) -> Any:
+def load_history(tracking_uri: str, study_name: str, run_ids: Iterable[str] | None = None, keys: Iterable[str] | None = None) -> Any:
     """Per-epoch metrics as a long frame: run_id, key, step (= epoch), value; sorted."""
     return RecordReader(tracking_uri, study_name).history(run_ids, keys)
 
@@ -63,8 +62,7 @@ def resolve_study(study: str) -> tuple[str, int | None, list[str] | None, str | 
     return str(name), (int(seeds) if isinstance(seeds, int) else 3), None, note
 
 
-def load_record(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None,
-                root: Any = None) -> tuple[Any, Any]:
+def load_record(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None, root: Any = None) -> tuple[Any, Any]:
     """(runs, cells) of a study, restricted to `cell_ids` when given. Raises ReportError if empty.
     `root`: the run directory, where the summary of ended runs lives — needed for a tracking
     server (a SQLite file's summary sits beside it): without one every run is read again."""
@@ -72,6 +70,7 @@ def load_record(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | No
     ids = None if cell_ids is None else list(cell_ids)
     runs, cells = reader.runs(ids), reader.cells(ids)
     if not len(cells):
-        raise ReportError(f"study {study_name!r} in {tracking_uri}: no cells recorded"
-                          + (" for the cells of this study file" if cell_ids is not None else ""))
+        raise ReportError(
+            f"study {study_name!r} in {tracking_uri}: no cells recorded" + (" for the cells of this study file" if cell_ids is not None else "")
+        )
     return runs, cells

@@ -78,7 +78,7 @@ class Measure(_Strict):
     @pydantic.model_validator(mode="after")
     def _threshold(self) -> Measure:
         if (self.over == "count_above") != (self.above is not None):
-            raise ValueError("`above` is required with over = \"count_above\" and only there")
+            raise ValueError('`above` is required with over = "count_above" and only there')
         return self
 
 
@@ -97,8 +97,14 @@ class Verdict(_Strict):
 
     @pydantic.model_validator(mode="after")
     def _needs(self) -> Verdict:
-        need = {"within": "tolerance", "at_most": "value", "at_least": "value",
-                "below_claim": "claim", "above_claim": "claim", "within_claim": "claim"}[self.rule]
+        need = {
+            "within": "tolerance",
+            "at_most": "value",
+            "at_least": "value",
+            "below_claim": "claim",
+            "above_claim": "claim",
+            "within_claim": "claim",
+        }[self.rule]
         if getattr(self, need) is None or (self.rule == "within_claim" and self.tolerance is None):
             raise ValueError(f"rule {self.rule!r} needs `{need}`" + (" and `tolerance`" if self.rule == "within_claim" else ""))
         return self
@@ -180,12 +186,12 @@ def load_claims(path: str | Path) -> ClaimsFile:
                 where = f"claim {cid or '#' + str(loc[1] + 1)!s}"
                 loc = loc[2:]
             field_ = ".".join(str(p) for p in loc)
-            problems.append(f"{where}{': ' if where and field_ else ''}{field_}: {err['msg']}" if (where or field_)
-                            else err["msg"])
+            problems.append(f"{where}{': ' if where and field_ else ''}{field_}: {err['msg']}" if (where or field_) else err["msg"])
         raise PapersError(f"claims file {path}: " + "; ".join(problems)) from None
 
 
 # -- reading the record ---------------------------------------------------------------------------
+
 
 @dataclass
 class StudyRuns:
@@ -231,14 +237,15 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
 
 # -- measures -------------------------------------------------------------------------------------
 
+
 @dataclass
 class Measured:
-    value: float | None          # None: nothing recorded yet
+    value: float | None  # None: nothing recorded yet
     text: str
     complete: bool
     progress: str = ""
     commits: list[str] = field(default_factory=list)
-    runs: int = 0                # seed runs that ended (finished or diverged); paused ones are not counted
+    runs: int = 0  # seed runs that ended (finished or diverged); paused ones are not counted
 
 
 def _matches(cell: dict[str, Any], select: dict[str, str]) -> bool:
@@ -288,13 +295,17 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
         elif v is not None and not (isinstance(v, float) and math.isnan(v)):
             by_cell.setdefault(r["cell_id"], []).append(float(v) * m.scale)
         else:
-            logged = sorted(k[len("metric."):] for k, x in r.items() if k.startswith("metric.") and x is not None
-                            and not (isinstance(x, float) and math.isnan(x)))
-            raise PapersError(f"metric {m.metric!r} is not in the record's finished run {r.get('run_key') or r.get('run_id')}"
-                              f" (it logs: {', '.join(logged)})")
+            logged = sorted(
+                k[len("metric.") :]
+                for k, x in r.items()
+                if k.startswith("metric.") and x is not None and not (isinstance(x, float) and math.isnan(x))
+            )
+            raise PapersError(
+                f"metric {m.metric!r} is not in the record's finished run {r.get('run_key') or r.get('run_id')} (it logs: {', '.join(logged)})"
+            )
     need_cells = m.cells or len(cells) or 1
     if m.over == "seeds" and len(cells) > 1:
-        raise PapersError(f"measure {m.select} selects {len(cells)} cells; over = \"seeds\" needs exactly one")
+        raise PapersError(f'measure {m.select} selects {len(cells)} cells; over = "seeds" needs exactly one')
     full = [cid for cid, n in ended.items() if n >= data.seeds]
     complete = len(full) >= need_cells
     progress = f"{len(full)} of {need_cells} cells × {data.seeds} seeds ({sum(ended.values())} runs)"
@@ -313,14 +324,14 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
         text = _fmt(mean, std, m.digits) + f" over {len(means)} tasks ({sum(map(len, by_cell.values()))} seeds{note})"
         return Measured(mean, text, complete, progress, sorted(commits), runs)
     count = sum(v > float(m.above) for v in means.values())
-    return Measured(float(count), f"{count} of {len(means)}" + (f" ({diverged} seeds diverged)" if diverged else ""),
-                    complete, progress, sorted(commits), runs)
+    return Measured(
+        float(count), f"{count} of {len(means)}" + (f" ({diverged} seeds diverged)" if diverged else ""), complete, progress, sorted(commits), runs
+    )
 
 
 # -- verdicts -------------------------------------------------------------------------------------
 
-HELD, NOT_HELD, NOT_REACHABLE, NOT_RUN, IN_PROGRESS = (
-    "held", "did not hold", "not reachable on this machine", "not yet run", "in progress")
+HELD, NOT_HELD, NOT_REACHABLE, NOT_RUN, IN_PROGRESS = ("held", "did not hold", "not reachable on this machine", "not yet run", "in progress")
 
 
 def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> str:
@@ -352,6 +363,7 @@ def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> 
 
 
 # -- the report -----------------------------------------------------------------------------------
+
 
 @dataclass
 class Row:
@@ -421,16 +433,24 @@ def markdown(claims: ClaimsFile, rows: list[Row], command: str, source: str) -> 
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
-    lines = [f"# {claims.title}", "",
-             f"Generated from the committed records by `{command}` (claims: `{source}`); do not edit by hand.",
-             "Each number under *tprbench* is read from the record of the study it links (mean ± std over seeds,",
-             "or over tasks where it says so); the budget is ours as a fraction of the paper's (data × epochs ×",
-             "size). Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".", "",
-             "| " + " | ".join(COLUMNS) + " |", "|" + "|".join(":---" for _ in COLUMNS) + "|"]
+    lines = [
+        f"# {claims.title}",
+        "",
+        f"Generated from the committed records by `{command}` (claims: `{source}`); do not edit by hand.",
+        "Each number under *tprbench* is read from the record of the study it links (mean ± std over seeds,",
+        "or over tasks where it says so); the budget is ours as a fraction of the paper's (data × epochs ×",
+        "size). Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "|".join(":---" for _ in COLUMNS) + "|",
+    ]
     for row in table_rows(rows):
         lines.append("| " + " | ".join(_md(x) for x in row) + " |")
-    notes = [(r.claim.id, r.claim.note, r.claim.budget.note if r.claim.budget else "") for r in rows
-             if r.claim.note or (r.claim.budget and r.claim.budget.note)]
+    notes = [
+        (r.claim.id, r.claim.note, r.claim.budget.note if r.claim.budget else "")
+        for r in rows
+        if r.claim.note or (r.claim.budget and r.claim.budget.note)
+    ]
     if notes:
         lines += ["", "## Notes", ""]
         for cid, note, bnote in notes:
@@ -442,15 +462,45 @@ def markdown(claims: ClaimsFile, rows: list[Row], command: str, source: str) -> 
 def csv_text(rows: list[Row]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["id", "seed", "paper", "where", "claim", "paper_value", "tprbench", "tprbench_value", "complete",
-                "budget_fraction", "verdict", "commits", "study", "record"])
+    w.writerow(
+        [
+            "id",
+            "seed",
+            "paper",
+            "where",
+            "claim",
+            "paper_value",
+            "tprbench",
+            "tprbench_value",
+            "complete",
+            "budget_fraction",
+            "verdict",
+            "commits",
+            "study",
+            "record",
+        ]
+    )
     for r in rows:
         c = r.claim
         value = "" if r.ours is None or r.ours.value is None else repr(r.ours.value)
-        w.writerow([c.id, c.seed, c.paper, c.where, c.claim, c.paper_value, r.ours.text if r.ours else "", value,
-                    "" if r.ours is None else str(r.ours.complete).lower(),
-                    "" if c.budget is None else repr(c.budget.fraction), r.verdict,
-                    " ".join(r.ours.commits) if r.ours else "", c.study or "", c.record or ""])
+        w.writerow(
+            [
+                c.id,
+                c.seed,
+                c.paper,
+                c.where,
+                c.claim,
+                c.paper_value,
+                r.ours.text if r.ours else "",
+                value,
+                "" if r.ours is None else str(r.ours.complete).lower(),
+                "" if c.budget is None else repr(c.budget.fraction),
+                r.verdict,
+                " ".join(r.ours.commits) if r.ours else "",
+                c.study or "",
+                c.record or "",
+            ]
+        )
     return buf.getvalue()
 
 

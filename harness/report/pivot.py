@@ -102,15 +102,15 @@ def _summary_rows(cols: list[_Column], splits: list[str], fail_above: float, not
         fail_row.append(_stat([float(sum(e > fail_above for e in r)) for r in runs]))
         partial = [s for s in rows if set(col.rows[s]) - set(seeds)]
         if partial:
-            notes.append(f"{col.title}: bottom rows over the {len(seeds)} run(s) complete on every task "
-                         f"({', '.join(partial)} have more seeds)")
+            notes.append(f"{col.title}: bottom rows over the {len(seeds)} run(s) complete on every task ({', '.join(partial)} have more seeds)")
         if len(rows) < len(splits):
             notes.append(f"{col.title}: bottom rows over its {len(rows)} of {len(splits)} tasks")
     return mean_row, fail_row
 
 
-def split_pivot(df: Any, references: dict[str, dict[str, str]] | None = None, fail_above: float = 5.0,
-                label: str = "babi") -> tuple[list[str], list[list[str]], list[str]] | None:
+def split_pivot(
+    df: Any, references: dict[str, dict[str, str]] | None = None, fail_above: float = 5.0, label: str = "babi"
+) -> tuple[list[str], list[list[str]], list[str]] | None:
     """(columns, rows, footnotes) of the splits × models table, or None when no cell has a qa split.
 
     Cells read "mean ± std over seeds" of the test error (%) at each cell's best epoch."""
@@ -134,8 +134,7 @@ def split_pivot(df: Any, references: dict[str, dict[str, str]] | None = None, fa
     rows.append(fail_row + [ref.get("failed", DASH) for ref in refs.values()])
     fell_back = sorted({s for c in cols for s in c.fallbacks}, key=lambda s: int(s[2:]))
     if fell_back:
-        notes.insert(0, f"¹ {', '.join(fell_back)}: trained on the 1k train file (no 10k file in the data), so not "
-                        "comparable with 10k numbers")
+        notes.insert(0, f"¹ {', '.join(fell_back)}: trained on the 1k train file (no 10k file in the data), so not comparable with 10k numbers")
     if any("†" in m for c in cols for m in c.marks.values()):
         notes.append("† some seeds of that cell diverged: mean over the finished ones")
     if any("‡" in m for c in cols for m in c.marks.values()):
@@ -154,6 +153,5 @@ def epochs_pivot(df: Any) -> tuple[list[str], list[list[str]]] | None:
     rows = []
     for split in splits:
         mark = "¹" if any(split in c.fallbacks for c in cols) else ""
-        rows.append([split + mark] + [_stat(list(c.epochs.get(split, {}).values()), 1) if c.epochs.get(split) else DASH
-                                      for c in cols])
+        rows.append([split + mark] + [_stat(list(c.epochs.get(split, {}).values()), 1) if c.epochs.get(split) else DASH for c in cols])
     return ["task"] + [c.title for c in cols], rows

@@ -112,17 +112,28 @@ def pivot_sections(df: Any) -> list[Section]:
         if made is None:
             continue
         columns, rows, notes = made
-        title = (f"{task}: test error (%) per task, mean ± std over seeds at each run's best validation epoch; seed s "
-                 "of every cell of a column is run s of that model, whose mean error and failed tasks (error > 5%) "
-                 "are then averaged over runs. arch plain = a sentence-level baseline (a unit over sentence "
-                 "vectors), not the papers' word-level LSTM")
+        title = (
+            f"{task}: test error (%) per task, mean ± std over seeds at each run's best validation epoch; seed s "
+            "of every cell of a column is run s of that model, whose mean error and failed tasks (error > 5%) "
+            "are then averaged over runs. arch plain = a sentence-level baseline (a unit over sentence "
+            "vectors), not the papers' word-level LSTM"
+        )
         out.append(Section(f"{task} per task", layout, title, columns, ["l"] + ["r"] * (len(columns) - 1), rows, notes))
         epochs = epochs_pivot(part[part["task"] == task])
         if epochs is not None:
             head, erows = epochs
-            out.append(Section(f"{task} epochs", layout, f"{task}: epochs to convergence per task: the epoch each seed "
-                               "kept (its best validation accuracy), mean ± std over the finished seeds", head,
-                               ["l"] + ["r"] * (len(head) - 1), erows, []))
+            out.append(
+                Section(
+                    f"{task} epochs",
+                    layout,
+                    f"{task}: epochs to convergence per task: the epoch each seed "
+                    "kept (its best validation accuracy), mean ± std over the finished seeds",
+                    head,
+                    ["l"] + ["r"] * (len(head) - 1),
+                    erows,
+                    [],
+                )
+            )
     return out
 
 
@@ -165,12 +176,15 @@ class _Table:
     def of(cls, part: list[dict[str, Any]], unit_cols: UnitColumns) -> _Table:
         first, cells = part[0], _by_order(part)
         layout = report_layout(first["task"])  # first: a plug-in task's module registers its metrics
-        show_input = any(int(c[0]["input_dim"]) != int(c[0]["dim"]) for c in cells
-                         if not _is_missing(c[0]["input_dim"]) and not _is_missing(c[0]["dim"]))
-        shown = [c for c in dict.fromkeys((*unit_cols.table, *layout.unit_columns))
-                 if c in layout.unit_columns or any(not _is_missing(cell[0].get(c)) for cell in cells)]
-        return cls(layout, str(first["metric"]), first.get("direction"), list(dict.fromkeys(r["split"] for r in part)),
-                   cells, show_input, shown)
+        show_input = any(
+            int(c[0]["input_dim"]) != int(c[0]["dim"]) for c in cells if not _is_missing(c[0]["input_dim"]) and not _is_missing(c[0]["dim"])
+        )
+        shown = [
+            c
+            for c in dict.fromkeys((*unit_cols.table, *layout.unit_columns))
+            if c in layout.unit_columns or any(not _is_missing(cell[0].get(c)) for cell in cells)
+        ]
+        return cls(layout, str(first["metric"]), first.get("direction"), list(dict.fromkeys(r["split"] for r in part)), cells, show_input, shown)
 
     @property
     def keys(self) -> list[str]:
@@ -201,8 +215,15 @@ class _Table:
             params = ", ".join(f"{k}={_short(v)}" for k, v in sorted(json.loads(params).items())) if params else DASH
         except (TypeError, ValueError):
             params = str(params)
-        return [str(r["label"]), f"{r['trials']}", f"{r['trials_pruned']}", f"{r['trials_failed']}",
-                _num(r["best_search"], *metric_scale(self.metric)[:2]), _count(r["best_trial"]), params]
+        return [
+            str(r["label"]),
+            f"{r['trials']}",
+            f"{r['trials_pruned']}",
+            f"{r['trials_failed']}",
+            _num(r["best_search"], *metric_scale(self.metric)[:2]),
+            _count(r["best_trial"]),
+            params,
+        ]
 
 
 def _task_section(task_label: str, part: list[dict[str, Any]], unit_cols: UnitColumns) -> Section:
@@ -218,9 +239,18 @@ def _task_section(task_label: str, part: list[dict[str, Any]], unit_cols: UnitCo
     desc = metric_scale(t.metric, t.direction)[2]
     title = f"{task_label}: {desc}, mean ± std over seeds; valid = the best epoch's validation score"
     best = _best_cells(t.cells, t.splits, len(keys), t.metric, metric_direction(t.metric, t.direction))
-    return Section(task_label, t.layout.name, title, columns, align, rows, notes,
-                   ["cell", "trials", "pruned", "failed", f"best valid {t.metric}", "best trial", "best hyperparameters"],
-                   srows, best)
+    return Section(
+        task_label,
+        t.layout.name,
+        title,
+        columns,
+        align,
+        rows,
+        notes,
+        ["cell", "trials", "pruned", "failed", f"best valid {t.metric}", "best trial", "best hyperparameters"],
+        srows,
+        best,
+    )
 
 
 def _footnotes(r: dict[str, Any]) -> list[str]:
@@ -230,21 +260,26 @@ def _footnotes(r: dict[str, Any]) -> list[str]:
     notes = []
     if r["seeds_failed"]:
         why = f"; {r['failure_reasons'][:160]}" if r["failure_reasons"] else ""
-        notes.append(f"† {where}: {r['seeds_failed']} of {r['seeds_wanted']} seeds diverged "
-                     f"(failed {_seeds(r['failed_seeds'])}{why}); mean over the {r['seeds_finished']} finished")
+        notes.append(
+            f"† {where}: {r['seeds_failed']} of {r['seeds_wanted']} seeds diverged "
+            f"(failed {_seeds(r['failed_seeds'])}{why}); mean over the {r['seeds_finished']} finished"
+        )
     if r["seeds_missing"]:
         state = "search not finished" if _is_missing(r["final_params_hash"]) else "not yet run"
-        notes.append(f"‡ {where}: {r['seeds_missing']} of {r['seeds_wanted']} seeds missing "
-                     f"({_seeds(r['missing_seeds'])}: {state})")
+        notes.append(f"‡ {where}: {r['seeds_missing']} of {r['seeds_wanted']} seeds missing ({_seeds(r['missing_seeds'])}: {state})")
     paused = int(r.get("seeds_paused") or 0)
     if paused:
-        notes.append(f"§ {where}: {paused} of {r['seeds_wanted']} seeds paused, their numbers the best "
-                     f"so far ({r['paused_reasons'][:160]}); the next `tprbench run` continues them")
+        notes.append(
+            f"§ {where}: {paused} of {r['seeds_wanted']} seeds paused, their numbers the best "
+            f"so far ({r['paused_reasons'][:160]}); the next `tprbench run` continues them"
+        )
     errored = int(r.get("seeds_errored") or 0)
     if errored:
         why = f"; {r['errored_reasons'][:160]}" if r["errored_reasons"] else ""
-        notes.append(f"‡ {where}: {errored} of {r['seeds_wanted']} seeds errored, not a result "
-                     f"({_seeds(r['errored_seeds'])}{why}); `tprbench run` retries them")
+        notes.append(
+            f"‡ {where}: {errored} of {r['seeds_wanted']} seeds errored, not a result "
+            f"({_seeds(r['errored_seeds'])}{why}); `tprbench run` retries them"
+        )
     return notes
 
 
@@ -260,14 +295,24 @@ def _short(v: Any) -> str:
 
 # -- rendering ---------------------------------------------------------------------------------
 
+
 def _md_escape(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-_TEX_SPECIAL = {"\\": r"\textbackslash{}", "{": r"\{", "}": r"\}", "_": r"\_", "%": r"\%", "&": r"\&",
-                "#": r"\#", "$": r"\$", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
-_TEX_SYMBOLS = {"±": r"$\pm$", "†": r"\textsuperscript{\dag}", "‡": r"\textsuperscript{\ddag}", "§": r"\S{}", "–": "--",
-                "×": r"$\times$", "'": "'"}
+_TEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "{": r"\{",
+    "}": r"\}",
+    "_": r"\_",
+    "%": r"\%",
+    "&": r"\&",
+    "#": r"\#",
+    "$": r"\$",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
+_TEX_SYMBOLS = {"±": r"$\pm$", "†": r"\textsuperscript{\dag}", "‡": r"\textsuperscript{\ddag}", "§": r"\S{}", "–": "--", "×": r"$\times$", "'": "'"}
 
 
 def tex_escape(text: str) -> str:
@@ -290,8 +335,7 @@ def _fmt(fmt: str) -> str:
     return f
 
 
-def make_table(df: Any, fmt: str, header: Iterable[str] | None = None, study: str | None = None,
-               secs: list[Section] | None = None) -> str:
+def make_table(df: Any, fmt: str, header: Iterable[str] | None = None, study: str | None = None, secs: list[Section] | None = None) -> str:
     """Render the aggregated frame as Markdown, LaTeX (booktabs) or CSV (raw numbers). Markdown and
     LaTeX start with the `header` lines as comments; CSV never has comment lines (it must load with
     a plain `pandas.read_csv` or a spreadsheet: provenance goes beside it). LaTeX labels name the
@@ -328,8 +372,7 @@ def tex_label(study: str | None, task_label: str) -> str:
 
 
 def _latex(sec: Section, study: str | None = None) -> list[str]:
-    lines = [f"% {sec.task_label}", r"\begin{table}[t]", r"\centering", r"\small",
-             r"\begin{tabular}{" + "".join(sec.align) + "}", r"\toprule"]
+    lines = [f"% {sec.task_label}", r"\begin{table}[t]", r"\centering", r"\small", r"\begin{tabular}{" + "".join(sec.align) + "}", r"\toprule"]
     lines.append(" & ".join(tex_escape(c) for c in sec.columns) + r" \\")
     lines.append(r"\midrule")
     prev_arch = None
@@ -343,8 +386,7 @@ def _latex(sec: Section, study: str | None = None) -> list[str]:
     caption = tex_escape(sec.title) + ("; best per column in bold." if sec.best else "")
     if sec.footnotes:
         caption += " " + " ".join(tex_escape(n) + "." for n in sec.footnotes)
-    lines += [r"\caption{" + caption + "}", r"\label{" + tex_label(study, sec.task_label) + "}",
-              r"\end{table}", ""]
+    lines += [r"\caption{" + caption + "}", r"\label{" + tex_label(study, sec.task_label) + "}", r"\end{table}", ""]
     return lines
 
 
@@ -358,9 +400,29 @@ def wide_frame(df: Any) -> Any:
     import pandas as pd
 
     unit_cols = _unit_columns_in(df).report
-    keys = ["cell_id", "label", "task", "arch", "dim", "input_dim", "unit", "unit_canonical", *unit_cols,
-            "metric", "seeds_wanted", "seeds_finished", "seeds_failed", "seeds_missing", "seeds_errored", "failed_seeds",
-            "missing_seeds", "params_formula", "params_total", "final_params", "git_commits"]
+    keys = [
+        "cell_id",
+        "label",
+        "task",
+        "arch",
+        "dim",
+        "input_dim",
+        "unit",
+        "unit_canonical",
+        *unit_cols,
+        "metric",
+        "seeds_wanted",
+        "seeds_finished",
+        "seeds_failed",
+        "seeds_missing",
+        "seeds_errored",
+        "failed_seeds",
+        "missing_seeds",
+        "params_formula",
+        "params_total",
+        "final_params",
+        "git_commits",
+    ]
     if df is None or not len(df):
         return pd.DataFrame(columns=keys)
     df = df.sort_values(["order", "split_order"], kind="stable")
@@ -383,6 +445,7 @@ def wide_frame(df: Any) -> Any:
 
 
 # -- console ---------------------------------------------------------------------------------
+
 
 def rich_tables(secs: list[Section]) -> list[Any]:
     """rich Tables (and footnote texts) for the console; unit specs escaped (they hold brackets)."""

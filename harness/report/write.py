@@ -32,21 +32,23 @@ class Report:
     cells: Any
     extra: dict[str, Any] = field(default_factory=dict)
 
+
 def commits_of(agg: Any) -> list[str]:
     return sorted({c for cs in (agg["git_commits"] if len(agg) else []) for c in str(cs).split(",") if c})
 
 
 #: What the tables' parameter columns count (`tprbench units` once showed 1,024 for the unit a
 #: table counted as 2,048, and nothing said why). provenance.txt carries it beside every table.
-PARAMS_NOTE = ("# params: the unit's weights as trained, in the task's encoder with all its layers (logic, nli and "
-               "transfer stack 2 by default: twice what `tprbench units` shows for one layer; the papers' formula, no "
-               "biases); # params (total) adds biases and extras; the embedding and classifier are not counted")
+PARAMS_NOTE = (
+    "# params: the unit's weights as trained, in the task's encoder with all its layers (logic, nli and "
+    "transfer stack 2 by default: twice what `tprbench units` shows for one layer; the papers' formula, no "
+    "biases); # params (total) adds biases and extras; the embedding and classifier are not counted"
+)
 
 
 def provenance(command: str, agg: Any) -> list[str]:
     commits = commits_of(agg)
-    return [f"Regenerate with: {command}",
-            f"From the MLflow record only; runs from git commit(s): {', '.join(commits) or 'none recorded'}"]
+    return [f"Regenerate with: {command}", f"From the MLflow record only; runs from git commit(s): {', '.join(commits) or 'none recorded'}"]
 
 
 def dirty_note(agg: Any) -> str | None:
@@ -54,13 +56,24 @@ def dirty_note(agg: Any) -> str | None:
     dirty = [c for c in commits_of(agg) if c.endswith("-dirty") or c == "unknown"]
     if not dirty:
         return None
-    return (f"runs from uncommitted code ({', '.join(dirty)}): rerun the study on a clean commit before committing this "
-            "report (`git status` must show no changes to tracked files when `tprbench run` starts)")
+    return (
+        f"runs from uncommitted code ({', '.join(dirty)}): rerun the study on a clean commit before committing this "
+        "report (`git status` must show no changes to tracked files when `tprbench run` starts)"
+    )
 
 
-def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wanted: int | None = None,
-                 cell_ids: Iterable[str] | None = None, command: str | None = None, bench_csv: str | Path | None = None,
-                 figures: bool = True, root: Any = None) -> dict[str, Any]:
+def write_report(
+    tracking_uri: str,
+    study_name: str,
+    out_dir: Path,
+    *,
+    seeds_wanted: int | None = None,
+    cell_ids: Iterable[str] | None = None,
+    command: str | None = None,
+    bench_csv: str | Path | None = None,
+    figures: bool = True,
+    root: Any = None,
+) -> dict[str, Any]:
     """Write table.md, table.tex, table.csv, search.csv and the figures under `out_dir`.
 
     Returns a `Report`.
@@ -82,20 +95,32 @@ def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wan
 
     secs = sections(agg)  # laid out once for every format (5,010 cells: ~4 s each)
     write("table.md", make_table(agg, "markdown", [f"tprbench report: study {study_name}"] + header, secs=secs))
-    write("table.tex", make_table(agg, "latex", [f"tprbench report: study {study_name}; needs \\usepackage{{booktabs}}"] + header,
-                                  study=study_name, secs=secs))
+    write(
+        "table.tex",
+        make_table(agg, "latex", [f"tprbench report: study {study_name}; needs \\usepackage{{booktabs}}"] + header, study=study_name, secs=secs),
+    )
     # CSVs load with a plain pandas.read_csv / spreadsheet: no comment lines; provenance.txt says where they come from.
     write("table.csv", make_table(agg, "csv"))
     write("search.csv", search_frame(agg).to_csv(index=False, float_format="%.10g", lineterminator="\n"))
-    write("provenance.txt", "\n".join([f"tprbench report: study {study_name}", *header,
-                                        "Files: table.md, table.tex, table.csv (one row per cell, raw numbers), search.csv "
-                                        "(search phase per cell), figures (PNG and SVG)", PARAMS_NOTE]) + "\n")
+    write(
+        "provenance.txt",
+        "\n".join(
+            [
+                f"tprbench report: study {study_name}",
+                *header,
+                "Files: table.md, table.tex, table.csv (one row per cell, raw numbers), search.csv (search phase per cell), figures (PNG and SVG)",
+                PARAMS_NOTE,
+            ]
+        )
+        + "\n",
+    )
     notes: list[str] = [n for n in [dirty_note(agg)] if n]
     if figures:
         counted = counted_runs(runs, cells, seeds_wanted)
         used = counted[counted["status"].isin([RunStatus.FINISHED, RunStatus.PAUSED])]  # paused: its epochs so far
-        history = load_history(tracking_uri, study_name, run_ids=list(used["run_id"]) + list(runs["run_id"]),
-                               keys=sorted({*_history_keys(runs), "epoch_seconds"}))
+        history = load_history(
+            tracking_uri, study_name, run_ids=list(used["run_id"]) + list(runs["run_id"]), keys=sorted({*_history_keys(runs), "epoch_seconds"})
+        )
         made, fig_notes = figs.make_figures(agg, runs, used, history, out_dir, header, bench_csv=bench_csv)
         files += made
         notes += fig_notes
@@ -103,7 +128,7 @@ def write_report(tracking_uri: str, study_name: str, out_dir: Path, *, seeds_wan
 
 
 def _history_keys(runs: Any) -> list[str]:
-    keys = {c[len("metric."):] for c in runs.columns if c.startswith("metric.")}
+    keys = {c[len("metric.") :] for c in runs.columns if c.startswith("metric.")}
     return sorted(k for k in keys if per_epoch(k) and (k.startswith(("train_", "valid_", "grad_")) or k == "epoch_seconds"))
 
 
@@ -111,18 +136,32 @@ def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
     """Cell objects (harness.study.Cell) → the frame `load_cells` returns (no final params)."""
     import pandas as pd
 
-    rows = [{"run_id": None, "cell_id": c.id, "task": c.task, "arch": c.arch, "unit": c.unit,
-             "unit_canonical": getattr(c, "unit_canonical", None), "dim": c.dim, "input_dim": c.input_dim,
-             "label": c.label, "epochs": getattr(c, "epochs", None), "data": getattr(c, "data", None),
-             "task_options": json.dumps(getattr(c, "task_options", {}), sort_keys=True, default=str),
-             "final_params_hash": None, "final_params": None,
-             # the study's metric and direction, so a table of cells not run yet is labelled as it will be
-             "metric": getattr(c, "metric", None), "direction": getattr(c, "direction", None)} for c in cells]
+    rows = [
+        {
+            "run_id": None,
+            "cell_id": c.id,
+            "task": c.task,
+            "arch": c.arch,
+            "unit": c.unit,
+            "unit_canonical": getattr(c, "unit_canonical", None),
+            "dim": c.dim,
+            "input_dim": c.input_dim,
+            "label": c.label,
+            "epochs": getattr(c, "epochs", None),
+            "data": getattr(c, "data", None),
+            "task_options": json.dumps(getattr(c, "task_options", {}), sort_keys=True, default=str),
+            "final_params_hash": None,
+            "final_params": None,
+            # the study's metric and direction, so a table of cells not run yet is labelled as it will be
+            "metric": getattr(c, "metric", None),
+            "direction": getattr(c, "direction", None),
+        }
+        for c in cells
+    ]
     return pd.DataFrame(rows, columns=[*CELL_COLUMNS, "metric", "direction"])
 
 
-def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None,
-                  reader: Any = None, agg: Any = None) -> Any:
+def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None, reader: Any = None, agg: Any = None) -> Any:
     """The aggregated table of these cells, printed to the console (end of `tprbench run`).
 
     Cells with no record yet are shown with every seed missing. Returns the aggregated frame.

@@ -48,8 +48,7 @@ class CarryLayout:
     def unflatten(self, flat: torch.Tensor) -> object:
         B = flat.shape[0]
         sizes = [int(torch.Size(s).numel()) for s in self.shapes]
-        leaves = [part.reshape(B, *shape).movedim(0, self.batch_axis)
-                  for part, shape in zip(flat.split(sizes, -1), self.shapes)]
+        leaves = [part.reshape(B, *shape).movedim(0, self.batch_axis) for part, shape in zip(flat.split(sizes, -1), self.shapes)]
         return pytree.tree_unflatten(leaves, self.spec)
 
 
@@ -88,12 +87,14 @@ def torch_rnn_step(rnn: nn.RNNBase) -> Callable[[torch.Tensor, torch.Tensor], tu
     W_ih, W_hh, b_ih, b_hh = rnn.weight_ih_l0, rnn.weight_hh_l0, rnn.bias_ih_l0, rnn.bias_hh_l0
     d = rnn.hidden_size
     if isinstance(rnn, nn.LSTM):
+
         def lstm(s: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            h, c = s[:, :d], s[:, d:]                     # the carry (h, c) flattened: h first
+            h, c = s[:, :d], s[:, d:]  # the carry (h, c) flattened: h first
             i, f, g, o = (F.linear(x, W_ih, b_ih) + F.linear(h, W_hh, b_hh)).chunk(4, -1)
             c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
             h = torch.sigmoid(o) * torch.tanh(c)
             return h, torch.cat([h, c], -1)
+
         return lstm
 
     def gru(s: torch.Tensor, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,6 +103,7 @@ def torch_rnn_step(rnn: nn.RNNBase) -> Callable[[torch.Tensor, torch.Tensor], tu
         n = torch.tanh(gx[2] + r * gh[2])
         h = (1 - z) * n + z * s
         return h, h
+
     return gru
 
 

@@ -24,14 +24,13 @@ import numpy as np
 
 @dataclass
 class VerbTypes:
-    ids: np.ndarray       # [n] vocabulary ids
-    lemma: np.ndarray     # [n]
-    xpos: np.ndarray      # [n]
-    words: np.ndarray     # [n] a written form of each type (its first)
+    ids: np.ndarray  # [n] vocabulary ids
+    lemma: np.ndarray  # [n]
+    xpos: np.ndarray  # [n]
+    words: np.ndarray  # [n] a written form of each type (its first)
 
 
-def verb_types(token_ids: np.ndarray, upos: np.ndarray, xpos: np.ndarray, lemmas: np.ndarray, words: np.ndarray,
-               known: np.ndarray) -> VerbTypes:
+def verb_types(token_ids: np.ndarray, upos: np.ndarray, xpos: np.ndarray, lemmas: np.ndarray, words: np.ndarray, known: np.ndarray) -> VerbTypes:
     """Verb types among in-vocabulary tokens, each with its most frequent (lemma, XPOS)."""
     labels: dict[int, Counter] = {}
     first: dict[int, str] = {}
@@ -41,8 +40,9 @@ def verb_types(token_ids: np.ndarray, upos: np.ndarray, xpos: np.ndarray, lemmas
         first.setdefault(t, str(words[i]))
     ids = sorted(labels)
     top = [labels[t].most_common(1)[0][0] for t in ids]
-    return VerbTypes(np.array(ids, dtype=np.int64), np.array([lem for lem, _ in top]), np.array([x for _, x in top]),
-                     np.array([first[t] for t in ids]))
+    return VerbTypes(
+        np.array(ids, dtype=np.int64), np.array([lem for lem, _ in top]), np.array([x for _, x in top]), np.array([first[t] for t in ids])
+    )
 
 
 def pair_labels(types: VerbTypes) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -82,5 +82,10 @@ def syntax_semantics_auc(vectors: np.ndarray, types: VerbTypes) -> dict[str, flo
 
 def pair_counts(types: VerbTypes) -> dict[str, int]:
     _, _, syn, sem = pair_labels(types)
-    return {"types": len(types.ids), "lemmas": len(set(types.lemma.tolist())), "syntactic_pos": int((syn == 1).sum()),
-            "semantic_pos": int((sem == 1).sum()), "negatives": int((syn == 0).sum())}
+    return {
+        "types": len(types.ids),
+        "lemmas": len(set(types.lemma.tolist())),
+        "syntactic_pos": int((syn == 1).sum()),
+        "semantic_pos": int((sem == 1).sum()),
+        "negatives": int((syn == 0).sum()),
+    }

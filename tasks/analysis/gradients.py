@@ -61,7 +61,7 @@ def output_offset(out: torch.Tensor, s: torch.Tensor) -> int | None:
     of it) ∂L/∂s_t counts the path through later steps only."""
     d = out.shape[-1]
     for o in range(s.shape[-1] - d + 1):
-        if torch.equal(s[:, o:o + d], out):
+        if torch.equal(s[:, o : o + d], out):
             return o
     return None
 
@@ -90,7 +90,7 @@ class record:
         step = step_function(self.unit, layout)
         with torch.no_grad():  # where the output sits in s (one step, not recorded)
             at = output_offset(out, s) if carry is None else output_offset(*step(s, x[:, 0]))
-        read = (lambda o, s: s[:, at:at + o.shape[1]]) if at is not None else (lambda o, s: o)  # noqa: E731
+        read = (lambda o, s: s[:, at : at + o.shape[1]]) if at is not None else (lambda o, s: o)  # noqa: E731
         outs, states = ([read(out, s)], [s]) if carry is None else ([], [])
         for t in range(start, x.shape[1]):
             out, s = step(s, x[:, t])
@@ -125,8 +125,7 @@ class record:
         self._ref.__exit__(*exc)
 
 
-def jacobians(unit: nn.Module, layout: CarryLayout, s_prev: torch.Tensor, x_t: torch.Tensor,
-              chunk: int = 256) -> torch.Tensor:
+def jacobians(unit: nn.Module, layout: CarryLayout, s_prev: torch.Tensor, x_t: torch.Tensor, chunk: int = 256) -> torch.Tensor:
     """J = ∂s_t/∂s_{t−1} [N, D, D] for N pairs (s_{t−1} [N, D], x_t [N, d_in]): jacrev per pair, vmapped."""
     from torch.func import jacrev, vmap
 
@@ -145,8 +144,7 @@ def spectrum(J: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.linalg.svdvals(J64)[:, 0], torch.linalg.eigvals(J64).abs().amax(-1)
 
 
-def candidate_overlap(unit: nn.Module, x: torch.Tensor, states: torch.Tensor,
-                      lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+def candidate_overlap(unit: nn.Module, x: torch.Tensor, states: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """TPRU family: ⟨b̃_t, b_{t−1}⟩/‖b_{t−1}‖² at real steps t ≥ 2 (b̃_t = R f_t, the candidate),
     and the largest filler max_n f_t,n at every real step and slice (Mod III's argument: softmax
     puts no penalty on extreme fillers); None for units without role matrices and fillers."""
@@ -154,14 +152,14 @@ def candidate_overlap(unit: nn.Module, x: torch.Tensor, states: torch.Tensor,
         return None
     with torch.no_grad(), reference_path(unit):
         mask = torch.arange(x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
-        f = unit.fillers(x, mask)                                   # [B, T, k, N]
+        f = unit.fillers(x, mask)  # [B, T, k, N]
         _, R = unit.role_matrices()
         cand = torch.einsum("btkn,ksn->btks", f, unit._slice_T(R)).reshape(*f.shape[:2], -1)
         if getattr(unit, "tanh_candidate", False):
             cand = torch.tanh(cand)
         prev, cur = states[:, :-1], cand[:, 1:]
         proj = (cur * prev).sum(-1) / prev.pow(2).sum(-1).clamp_min(1e-12)
-        real = (torch.arange(1, x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1))
+        real = torch.arange(1, x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
         steps = torch.arange(x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
         return proj[real], f.amax(-1)[steps].flatten()
 
@@ -170,12 +168,12 @@ def candidate_overlap(unit: nn.Module, x: torch.Tensor, states: torch.Tensor,
 class GradientStats:
     """What `tprbench gradients` reports for one unit (means over sequences / real steps)."""
 
-    grad_norm: np.ndarray           # [T] mean ‖∂L/∂s_t‖ over sequences with length ≥ t (t = 1..T)
-    grad_count: np.ndarray          # [T] how many sequences reach t
-    sigma_max: np.ndarray           # [T] mean σ_max(J_t) at step t (index 0 = t 1: NaN, no J_1)
-    sigma_all: np.ndarray           # every σ_max(J_t), all real steps t ≥ 2
-    radius_all: np.ndarray          # every spectral radius
-    update_cos: np.ndarray          # every cos(s_t − s_{t−1}, s_{t−1})
+    grad_norm: np.ndarray  # [T] mean ‖∂L/∂s_t‖ over sequences with length ≥ t (t = 1..T)
+    grad_count: np.ndarray  # [T] how many sequences reach t
+    sigma_max: np.ndarray  # [T] mean σ_max(J_t) at step t (index 0 = t 1: NaN, no J_1)
+    sigma_all: np.ndarray  # every σ_max(J_t), all real steps t ≥ 2
+    radius_all: np.ndarray  # every spectral radius
+    update_cos: np.ndarray  # every cos(s_t − s_{t−1}, s_{t−1})
     candidate_proj: np.ndarray | None  # every ⟨b̃_t, b_{t−1}⟩/‖b_{t−1}‖² (TPRU family)
     state_size: int
     filler_max: np.ndarray | None = None  # every max_n f_t,n (TPRU family, per real step and slice)
@@ -227,16 +225,16 @@ def analyse(unit: nn.Module, calls: list[Recorded], max_pairs: int = 4096) -> Gr
     sig_all, rad_all, cos_all, cand_all, fmax_all = [], [], [], [], []
     budget = max_pairs
     for c in calls:
-        S = c.stacked_states()                                       # [B, T, D]
+        S = c.stacked_states()  # [B, T, D]
         G = c.grads().detach()
         steps = S.shape[1]
-        real = torch.arange(steps).unsqueeze(0) < c.lengths.unsqueeze(1)   # [B, T]
+        real = torch.arange(steps).unsqueeze(0) < c.lengths.unsqueeze(1)  # [B, T]
         norms = G.norm(dim=-1) * real
         norm_sum[:steps] += norms.sum(0).double().numpy()
         counts[:steps] += real.sum(0).numpy()
         if steps < 2:
             continue
-        pair_real = real[:, 1:]                                      # step t ≥ 2 is real
+        pair_real = real[:, 1:]  # step t ≥ 2 is real
         prev, cur = S[:, :-1][pair_real], S[:, 1:][pair_real]
         delta = cur - prev
         cos_all.append(torch.nn.functional.cosine_similarity(delta, prev, dim=-1, eps=1e-12).double().numpy())
@@ -259,12 +257,20 @@ def analyse(unit: nn.Module, calls: list[Recorded], max_pairs: int = 4096) -> Gr
         grad_norm = norm_sum / counts
         sigma = sig_sum / sig_cnt
     cat = lambda xs: np.concatenate(xs) if xs else np.zeros(0)  # noqa: E731
-    return GradientStats(grad_norm, counts, sigma, cat(sig_all), cat(rad_all), cat(cos_all),
-                         cat(cand_all) if cand_all else None, D, cat(fmax_all) if fmax_all else None)
+    return GradientStats(
+        grad_norm,
+        counts,
+        sigma,
+        cat(sig_all),
+        cat(rad_all),
+        cat(cos_all),
+        cat(cand_all) if cand_all else None,
+        D,
+        cat(fmax_all) if fmax_all else None,
+    )
 
 
-def state_gradients(unit: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, loss_fn: Any,
-                    max_pairs: int = 4096) -> GradientStats:
+def state_gradients(unit: nn.Module, x: torch.Tensor, mask: torch.Tensor | None, loss_fn: Any, max_pairs: int = 4096) -> GradientStats:
     """The whole analysis for a bare unit: `loss_fn(outputs, state)` → scalar (tests, `--unit`)."""
     with record(unit) as rec:
         outputs, state = unit(x, mask)
@@ -273,8 +279,9 @@ def state_gradients(unit: nn.Module, x: torch.Tensor, mask: torch.Tensor | None,
     return analyse(unit, rec.calls, max_pairs)
 
 
-def on_batches(model: nn.Module, unit: nn.Module, adapter: Any, split: str, batches: int, batch_size: int,
-               max_pairs: int, device: torch.device | str = "cpu") -> GradientStats | None:
+def on_batches(
+    model: nn.Module, unit: nn.Module, adapter: Any, split: str, batches: int, batch_size: int, max_pairs: int, device: torch.device | str = "cpu"
+) -> GradientStats | None:
     """The analysis of `unit` (a layer of `model`'s encoder) on the first `batches` batches of
     `split`: the model in eval mode (no dropout: the gradient of the function it computes), the
     task's loss backpropagated batch by batch with the unit recorded. None when the split gave no
@@ -294,10 +301,9 @@ def on_batches(model: nn.Module, unit: nn.Module, adapter: Any, split: str, batc
 
 #: The per-epoch gradient summary the trainer logs when `grad_log_batches` > 0 (key in the
 #: epoch's metrics ← key of GradientStats.summary()).
-EPOCH_METRICS = {"grad_ratio_first_last": "grad_ratio_first_last", "grad_frac_sigma_gt_1": "frac_sigma_gt_1",
-                 "grad_sigma_max_mean": "sigma_max_mean"}
-EPOCH_BATCH_SIZE = 32   # sequences per batch of the per-epoch summary
-EPOCH_MAX_PAIRS = 256   # Jacobians per epoch (σ_max statistics): cheap next to an epoch
+EPOCH_METRICS = {"grad_ratio_first_last": "grad_ratio_first_last", "grad_frac_sigma_gt_1": "frac_sigma_gt_1", "grad_sigma_max_mean": "sigma_max_mean"}
+EPOCH_BATCH_SIZE = 32  # sequences per batch of the per-epoch summary
+EPOCH_MAX_PAIRS = 256  # Jacobians per epoch (σ_max statistics): cheap next to an epoch
 
 
 def first_split(split: str) -> str:
@@ -307,8 +313,7 @@ def first_split(split: str) -> str:
     return split
 
 
-def epoch_summary(model: nn.Module, adapter: Any, batches: int, device: torch.device | str = "cpu",
-                  layer: int = 1) -> dict[str, float]:
+def epoch_summary(model: nn.Module, adapter: Any, batches: int, device: torch.device | str = "cpu", layer: int = 1) -> dict[str, float]:
     """After an epoch: the gradient-flow summary of encoder layer `layer` on the first `batches`
     validation batches (EPOCH_BATCH_SIZE sequences each): first/last ‖∂L/∂s_t‖ ratio, share of
     steps with σ_max(J_t) > 1 and mean σ_max, as `EPOCH_METRICS` keys (non-finite values left out).
@@ -317,8 +322,7 @@ def epoch_summary(model: nn.Module, adapter: Any, batches: int, device: torch.de
 
     layers = encoder_layers(model)
     unit = layer_unit(layers[min(layer, len(layers)) - 1])
-    stats = on_batches(model, unit, adapter, first_split(adapter.valid_split), batches, EPOCH_BATCH_SIZE,
-                       EPOCH_MAX_PAIRS, device)
+    stats = on_batches(model, unit, adapter, first_split(adapter.valid_split), batches, EPOCH_BATCH_SIZE, EPOCH_MAX_PAIRS, device)
     if stats is None:
         return {}
     summary = stats.summary()

@@ -35,8 +35,7 @@ def purity(roles: Sequence, tags: Sequence) -> float:
     return float(m.max(0).sum() / m.sum()) if m.size else float("nan")
 
 
-def probe_accuracy(train_x: np.ndarray, train_y: Sequence, test_x: np.ndarray, test_y: Sequence,
-                   max_iter: int = 300, seed: int = 0) -> float:
+def probe_accuracy(train_x: np.ndarray, train_y: Sequence, test_x: np.ndarray, test_y: Sequence, max_iter: int = 300, seed: int = 0) -> float:
     """Accuracy of a linear probe fitted on (train_x, train_y) and scored on (test_x, test_y);
     test tags unseen in training count as errors."""
     import warnings

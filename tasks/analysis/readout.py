@@ -47,10 +47,10 @@ def read_unit(unit: nn.Module, x: torch.Tensor, mask: torch.Tensor) -> Readout:
     outputs, _ = unit(x, mask)
     kind = interface_of(unit)
     if kind == "fillers":
-        f = unit.fillers(x, mask)                          # [B, T, k, N]
+        f = unit.fillers(x, mask)  # [B, T, k, N]
         return Readout(outputs, f.flatten(2), f.argmax(-1), kind)
     if kind == "attention":
-        _a_S, a_R = unit.attention(x, mask)                # [B, T, n_R]
+        _a_S, a_R = unit.attention(x, mask)  # [B, T, n_R]
         return Readout(outputs, a_R, a_R.argmax(-1, keepdim=True), kind)
     if kind == "unbinding":
         return Readout(outputs, unit.unbinding(x, mask), None, kind)
@@ -85,5 +85,5 @@ def layer_input(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor, layer: 
 
 def hrr_filler_sets(embedding: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
     """Per filler set i, the words' Ẽ_i(w) = s_i^w F_i (HRRWordEmbedding.filler_embeddings): [N] × [V', d]."""
-    fe = embedding.filler_embeddings(ids)                # [V', N, d]
+    fe = embedding.filler_embeddings(ids)  # [V', N, d]
     return [fe[:, i] for i in range(fe.shape[1])]

@@ -53,8 +53,7 @@ from .metrics import corpus_bleu
 class SentenceAutoencoder(nn.Module):
     """Embedding (shared) → nn.LSTM encoder → plan z → decoder unit → readout over the vocabulary."""
 
-    def __init__(self, decoder: str, vocab_size: int, dim: int, input_dim: int, encoder_dim: int,
-                 dropout: float, readout: str = "tied") -> None:
+    def __init__(self, decoder: str, vocab_size: int, dim: int, input_dim: int, encoder_dim: int, dropout: float, readout: str = "tied") -> None:
         super().__init__()
         resolved = units.resolve(decoder, dim)
         if resolved.bidirectional:
@@ -67,8 +66,10 @@ class SentenceAutoencoder(nn.Module):
         if self.conditioning == "initial_carry":
             given = spec.option_dict.get("plan_size")
             if given is not None and int(given) != encoder_dim:
-                raise TaskError(f"autoencode: decoder {decoder!r} has plan_size={given} but the plan vector has "
-                                f"{encoder_dim} entries (encoder_dim); leave plan_size out, the task sets it")
+                raise TaskError(
+                    f"autoencode: decoder {decoder!r} has plan_size={given} but the plan vector has "
+                    f"{encoder_dim} entries (encoder_dim); leave plan_size out, the task sets it"
+                )
             spec = spec.with_options(plan_size=encoder_dim)
             self.plan_input = None
         else:
@@ -144,8 +145,7 @@ class AutoencodeTask(AutoencodeMeta, TaskAdapter):
 
     def check_data(self) -> Path | None:
         """The corpus folder (None: the default under the data root), checked: `prepare` reads it here."""
-        return corpus_folder(self.data, "autoencode", "PTB/WikiText-2", "${TPRBENCH_DATA}/ptb",
-                             corpus_files(self.options.corpus))
+        return corpus_folder(self.data, "autoencode", "PTB/WikiText-2", "${TPRBENCH_DATA}/ptb", corpus_files(self.options.corpus))
 
     def prepare(self) -> None:
         data_dir = self.check_data()
@@ -169,14 +169,13 @@ class AutoencodeTask(AutoencodeMeta, TaskAdapter):
     @staticmethod
     def _batch(sentences: SentenceSplit, indices: list[int]) -> dict[str, torch.Tensor]:
         b = sentences.batch(indices)
-        return {"enc_input": b.enc_input, "enc_mask": b.enc_mask, "dec_input": b.dec_input,
-                "dec_target": b.dec_target, "dec_mask": b.dec_mask}
+        return {"enc_input": b.enc_input, "enc_mask": b.enc_mask, "dec_input": b.dec_input, "dec_target": b.dec_target, "dec_mask": b.dec_mask}
 
     def train_batches(self, batch_size: int, generator: torch.Generator, epoch: int) -> Iterator[dict[str, torch.Tensor]]:
         sentences = self.sentences["train"]
         order = torch.randperm(len(sentences), generator=generator).tolist()
         for i in range(0, len(order), batch_size):
-            yield self._batch(sentences, order[i:i + batch_size])
+            yield self._batch(sentences, order[i : i + batch_size])
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         size = self.options.eval_batch_size
@@ -191,17 +190,20 @@ class AutoencodeTask(AutoencodeMeta, TaskAdapter):
     # -- model, loss, metrics -----------------------------------------------------------------
     def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
         self.check_arch(arch)
-        return SentenceAutoencoder(unit, self.corpus.vocab_size, dim, input_dim, self.options.encoder_dim or dim,
-                                   hparams.dropout, self.options.readout)
+        return SentenceAutoencoder(
+            unit, self.corpus.vocab_size, dim, input_dim, self.options.encoder_dim or dim, hparams.dropout, self.options.readout
+        )
 
     def report_notes(self, arch: str) -> list[str]:
         o = self.options
-        return [f"substitute task for TPGN's image captioning: {o.corpus} sentences of ≤ {o.max_len} words → LSTM "
-                f"encoder → plan vector → decoder regenerates the sentence",
-                "conditioning: tpgn's initial_carry (the plan starts S); other decoders read the plan as their first "
-                "input step (Show and Tell's wiring; a deviation from 'the plan initialises the state')",
-                f"readout: {'Linear(d, d_embed) + decoder tied to the embedding' if o.readout == 'tied' else 'Linear(d, V)'}; "
-                "BLEU: greedy decoding, corpus BLEU-1..4 (sacrebleu), one reference (the input sentence)"]
+        return [
+            f"substitute task for TPGN's image captioning: {o.corpus} sentences of ≤ {o.max_len} words → LSTM "
+            f"encoder → plan vector → decoder regenerates the sentence",
+            "conditioning: tpgn's initial_carry (the plan starts S); other decoders read the plan as their first "
+            "input step (Show and Tell's wiring; a deviation from 'the plan initialises the state')",
+            f"readout: {'Linear(d, d_embed) + decoder tied to the embedding' if o.readout == 'tied' else 'Linear(d, V)'}; "
+            "BLEU: greedy decoding, corpus BLEU-1..4 (sacrebleu), one reference (the input sentence)",
+        ]
 
     def loss(self, model: nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, float]]:
         logits = model(batch["enc_input"], batch["enc_mask"], batch["dec_input"])
@@ -237,10 +239,14 @@ class AutoencodeTask(AutoencodeMeta, TaskAdapter):
 
     def describe(self) -> dict[str, Any]:
         self.prepare()
-        return {"corpus": self.corpus.name, "vocab": self.corpus.vocab_size, "max_len": self.corpus.max_len,
-                **{f"{s}_sentences": len(v) for s, v in self.sentences.items()},
-                **{f"{s}_dropped": n for s, n in self.corpus.n_dropped.items()},
-                **{f"{s}_unk_added": n for s, n in self.n_unk_added.items()}}
+        return {
+            "corpus": self.corpus.name,
+            "vocab": self.corpus.vocab_size,
+            "max_len": self.corpus.max_len,
+            **{f"{s}_sentences": len(v) for s, v in self.sentences.items()},
+            **{f"{s}_dropped": n for s, n in self.corpus.n_dropped.items()},
+            **{f"{s}_unk_added": n for s, n in self.n_unk_added.items()},
+        }
 
 
 def _limit_vocab(corpus: Any, size: int | None) -> dict[str, int]:

@@ -66,7 +66,7 @@ class SentenceSplit:
         if not -len(self) <= i < len(self):
             raise IndexError(f"sentence {i} out of range ({len(self)} sentences)")
         i %= len(self)
-        return self.ids[self.offsets[i]:self.offsets[i + 1]]
+        return self.ids[self.offsets[i] : self.offsets[i + 1]]
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -119,12 +119,12 @@ class SentenceCorpus:
 class SentenceBatch:
     """One padded batch (B sentences, L = longest sentence's word count)."""
 
-    enc_input: torch.Tensor   # [B, L]      w_1 … w_n, <pad>
-    enc_mask: torch.Tensor    # [B, L]      True at the n real words
-    dec_input: torch.Tensor   # [B, L + 1]  <bos> w_1 … w_n, <pad>
+    enc_input: torch.Tensor  # [B, L]      w_1 … w_n, <pad>
+    enc_mask: torch.Tensor  # [B, L]      True at the n real words
+    dec_input: torch.Tensor  # [B, L + 1]  <bos> w_1 … w_n, <pad>
     dec_target: torch.Tensor  # [B, L + 1]  w_1 … w_n <eos>, <pad>
-    dec_mask: torch.Tensor    # [B, L + 1]  True at the n + 1 real steps
-    lengths: torch.Tensor     # [B]         n (words, no specials)
+    dec_mask: torch.Tensor  # [B, L + 1]  True at the n + 1 real steps
+    lengths: torch.Tensor  # [B]         n (words, no specials)
 
 
 def collate(sentences: Sequence[torch.Tensor]) -> SentenceBatch:
@@ -142,16 +142,16 @@ def collate(sentences: Sequence[torch.Tensor]) -> SentenceBatch:
     for b, s in enumerate(sentences):
         n = s.numel()
         enc[b, :n] = s
-        dec_in[b, 1:n + 1] = s
+        dec_in[b, 1 : n + 1] = s
         dec_out[b, :n] = s
         dec_out[b, n] = EOS_ID
     steps = torch.arange(L + 1).unsqueeze(0)
-    return SentenceBatch(enc, steps[:, :L] < lengths.unsqueeze(1), dec_in, dec_out, steps < (lengths + 1).unsqueeze(1),
-                         lengths)
+    return SentenceBatch(enc, steps[:, :L] < lengths.unsqueeze(1), dec_in, dec_out, steps < (lengths + 1).unsqueeze(1), lengths)
 
 
-def load_sentences(corpus: str = "ptb", data_dir: str | Path | None = None,
-                   files: dict[str, str | Path] | None = None, max_len: int = 30) -> SentenceCorpus:
+def load_sentences(
+    corpus: str = "ptb", data_dir: str | Path | None = None, files: dict[str, str | Path] | None = None, max_len: int = 30
+) -> SentenceCorpus:
     """Load a corpus as sentences of 1 … max_len words.
 
     corpus: ``ptb`` (one sentence per line) | ``wikitext2`` (paragraphs cut into sentences).
@@ -176,8 +176,7 @@ def load_sentences(corpus: str = "ptb", data_dir: str | Path | None = None,
             else:
                 kept.append(words)
         if not kept:
-            raise DataError(f"{path}: no sentence of 1..{max_len} words in split {split!r} "
-                            f"({dropped} longer, {empty} empty)")
+            raise DataError(f"{path}: no sentence of 1..{max_len} words in split {split!r} ({dropped} longer, {empty} empty)")
         texts[split], n_dropped[split], n_empty[split] = kept, dropped, empty
 
     counts: collections.Counter = collections.Counter(w for words in texts["train"] for w in words)
@@ -189,8 +188,7 @@ def load_sentences(corpus: str = "ptb", data_dir: str | Path | None = None,
         n_oov[split] = sum(1 for words in sentences for w in words if w not in stoi)
         lengths = torch.tensor([0] + [len(words) for words in sentences], dtype=torch.long)
         splits[split] = SentenceSplit(torch.tensor(ids, dtype=torch.long), lengths.cumsum(0))
-    return SentenceCorpus(corpus, vocab, splits, max_len, n_dropped, n_empty, n_oov,
-                          {s: str(p) for s, p in paths.items()})
+    return SentenceCorpus(corpus, vocab, splits, max_len, n_dropped, n_empty, n_oov, {s: str(p) for s, p in paths.items()})
 
 
 def _sentences(corpus: str, path: Path) -> Iterator[list[str]]:
@@ -205,7 +203,7 @@ def _sentences(corpus: str, path: Path) -> Iterator[list[str]]:
         start = 0
         for i, w in enumerate(words):
             if w in SENTENCE_END:
-                yield words[start:i + 1]
+                yield words[start : i + 1]
                 start = i + 1
         if start < len(words):
             yield words[start:]

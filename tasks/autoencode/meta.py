@@ -20,12 +20,13 @@ class AutoencodeOptions(pydantic.BaseModel):
     max_len: int = pydantic.Field(30, ge=1, description="sentences of 1..max_len words are kept (longer ones dropped)")
     max_train_sentences: int | None = pydantic.Field(None, ge=1, description="use only the first N train sentences (CPU runs)")
     max_eval_sentences: int | None = pydantic.Field(None, ge=1, description="use only the first N valid/test sentences")
-    max_vocab: int | None = pydantic.Field(None, ge=5, description="keep the N most frequent train words (specials "
-                                                                   "included), the rest become <unk> (CPU runs)")
+    max_vocab: int | None = pydantic.Field(
+        None, ge=5, description="keep the N most frequent train words (specials included), the rest become <unk> (CPU runs)"
+    )
     encoder_dim: int | None = pydantic.Field(None, ge=1, description="encoder LSTM size = plan vector size (None: = dim)")
     readout: Literal["tied", "full"] = pydantic.Field(
-        "tied", description="tied: Linear(width, d_embed) + decoder tied to the embedding (as lm); full: Linear(width, V), "
-                            "the paper's W_x")
+        "tied", description="tied: Linear(width, d_embed) + decoder tied to the embedding (as lm); full: Linear(width, V), the paper's W_x"
+    )
     eval_batch_size: int = pydantic.Field(64, ge=1)
     bleu: bool = pydantic.Field(True, description="greedy-decode every evaluated split for BLEU-1..4")
 
@@ -34,8 +35,10 @@ class AutoencodeOptions(pydantic.BaseModel):
 class AutoencodeMeta(TaskMeta):
     archs = ("seq2seq",)
     Options = AutoencodeOptions
-    layouts = ("PTB folder (ptb.train.txt, ptb.valid.txt, ptb.test.txt: one sentence per line) or WikiText-2 folder "
-               "(paragraphs cut after . ? !); sentences of 1..max_len words")
+    layouts = (
+        "PTB folder (ptb.train.txt, ptb.valid.txt, ptb.test.txt: one sentence per line) or WikiText-2 folder "
+        "(paragraphs cut after . ? !); sentences of 1..max_len words"
+    )
     metric = "ppl"
     metrics = ("loss", "ppl", *(f"bleu{n}" for n in BLEU_ORDERS))
     defaults = {"lr": 1e-3, "batch_size": 32, "clip": 5.0, "dropout": 0.0, "schedule": "none"}

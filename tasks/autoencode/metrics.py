@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from sacrebleu.metrics import BLEU
 
 
-def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]],
-                max_order: int = 4) -> dict[str, float]:
+def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[str]], max_order: int = 4) -> dict[str, float]:
     """{"bleu1": …, …, f"bleu{max_order}": …} for token lists, one reference per hypothesis."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
@@ -37,5 +36,6 @@ def corpus_bleu(hypotheses: Sequence[Sequence[str]], references: Sequence[Sequen
                 raise ValueError(f"{what} {i} must be a list of non-empty tokens without spaces, got {seq!r}")
     hyp = [" ".join(h) for h in hypotheses]
     ref = [[" ".join(r) for r in references]]  # sacrebleu: a list of reference streams
-    return {f"bleu{n}": BLEU(tokenize="none", smooth_method="none", max_ngram_order=n).corpus_score(hyp, ref).score / 100
-            for n in range(1, max_order + 1)}
+    return {
+        f"bleu{n}": BLEU(tokenize="none", smooth_method="none", max_ngram_order=n).corpus_score(hyp, ref).score / 100 for n in range(1, max_order + 1)
+    }

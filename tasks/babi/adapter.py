@@ -60,8 +60,9 @@ class BabiTask(BabiMeta, TaskAdapter):
 
     def prepare(self) -> None:
         opts = self.options
-        self.babi: BabiData = load_babi(opts.tasks, opts.size, self._data_dir(), opts.valid_fraction, opts.max_story,
-                                        opts.fallback_1k, cache_dir=Path(self.cache_dir) / "babi")
+        self.babi: BabiData = load_babi(
+            opts.tasks, opts.size, self._data_dir(), opts.valid_fraction, opts.max_story, opts.fallback_1k, cache_dir=Path(self.cache_dir) / "babi"
+        )
 
     @property
     def valid_split(self) -> str:
@@ -75,14 +76,14 @@ class BabiTask(BabiMeta, TaskAdapter):
         split = self.babi["train"]
         order = torch.randperm(len(split), generator=generator)
         for start in range(0, len(order), batch_size):
-            yield split.batch(order[start:start + batch_size])
+            yield split.batch(order[start : start + batch_size])
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         def make() -> Iterator[dict[str, torch.Tensor]]:
             data = self.babi[split]
             order = torch.argsort(data.length, stable=True)  # similar lengths together: less padding, same counts
             for start in range(0, len(order), batch_size):
-                yield data.batch(order[start:start + batch_size])
+                yield data.batch(order[start : start + batch_size])
 
         return self.cached_eval_batches(split, batch_size, make)
 
@@ -92,9 +93,11 @@ class BabiTask(BabiMeta, TaskAdapter):
         if self.options.symbol_size == "input_dim":
             return input_dim
         if input_dim != dim:
-            raise TaskError(f"babi symbol_size='vocab' sets the sentence vector size to the vocabulary size "
-                            f"({self.babi.vocab_size}); input_dim={input_dim} would be unused: leave matrix.input_dim "
-                            "out, or set the task option symbol_size = 'input_dim'")
+            raise TaskError(
+                f"babi symbol_size='vocab' sets the sentence vector size to the vocabulary size "
+                f"({self.babi.vocab_size}); input_dim={input_dim} would be unused: leave matrix.input_dim "
+                "out, or set the task option symbol_size = 'input_dim'"
+            )
         return self.babi.vocab_size
 
     def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
@@ -102,15 +105,16 @@ class BabiTask(BabiMeta, TaskAdapter):
         self.check_unit(arch, unit)
         self.prepare()
         if hparams.mlp_hidden is not None:
-            raise TaskError(f"babi: mlp_hidden={hparams.mlp_hidden} would be unused (TPR-RNN's MLP size is the tpr3 "
-                            "option mlp_hidden; the plain baseline reads out linearly)")
+            raise TaskError(
+                f"babi: mlp_hidden={hparams.mlp_hidden} would be unused (TPR-RNN's MLP size is the tpr3 "
+                "option mlp_hidden; the plain baseline reads out linearly)"
+            )
         S = self.symbol_size(dim, input_dim)
         V, L = self.babi.vocab_size, self.babi.max_words
         embed_init = getattr(hparams, "embed_init", BabiHParams.model_fields["embed_init"].default)
         if arch == "tpr-rnn":
             if hparams.dropout:
-                raise TaskError(f"babi arch 'tpr-rnn' has no dropout (the paper's model); dropout={hparams.dropout} "
-                                "would be unused")
+                raise TaskError(f"babi arch 'tpr-rnn' has no dropout (the paper's model); dropout={hparams.dropout} would be unused")
             return TPRRNNModel(unit, dim, V, L, S, embed_init)
         return SentenceModel(unit, dim, V, L, S, embed_init, hparams.dropout)
 
@@ -131,16 +135,14 @@ class BabiTask(BabiMeta, TaskAdapter):
         errors = [results[s]["error"] for s in self.test_splits if s in results]
         if not errors:
             return {}
-        summary = {"mean_error": sum(errors) / len(errors), "failed": float(sum(e > FAIL_ERROR for e in errors)),
-                   "tasks": float(len(errors))}
+        summary = {"mean_error": sum(errors) / len(errors), "failed": float(sum(e > FAIL_ERROR for e in errors)), "tasks": float(len(errors))}
         summary.update({f"fallback_1k_qa{t}": 1.0 for t in sorted(self.babi.fallbacks)})
         return {SUMMARY: summary}
 
     def describe(self) -> dict[str, Any]:
         self.prepare()
         b = self.babi
-        out: dict[str, Any] = {"tasks": ",".join(map(str, b.tasks)), "size": b.size, "vocab": b.vocab_size,
-                               "max_words": b.max_words}
+        out: dict[str, Any] = {"tasks": ",".join(map(str, b.tasks)), "size": b.size, "vocab": b.vocab_size, "max_words": b.max_words}
         out.update({f"{name}_examples": len(split) for name, split in b.splits.items()})
         if b.fallbacks:
             out["fallback_1k"] = ", ".join(f"qa{t}: {path}" for t, path in sorted(b.fallbacks.items()))

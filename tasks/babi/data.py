@@ -52,8 +52,10 @@ DEFAULT_MAX_STORY = 70
 LONG_STORY_TASKS = {3: 130}  # reader.py: task 3 keeps 130 sentences
 _CACHE_VERSION = 1
 _SPLIT_RE = re.compile(r"(\W+)")
-_HOW = ("put the bAbI v1.2 tasks there (folders en/ and en-10k/ with qa{N}_*_{train,test}.txt, "
-        "https://research.facebook.com/downloads/babi/), or pass data_dir=<folder holding en/ and en-10k/>")
+_HOW = (
+    "put the bAbI v1.2 tasks there (folders en/ and en-10k/ with qa{N}_*_{train,test}.txt, "
+    "https://research.facebook.com/downloads/babi/), or pass data_dir=<folder holding en/ and en-10k/>"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,8 +114,7 @@ def read_stories(path: str | Path) -> list[Story]:
         if "\t" in text:
             fields = text.split("\t")
             if len(fields) != 3 or not fields[1].strip():
-                raise DataError(f"{where(path, lineno)}: a question line needs question<TAB>answer<TAB>supporting ids, "
-                                f"got {len(fields)} field(s)")
+                raise DataError(f"{where(path, lineno)}: a question line needs question<TAB>answer<TAB>supporting ids, got {len(fields)} field(s)")
             question = tokenize(fields[0])
             if not question:
                 raise DataError(f"{where(path, lineno)}: empty question")
@@ -135,11 +136,11 @@ class BabiSplit:
     sentences[start[i] : start[i] + length[i]] (at most the task's `max_story` latest statements)."""
 
     sentences: torch.Tensor  # [M, L] int32 word ids, PAD-filled
-    start: torch.Tensor      # [N] int64
-    length: torch.Tensor     # [N] int64 (0 ≤ length ≤ window)
-    question: torch.Tensor   # [N, L] int32
-    answer: torch.Tensor     # [N] int64
-    task: torch.Tensor       # [N] int64, 1..20
+    start: torch.Tensor  # [N] int64
+    length: torch.Tensor  # [N] int64 (0 ≤ length ≤ window)
+    question: torch.Tensor  # [N, L] int32
+    answer: torch.Tensor  # [N] int64
+    task: torch.Tensor  # [N] int64, 1..20
 
     def __len__(self) -> int:
         return int(self.answer.shape[0])
@@ -151,8 +152,7 @@ class BabiSplit:
 
     def select(self, index: torch.Tensor) -> BabiSplit:
         """The examples at `index` (indices or a boolean mask), sharing the statement table."""
-        return BabiSplit(self.sentences, self.start[index], self.length[index], self.question[index],
-                         self.answer[index], self.task[index])
+        return BabiSplit(self.sentences, self.start[index], self.length[index], self.question[index], self.answer[index], self.task[index])
 
     def only_task(self, task: int) -> BabiSplit:
         return self.select(self.task == task)
@@ -167,11 +167,16 @@ class BabiSplit:
         if steps < longest:
             raise ValueError(f"pad_to={pad_to} is shorter than the longest story ({longest} sentences)")
         offsets = torch.arange(steps)
-        real = offsets.unsqueeze(0) < part.length.unsqueeze(1)                       # [n, S]
+        real = offsets.unsqueeze(0) < part.length.unsqueeze(1)  # [n, S]
         rows = torch.where(real, part.start.unsqueeze(1) + offsets, torch.zeros((), dtype=torch.long))
         stories = self.sentences[rows].long() * real.unsqueeze(-1)
-        return {"stories": stories, "lengths": part.length.clone(), "question": part.question.long(),
-                "answer": part.answer.clone(), "task": part.task.clone()}
+        return {
+            "stories": stories,
+            "lengths": part.length.clone(),
+            "question": part.question.long(),
+            "answer": part.answer.clone(),
+            "task": part.task.clone(),
+        }
 
     def stories(self, pad_to: int | None = None) -> torch.Tensor:
         """All stories as one dense [N, S, L] tensor (S = the longest story, or `pad_to`)."""
@@ -264,8 +269,14 @@ def load_babi(
         raise TaskError(f"babi max_story={max_story}: must be >= 1")
     base = dataset_dir("bAbI", data_dir, ("babi",), _HOW)
     files, fallbacks = _find_files(base, ids, size, fallback_1k)
-    options = {"v": _CACHE_VERSION, "tasks": ids, "size": size, "valid_fraction": valid_fraction,
-               "max_story": max_story, "fallbacks": sorted(fallbacks)}
+    options = {
+        "v": _CACHE_VERSION,
+        "tasks": ids,
+        "size": size,
+        "valid_fraction": valid_fraction,
+        "max_story": max_story,
+        "fallbacks": sorted(fallbacks),
+    }
     cache_file = None
     if cache_dir is not None:
         key = _key(files, options)
@@ -298,14 +309,15 @@ def _find_files(base: Path, ids: tuple[int, ...], size: str, fallback_1k: bool) 
                     fallbacks[task] = str(small[0])
                 elif small:
                     known = " (../shared/data lacks the 10k qa3 train file, see ../shared/data/babi/PROVENANCE.md)" if task == 3 else ""
-                    raise DataError(f"bAbI qa{task} 10k train: no file {folder}/qa{task}_*_train.txt{known}; pass "
-                                    f"fallback_1k=True to train qa{task} on the 1k file {small[0]} (marked in the "
-                                    "results), or use size=1k")
+                    raise DataError(
+                        f"bAbI qa{task} 10k train: no file {folder}/qa{task}_*_train.txt{known}; pass "
+                        f"fallback_1k=True to train qa{task} on the 1k file {small[0]} (marked in the "
+                        "results), or use size=1k"
+                    )
             if not found:
                 raise DataError(f"bAbI qa{task} {split} ({size}): no file {folder}/qa{task}_*_{split}.txt; {_HOW}")
             if len(found) > 1:
-                raise DataError(f"bAbI qa{task} {split} ({size}): several files match in {folder}: "
-                                f"{', '.join(p.name for p in found)}")
+                raise DataError(f"bAbI qa{task} {split} ({size}): several files match in {folder}: {', '.join(p.name for p in found)}")
             files[f"qa{task}:{split}"] = found[0]
     return files, fallbacks
 
@@ -332,7 +344,7 @@ def _build(ids, size, files, fallbacks, valid_fraction, max_story) -> dict:
         n_valid = _valid_stories(len(train), valid_fraction, files[f"qa{task}:train"])
         parsed["train"].append((task, train[: len(train) - n_valid]))
         if valid_fraction > 0:
-            parsed["valid"].append((task, train[len(train) - n_valid:]))
+            parsed["valid"].append((task, train[len(train) - n_valid :]))
         parsed[f"qa{task}"] = [(task, test)]
     if valid_fraction == 0:
         del parsed["valid"]
@@ -347,22 +359,37 @@ def _build(ids, size, files, fallbacks, valid_fraction, max_story) -> dict:
                 words.add(answer)
     vocab = [PAD_TOKEN] + sorted(words)
     word2id = {w: i for i, w in enumerate(vocab)}
-    max_words = max(len(sentence) for task_stories in parsed.values() for _, stories in task_stories
-                    for story in stories for sentence in story.statements + [q for q, _, _, _ in story.questions])
+    max_words = max(
+        len(sentence)
+        for task_stories in parsed.values()
+        for _, stories in task_stories
+        for story in stories
+        for sentence in story.statements + [q for q, _, _, _ in story.questions]
+    )
     windows = {task: story_window(task, max_story) for task in ids}
 
     splits, oov, truncated = {}, {}, {}
     for split, task_stories in parsed.items():
         splits[split], oov[split], truncated[split] = _encode(task_stories, word2id, max_words, windows)
-    return {"tasks": list(ids), "size": size, "valid_fraction": valid_fraction, "vocab": vocab, "splits": splits,
-            "max_words": max_words, "windows": windows, "fallbacks": fallbacks, "file_counts": file_counts,
-            "oov": oov, "truncated": truncated}
+    return {
+        "tasks": list(ids),
+        "size": size,
+        "valid_fraction": valid_fraction,
+        "vocab": vocab,
+        "splits": splits,
+        "max_words": max_words,
+        "windows": windows,
+        "fallbacks": fallbacks,
+        "file_counts": file_counts,
+        "oov": oov,
+        "truncated": truncated,
+    }
 
 
 def _valid_stories(n: int, fraction: float, path: Path) -> int:
     if fraction == 0:
         return 0
-    count = int(fraction * n + 0.5)   # round half up; a task this small may get no valid story
+    count = int(fraction * n + 0.5)  # round half up; a task this small may get no valid story
     if count >= n:
         raise DataError(f"{path}: valid_fraction={fraction} of its {n} stories leaves no training story")
     return count
@@ -409,10 +436,16 @@ def _encode(task_stories, word2id: dict[str, int], width: int, windows: dict[int
 
 def _from_saved(saved: dict, files: dict[str, Path]) -> BabiData:
     return BabiData(
-        tasks=tuple(saved["tasks"]), size=saved["size"], valid_fraction=saved["valid_fraction"],
-        vocab=list(saved["vocab"]), splits={k: BabiSplit(**v) for k, v in saved["splits"].items()},
-        max_words=int(saved["max_words"]), windows={int(k): int(v) for k, v in saved["windows"].items()},
-        files={k: str(p) for k, p in files.items()}, fallbacks={int(k): v for k, v in saved["fallbacks"].items()},
-        file_counts={k: tuple(v) for k, v in saved["file_counts"].items()}, oov=dict(saved["oov"]),
+        tasks=tuple(saved["tasks"]),
+        size=saved["size"],
+        valid_fraction=saved["valid_fraction"],
+        vocab=list(saved["vocab"]),
+        splits={k: BabiSplit(**v) for k, v in saved["splits"].items()},
+        max_words=int(saved["max_words"]),
+        windows={int(k): int(v) for k, v in saved["windows"].items()},
+        files={k: str(p) for k, p in files.items()},
+        fallbacks={int(k): v for k, v in saved["fallbacks"].items()},
+        file_counts={k: tuple(v) for k, v in saved["file_counts"].items()},
+        oov=dict(saved["oov"]),
         truncated=dict(saved["truncated"]),
     )

@@ -29,18 +29,16 @@ def story_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
 class TPRRNNModel(nn.Module):
     """TPR-RNN: input module → tpr3 over the story → inference module over F_T and the question."""
 
-    def __init__(self, unit: str, dim: int, vocab_size: int, max_words: int, symbol_size: int,
-                 embed_init: float) -> None:
+    def __init__(self, unit: str, dim: int, vocab_size: int, max_words: int, symbol_size: int, embed_init: float) -> None:
         super().__init__()
         self.encoder = SentenceEncoder(vocab_size, symbol_size, max_words, init_limit=embed_init)
         self.update = units.build(unit, symbol_size, dim)
         if not isinstance(self.update, TPR3):  # the adapter checks the spec first; this guards direct use
             raise TypeError(f"tpr-rnn needs a single tpr3 unit, got {type(self.update).__name__}")
-        self.inference = TPRInference(symbol_size, self.update.entity, self.update.relation, vocab_size,
-                                      mlp_hidden=self.update.mlp_hidden)
+        self.inference = TPRInference(symbol_size, self.update.entity, self.update.relation, vocab_size, mlp_hidden=self.update.mlp_hidden)
 
     def forward(self, stories: torch.Tensor, lengths: torch.Tensor, question: torch.Tensor) -> torch.Tensor:
-        sentences = self.encoder(stories)                                     # [B, T, S]
+        sentences = self.encoder(stories)  # [B, T, S]
         memory = self.update.memory(sentences, story_mask(lengths, stories.shape[1]))  # F_T [B, E, R, E]
         return self.inference(self.encoder(question), memory)
 
@@ -48,8 +46,7 @@ class TPRRNNModel(nn.Module):
 class SentenceModel(nn.Module):
     """Sentence-level baseline: [s_1 … s_n, s_Q] through any unit, its final state → Linear → V."""
 
-    def __init__(self, unit: str, dim: int, vocab_size: int, max_words: int, symbol_size: int,
-                 embed_init: float, dropout: float) -> None:
+    def __init__(self, unit: str, dim: int, vocab_size: int, max_words: int, symbol_size: int, embed_init: float, dropout: float) -> None:
         super().__init__()
         self.encoder = SentenceEncoder(vocab_size, symbol_size, max_words, init_limit=embed_init)
         self.unit = units.build(unit, symbol_size, dim)
@@ -58,7 +55,7 @@ class SentenceModel(nn.Module):
 
     def forward(self, stories: torch.Tensor, lengths: torch.Tensor, question: torch.Tensor) -> torch.Tensor:
         B, T, _ = stories.shape
-        sentences = self.encoder(stories)                                     # [B, T, S]
+        sentences = self.encoder(stories)  # [B, T, S]
         steps = torch.cat([sentences, sentences.new_zeros(B, 1, sentences.shape[-1])], 1)
         # the question goes right after each story's last sentence (right padding stays right padding)
         steps = steps.index_put((torch.arange(B, device=stories.device), lengths), self.encoder(question))

@@ -47,8 +47,9 @@ class LanguageModel(nn.Module):
     With `hrr` (HRRWordEmbedding's keyword arguments) the embedding is Luo et al.'s HRR embedding
     and the decoder its tied readout `logits(h)`, h being the projected unit output."""
 
-    def __init__(self, unit: str, vocab_size: int, dim: int, input_dim: int, dropout: float, projection: bool = True,
-                 hrr: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, unit: str, vocab_size: int, dim: int, input_dim: int, dropout: float, projection: bool = True, hrr: dict[str, Any] | None = None
+    ) -> None:
         super().__init__()
         if hrr is None:
             self.embed = nn.Embedding(vocab_size, input_dim)
@@ -64,8 +65,10 @@ class LanguageModel(nn.Module):
         elif width == input_dim:
             self.project = nn.Identity()
         else:
-            raise TaskError(f"lm: projection=false needs the unit's output size ({width}) to equal the embedding size "
-                            f"({input_dim}): the decoder is tied to the embedding")
+            raise TaskError(
+                f"lm: projection=false needs the unit's output size ({width}) to equal the embedding size "
+                f"({input_dim}): the decoder is tied to the embedding"
+            )
         if hrr is None:
             self.decoder = nn.Linear(input_dim, vocab_size)
             self.decoder.weight = self.embed.weight  # tied input/output embeddings
@@ -107,14 +110,12 @@ class LMTask(LMMeta, TaskAdapter):
 
     def check_data(self) -> Path | None:
         """The corpus folder (None: the default under the data root), checked: `prepare` reads it here."""
-        return corpus_folder(self.data, "lm", "WikiText/PTB", "${TPRBENCH_DATA}/wikitext2",
-                             corpus_files(self.options.corpus))
+        return corpus_folder(self.data, "lm", "WikiText/PTB", "${TPRBENCH_DATA}/wikitext2", corpus_files(self.options.corpus))
 
     def prepare(self) -> None:
         data_dir = self.check_data()
         opts = self.options
-        self.corpus = load_lm_corpus(opts.corpus, data_dir=data_dir, cache_dir=self.cache_dir / "lm",
-                                     bpe_vocab_size=opts.bpe_vocab_size)
+        self.corpus = load_lm_corpus(opts.corpus, data_dir=data_dir, cache_dir=self.cache_dir / "lm", bpe_vocab_size=opts.bpe_vocab_size)
         streams = dict(self.corpus.splits)
         if opts.max_train_tokens:
             streams["train"] = streams["train"][: opts.max_train_tokens]
@@ -159,8 +160,9 @@ class LMTask(LMMeta, TaskAdapter):
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, Any]]:
         if not self.options.contiguous:
-            return self.cached_eval_batches(split, self.options.eval_batch_size,
-                                            lambda: self._sentence_batches(split, self.options.eval_batch_size, None))
+            return self.cached_eval_batches(
+                split, self.options.eval_batch_size, lambda: self._sentence_batches(split, self.options.eval_batch_size, None)
+            )
         return self._windows(split, self.options.eval_batch_size)
 
     def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
@@ -170,15 +172,15 @@ class LMTask(LMMeta, TaskAdapter):
             raise TaskError(f"lm: unit {unit!r} is bidirectional; a language model reads left to right")
         spec = resolved.spec if "layers" in resolved.spec.option_dict else resolved.spec.with_options(layers=self.options.layers)
         try:
-            model = LanguageModel(str(spec), self.corpus.vocab_size, dim, input_dim, hparams.dropout,
-                                  projection=self.options.projection, hrr=self.hrr_kwargs())
+            model = LanguageModel(
+                str(spec), self.corpus.vocab_size, dim, input_dim, hparams.dropout, projection=self.options.projection, hrr=self.hrr_kwargs()
+            )
         except ValueError as exc:  # HRRWordEmbedding's checks that need d (e.g. isometric N·d' <= d)
             if isinstance(exc, TaskError) or self.options.embedding != "hrr":
                 raise
-            raise TaskError(f"lm: embedding = \"hrr\" at input_dim {input_dim}: {exc}") from None
+            raise TaskError(f'lm: embedding = "hrr" at input_dim {input_dim}: {exc}') from None
         if self.options.contiguous and not hasattr(model.encoder, "forward_carry"):
-            raise TaskError(f"lm: unit {unit!r} cannot carry state across BPTT windows (no forward_carry); "
-                            "use contiguous = false")
+            raise TaskError(f"lm: unit {unit!r} cannot carry state across BPTT windows (no forward_carry); use contiguous = false")
         return model
 
     def hrr_kwargs(self) -> dict[str, Any] | None:
@@ -186,8 +188,14 @@ class LMTask(LMMeta, TaskAdapter):
         o = self.options
         if o.embedding != "hrr":
             return None
-        return {"fillers": o.hrr_fillers, "roles": o.hrr_roles, "basis": o.hrr_basis, "beta": o.hrr_beta,
-                "anneal_steps": o.hrr_anneal(), "filler_dropout": o.hrr_filler_dropout}
+        return {
+            "fillers": o.hrr_fillers,
+            "roles": o.hrr_roles,
+            "basis": o.hrr_basis,
+            "beta": o.hrr_beta,
+            "anneal_steps": o.hrr_anneal(),
+            "filler_dropout": o.hrr_filler_dropout,
+        }
 
     def loss_with_carry(self, model: nn.Module, batch: dict[str, Any], carry: Any) -> tuple[torch.Tensor, dict[str, float], Any]:
         """One BPTT window continuing from `carry` (the trainer passes it along; None at a pass's start),
@@ -220,13 +228,14 @@ class LMTask(LMMeta, TaskAdapter):
     def report_notes(self, arch: str) -> list[str]:
         """The embedding (HRR: its parameter counts against the plain V·d) and the reading mode."""
         o = self.options
-        mode = ("contiguous (one stream, truncated BPTT, state carried)" if o.contiguous
-                else "per sentence (padded, state reset for each sentence)")
+        mode = "contiguous (one stream, truncated BPTT, state carried)" if o.contiguous else "per sentence (padded, state reset for each sentence)"
         notes = [f"lm: {mode}"]
         if o.embedding == "hrr":
-            notes.append(f"lm: HRR embedding (Luo et al.), N = {o.hrr_roles} roles, d' = {o.hrr_fillers}, {o.hrr_basis} "
-                         f"bases, annealing {o.hrr_anneal()}, decoded-filler dropout {o.hrr_filler_dropout}"
-                         + (f", β = {o.hrr_beta} (per sequence)" if o.hrr_basis == "isometric" else ""))
+            notes.append(
+                f"lm: HRR embedding (Luo et al.), N = {o.hrr_roles} roles, d' = {o.hrr_fillers}, {o.hrr_basis} "
+                f"bases, annealing {o.hrr_anneal()}, decoded-filler dropout {o.hrr_filler_dropout}"
+                + (f", β = {o.hrr_beta} (per sequence)" if o.hrr_basis == "isometric" else "")
+            )
         return notes
 
     def embedding_param_counts(self, input_dim: int) -> EmbeddingParamCounts:
@@ -241,8 +250,12 @@ class LMTask(LMMeta, TaskAdapter):
 
     def describe(self) -> dict[str, Any]:
         self.prepare()
-        return {"corpus": self.corpus.name, "tokenizer": self.corpus.tokenizer, "vocab": self.corpus.vocab_size,
-                **{f"{s}_tokens": int(t.numel()) for s, t in self.streams.items()}}
+        return {
+            "corpus": self.corpus.name,
+            "tokenizer": self.corpus.tokenizer,
+            "vocab": self.corpus.vocab_size,
+            **{f"{s}_tokens": int(t.numel()) for s, t in self.streams.items()},
+        }
 
 
 assert set(CORPORA) == {"wikitext2", "wikitext103", "ptb"}

@@ -70,11 +70,11 @@ def corpus_files(corpus: str) -> tuple[str, ...]:
 
 _HOW = {
     "wikitext2": "get wikitext-2-v1 (https://huggingface.co/datasets/Salesforce/wikitext, files "
-                 "wiki.{train,valid,test}.tokens or train/valid/test.txt) into that folder, or pass files={split: path}",
+    "wiki.{train,valid,test}.tokens or train/valid/test.txt) into that folder, or pass files={split: path}",
     "wikitext103": "get wikitext-103-v1 (https://huggingface.co/datasets/Salesforce/wikitext, files "
-                   "wiki.{train,valid,test}.tokens) into that folder, or pass files={split: path}",
+    "wiki.{train,valid,test}.tokens) into that folder, or pass files={split: path}",
     "ptb": "get the Mikolov PTB simple-examples files ptb.{train,valid,test}.txt "
-           "(http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz) into that folder, or pass files={split: path}",
+    "(http://www.fit.vutbr.cz/~imikolov/rnnlm/simple-examples.tgz) into that folder, or pass files={split: path}",
 }
 
 
@@ -173,41 +173,60 @@ def load_lm_corpus(
     if bpe_vocab_size is None:
         vocab, splits, n_words, n_oov = _encode_words(paths)
     else:
-        vocab, splits, n_words, bpe_file = _encode_bpe(corpus, paths, int(bpe_vocab_size), bpe_min_frequency,
-                                                       bpe_file)
+        vocab, splits, n_words, bpe_file = _encode_bpe(corpus, paths, int(bpe_vocab_size), bpe_min_frequency, bpe_file)
         n_oov = {}
-    saved = {"vocab": vocab, "splits": {s: t.to(torch.int32) for s, t in splits.items()}, "n_words": n_words,
-             "n_oov": n_oov, "tokenizer": "word" if bpe_vocab_size is None else "bpe"}
+    saved = {
+        "vocab": vocab,
+        "splits": {s: t.to(torch.int32) for s, t in splits.items()},
+        "n_words": n_words,
+        "n_oov": n_oov,
+        "tokenizer": "word" if bpe_vocab_size is None else "bpe",
+    }
     if cache_file is not None:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = cache_file.with_suffix(".tmp")
         torch.save(saved, tmp)
         tmp.replace(cache_file)
-    return LMCorpus(corpus, saved["tokenizer"], vocab, splits, n_words, {s: len(t) for s, t in splits.items()},
-                    n_oov, {s: str(p) for s, p in paths.items()}, str(bpe_file) if bpe_file else None)
+    return LMCorpus(
+        corpus,
+        saved["tokenizer"],
+        vocab,
+        splits,
+        n_words,
+        {s: len(t) for s, t in splits.items()},
+        n_oov,
+        {s: str(p) for s, p in paths.items()},
+        str(bpe_file) if bpe_file else None,
+    )
 
 
 def _from_saved(corpus: str, saved: dict, paths: dict[str, Path], bpe_file: Path | None) -> LMCorpus:
     splits = {s: t.to(torch.long) for s, t in saved["splits"].items()}
-    return LMCorpus(corpus, saved["tokenizer"], list(saved["vocab"]), splits, dict(saved["n_words"]),
-                    {s: len(t) for s, t in splits.items()}, dict(saved["n_oov"]),
-                    {s: str(p) for s, p in paths.items()}, str(bpe_file) if bpe_file else None)
+    return LMCorpus(
+        corpus,
+        saved["tokenizer"],
+        list(saved["vocab"]),
+        splits,
+        dict(saved["n_words"]),
+        {s: len(t) for s, t in splits.items()},
+        dict(saved["n_oov"]),
+        {s: str(p) for s, p in paths.items()},
+        str(bpe_file) if bpe_file else None,
+    )
 
 
 def _resolve_files(corpus: str, data_dir, files) -> dict[str, Path]:
     how = _HOW[corpus]
     if files:
         if "train" not in files:
-            raise DataError(f"{corpus}: files= must include 'train' (the vocabulary is built from it); "
-                            f"got {', '.join(files)}")
+            raise DataError(f"{corpus}: files= must include 'train' (the vocabulary is built from it); got {', '.join(files)}")
         return {s: require_file(p, f"{corpus} split {s!r}", how) for s, p in files.items()}
     base = dataset_dir(corpus, data_dir, _DEFAULT_DIRS[corpus], how)
     out = {}
     for split, names in _CANDIDATES[corpus].items():
         hit = next((base / n for n in names if (base / n).is_file()), None)
         if hit is None:
-            raise DataError(f"{corpus} split {split!r}: file not found (looked for "
-                            f"{' or '.join(str(base / n) for n in names)}); {how}")
+            raise DataError(f"{corpus} split {split!r}: file not found (looked for {' or '.join(str(base / n) for n in names)}); {how}")
         out[split] = hit
     return out
 
@@ -226,8 +245,7 @@ def _lines(path: Path) -> Iterator[str]:
             for lineno, line in enumerate(f, start=1):  # noqa: B007 (the except clause reads lineno)
                 yield line
         except UnicodeDecodeError as exc:
-            raise DataError(f"{where(path, lineno + 1)}: not UTF-8 text ({exc.reason} at byte "
-                            f"{exc.start} of a read block)") from None
+            raise DataError(f"{where(path, lineno + 1)}: not UTF-8 text ({exc.reason} at byte {exc.start} of a read block)") from None
 
 
 # Plain Python over lines, not `datasets`: the product is one flat id stream per split, built in
@@ -265,8 +283,7 @@ def _train_bpe(path: Path, vocab_size: int, min_frequency: int):
     # decode() restores the word boundaries. The text is already word-tokenised.
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     tok.decoder = decoders.Metaspace()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                  special_tokens=[EOS, UNK], show_progress=False)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=min_frequency, special_tokens=[EOS, UNK], show_progress=False)
     tok.train_from_iterator((" ".join(line.split()) for line in _lines(path)), trainer=trainer)
     if tok.token_to_id(EOS) != EOS_ID or tok.token_to_id(UNK) != UNK_ID:
         raise RuntimeError("BPE special tokens did not get ids 0 and 1")
@@ -337,7 +354,7 @@ def bptt_batches(data: torch.Tensor, bptt: int) -> Iterator[tuple[torch.Tensor, 
     n = data.size(1)
     for i in range(0, n - 1, bptt):
         t = min(bptt, n - 1 - i)
-        yield data[:, i:i + t], data[:, i + 1:i + 1 + t]
+        yield data[:, i : i + t], data[:, i + 1 : i + 1 + t]
 
 
 def split_sentences(ids: torch.Tensor, eos_id: int = EOS_ID) -> list[torch.Tensor]:
@@ -352,8 +369,9 @@ def split_sentences(ids: torch.Tensor, eos_id: int = EOS_ID) -> list[torch.Tenso
     return [ids[a:b] for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
-def sentence_batches(sentences: list[torch.Tensor], batch_size: int, generator: torch.Generator | None = None,
-                     eos_id: int = EOS_ID, pool: int = 50) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+def sentence_batches(
+    sentences: list[torch.Tensor], batch_size: int, generator: torch.Generator | None = None, eos_id: int = EOS_ID, pool: int = 50
+) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Batches of whole sentences, right-padded: (input [B, T], target [B, T], mask [B, T]).
 
     A sentence w_1 … w_n <eos> is read as input <eos> w_1 … w_n and target w_1 … w_n <eos>: every
@@ -368,13 +386,13 @@ def sentence_batches(sentences: list[torch.Tensor], batch_size: int, generator: 
         raise ValueError("batch_size must be >= 1")
     if generator is None:
         order = sorted(range(len(sentences)), key=lambda i: (len(sentences[i]), i))
-        groups = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        groups = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     else:
         perm = torch.randperm(len(sentences), generator=generator).tolist()
         groups = []
         for p in range(0, len(perm), pool * batch_size):
-            chunk = sorted(perm[p:p + pool * batch_size], key=lambda i: len(sentences[i]))
-            groups += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+            chunk = sorted(perm[p : p + pool * batch_size], key=lambda i: len(sentences[i]))
+            groups += [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
         groups = [groups[i] for i in torch.randperm(len(groups), generator=generator).tolist()]
     for group in groups:
         steps = max(len(sentences[i]) for i in group)
@@ -383,7 +401,7 @@ def sentence_batches(sentences: list[torch.Tensor], batch_size: int, generator: 
         mask = torch.zeros(len(group), steps, dtype=torch.bool)
         for row, i in enumerate(group):
             s = sentences[i]
-            inputs[row, 1:len(s)] = s[:-1]
-            targets[row, :len(s)] = s
-            mask[row, :len(s)] = True
+            inputs[row, 1 : len(s)] = s[:-1]
+            targets[row, : len(s)] = s
+            mask[row, : len(s)] = True
         yield inputs, targets, mask

@@ -196,5 +196,7 @@ class HRRWordEmbedding(nn.Module):
         return EmbeddingParamCounts(formula, self.vocab_size * self.dim, total)
 
     def extra_repr(self) -> str:
-        return (f"vocab={self.vocab_size}, dim={self.dim}, roles={self.roles}, fillers={self.fillers}, basis={self.basis}, "
-                f"beta={self.beta}, anneal_steps={list(self.anneal_steps)}, bias={self.bias is not None}")
+        return (
+            f"vocab={self.vocab_size}, dim={self.dim}, roles={self.roles}, fillers={self.fillers}, basis={self.basis}, "
+            f"beta={self.beta}, anneal_steps={list(self.anneal_steps)}, bias={self.bias is not None}"
+        )

@@ -25,45 +25,57 @@ class LMOptions(pydantic.BaseModel):
     max_train_tokens: int | None = pydantic.Field(None, ge=1000, description="use only the first N train tokens (CPU runs)")
     max_eval_tokens: int | None = pydantic.Field(None, ge=1000, description="use only the first N valid/test tokens")
     eval_batch_size: int = pydantic.Field(10, ge=1)
-    projection: bool = pydantic.Field(True, description="Linear(d, d_embed) before the tied decoder, as the authors' lm.py "
-                                                        "(false: none, allowed only when d = d_embed)")
-    contiguous: bool = pydantic.Field(True, description="true: the split as one stream, truncated BPTT, state carried "
-                                                        "across windows; false: one sentence per row, state reset per sentence")
+    projection: bool = pydantic.Field(
+        True, description="Linear(d, d_embed) before the tied decoder, as the authors' lm.py (false: none, allowed only when d = d_embed)"
+    )
+    contiguous: bool = pydantic.Field(
+        True,
+        description="true: the split as one stream, truncated BPTT, state carried "
+        "across windows; false: one sentence per row, state reset per sentence",
+    )
     embedding: Literal["plain", "hrr"] = pydantic.Field(
-        "plain", description="plain: nn.Embedding with a tied decoder; hrr: Luo et al.'s HRR embedding and readout (word level)")
+        "plain", description="plain: nn.Embedding with a tied decoder; hrr: Luo et al.'s HRR embedding and readout (word level)"
+    )
     hrr_roles: int = pydantic.Field(2, ge=1, description="hrr: roles N (the paper: 2)")
     hrr_fillers: int | None = pydantic.Field(None, ge=1, description="hrr: basis fillers per role d' (required with hrr)")
     hrr_basis: Literal["fixed", "isometric"] = pydantic.Field(
-        "fixed", description="hrr: fixed = frozen N(0, 1/d) bases; isometric = trained bases with the isometry loss (N·d' <= d)")
+        "fixed", description="hrr: fixed = frozen N(0, 1/d) bases; isometric = trained bases with the isometry loss (N·d' <= d)"
+    )
     hrr_beta: float = pydantic.Field(
-        100.0, ge=0, description="hrr isometric: β against the cross-entropy summed over each sequence's tokens (lingvo's "
-                                 "loss); applied as β·B/tokens against the per-token mean loss")
+        100.0,
+        ge=0,
+        description="hrr isometric: β against the cross-entropy summed over each sequence's tokens (lingvo's "
+        "loss); applied as β·B/tokens against the per-token mean loss",
+    )
     hrr_anneal_steps: int | list[int] | None = pydantic.Field(
-        None, description="hrr: updates over which role i > 1 fades in (N − 1 values for N > 2; 0 = off; "
-                          f"None = the authors': {HRR_ANNEAL_CONTIGUOUS} contiguous, {HRR_ANNEAL_SENTENCES} per sentence)")
-    hrr_filler_dropout: float = pydantic.Field(0.5, ge=0, lt=1, description="hrr: dropout on the decoded fillers "
-                                                                              "(the authors' code, not in the paper)")
+        None,
+        description="hrr: updates over which role i > 1 fades in (N − 1 values for N > 2; 0 = off; "
+        f"None = the authors': {HRR_ANNEAL_CONTIGUOUS} contiguous, {HRR_ANNEAL_SENTENCES} per sentence)",
+    )
+    hrr_filler_dropout: float = pydantic.Field(
+        0.5, ge=0, lt=1, description="hrr: dropout on the decoded fillers (the authors' code, not in the paper)"
+    )
 
     @pydantic.model_validator(mode="after")
     def _hrr_options(self) -> LMOptions:
         fields = type(self).model_fields
-        hrr_set = sorted(name for name in fields
-                         if name.startswith("hrr_") and getattr(self, name) != fields[name].default)
+        hrr_set = sorted(name for name in fields if name.startswith("hrr_") and getattr(self, name) != fields[name].default)
         if self.embedding != "hrr":
             if hrr_set:
-                raise ValueError(f"{', '.join(hrr_set)}: HRR options need embedding = \"hrr\"")
+                raise ValueError(f'{", ".join(hrr_set)}: HRR options need embedding = "hrr"')
             return self
         if self.bpe_vocab_size is not None:
-            raise ValueError("embedding = \"hrr\" is word level only (Luo et al. decompose words); "
-                             "drop bpe_vocab_size or use embedding = \"plain\"")
+            raise ValueError('embedding = "hrr" is word level only (Luo et al. decompose words); drop bpe_vocab_size or use embedding = "plain"')
         if self.hrr_fillers is None:
-            raise ValueError("embedding = \"hrr\" needs hrr_fillers (d', basis fillers per role; the paper: 320 at d = 650)")
+            raise ValueError('embedding = "hrr" needs hrr_fillers (d\', basis fillers per role; the paper: 320 at d = 650)')
         steps = self.hrr_anneal_steps
         if isinstance(steps, list) and len(steps) != self.hrr_roles - 1:
             raise ValueError(f"hrr_anneal_steps: {self.hrr_roles} roles need {self.hrr_roles - 1} step counts, got {steps}")
         if isinstance(steps, int) and steps and self.hrr_roles > 2:
-            raise ValueError(f"hrr_anneal_steps: with {self.hrr_roles} roles give one step count per role after the "
-                             f"first (a list of {self.hrr_roles - 1}), or 0 to turn annealing off")
+            raise ValueError(
+                f"hrr_anneal_steps: with {self.hrr_roles} roles give one step count per role after the "
+                f"first (a list of {self.hrr_roles - 1}), or 0 to turn annealing off"
+            )
         if steps is not None and any(s < 0 for s in (steps if isinstance(steps, list) else [steps])):
             raise ValueError(f"hrr_anneal_steps: step counts must be >= 0, got {steps}")
         return self
@@ -81,8 +93,10 @@ class LMOptions(pydantic.BaseModel):
 class LMMeta(TaskMeta):
     archs = ("lm",)
     Options = LMOptions
-    layouts = ("WikiText-2/103 folder (train.txt|wiki.train.tokens, valid, test) or PTB folder "
-               "(ptb.train.txt, ptb.valid.txt, ptb.test.txt); tokens = line.split() + <eos>")
+    layouts = (
+        "WikiText-2/103 folder (train.txt|wiki.train.tokens, valid, test) or PTB folder "
+        "(ptb.train.txt, ptb.valid.txt, ptb.test.txt); tokens = line.split() + <eos>"
+    )
     metric = "ppl"
     metrics = ("loss", "ppl", "word_ppl")
     report_layout = ReportLayout("lm", metric_in_split_columns=True)

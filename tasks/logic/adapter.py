@@ -52,8 +52,7 @@ class LogicTask(LogicMeta, TaskAdapter):
             out = root / f"generated-{opts.preset}-n{opts.train_size}-e{opts.eval_size}-s{opts.data_seed}"
             presets = {s: opts.preset for s in ("train", "validate", "test_easy")}
             with per_split("generating logic data:") as progress:  # silent when cached
-                info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=opts.eval_size,
-                                     presets=presets, progress=progress)
+                info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=opts.eval_size, presets=presets, progress=progress)
             files = dict(info.files)
         else:
             path = Path(self.data).expanduser()
@@ -66,9 +65,15 @@ class LogicTask(LogicMeta, TaskAdapter):
                 out = root / f"train-for-{tag}-{opts.preset}-n{opts.train_size}-s{opts.data_seed}"
                 # Said, not silent: the folder has no train.txt, so its pairs are generated.
                 with per_split(f"no train.txt in {path}: generating", units={EXCLUDING: "files"}) as progress:
-                    info = write_dataset(out, train=opts.train_size, seed=opts.data_seed, eval_size=0,
-                                         exclude=[files[s] for s in files], presets={"train": opts.preset},
-                                         progress=progress)
+                    info = write_dataset(
+                        out,
+                        train=opts.train_size,
+                        seed=opts.data_seed,
+                        eval_size=0,
+                        exclude=[files[s] for s in files],
+                        presets={"train": opts.preset},
+                        progress=progress,
+                    )
                 files["train"] = info.files["train"]
         self._splits = {name: logic_data.read_split(p) for name, p in files.items()}
         if opts.max_len:
@@ -90,15 +95,24 @@ class LogicTask(LogicMeta, TaskAdapter):
         return -(-len(self._splits["train"]) // batch_size)  # iterate_batches keeps the last, short batch
 
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
-        return self.cached_eval_batches(
-            split, batch_size, lambda: logic_data.iterate_batches(self._splits[split], batch_size, shuffle=False))
+        return self.cached_eval_batches(split, batch_size, lambda: logic_data.iterate_batches(self._splits[split], batch_size, shuffle=False))
 
     def build_model(self, unit: str, arch: str, dim: int, input_dim: int, hparams: HParams) -> nn.Module:
         self.check_arch(arch)
         opts = self.options
-        return PairModel(encoder_spec(unit, dim, opts.layers), arch, logic_data.VOCAB_SIZE, dim, input_dim, classes=2,
-                         pooling=opts.pooling, mlp_hidden=hparams.mlp_hidden, dropout=hparams.dropout,
-                         attention=opts.attention, modelling_unit=opts.modelling_unit)
+        return PairModel(
+            encoder_spec(unit, dim, opts.layers),
+            arch,
+            logic_data.VOCAB_SIZE,
+            dim,
+            input_dim,
+            classes=2,
+            pooling=opts.pooling,
+            mlp_hidden=hparams.mlp_hidden,
+            dropout=hparams.dropout,
+            attention=opts.attention,
+            modelling_unit=opts.modelling_unit,
+        )
 
     def report_notes(self, arch: str) -> list[str]:
         return [describe_arch(arch, self.options)]

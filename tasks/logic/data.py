@@ -48,8 +48,9 @@ STOI = {c: i + 1 for i, c in enumerate(SYMBOLS)}
 ITOS = {i: c for c, i in STOI.items()}
 VOCAB_SIZE = len(SYMBOLS) + 1
 
-HOW_TO_GET = ("generate one with `tprbench data logic --out DIR`, or point TPRBENCH_DATA at the folder "
-              "holding logical_entailment/ (the DeepMind files)")
+HOW_TO_GET = (
+    "generate one with `tprbench data logic --out DIR`, or point TPRBENCH_DATA at the folder holding logical_entailment/ (the DeepMind files)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,7 @@ class LogicExample:
 
 
 # ----------------------------------------------------------------------------- files
+
 
 def _bit(text: str, field: str, path: object, lineno: int) -> int:
     if text == "0":
@@ -96,8 +98,7 @@ def read_split(path: str | os.PathLike) -> list[LogicExample]:
         text = p.read_text(encoding="ascii")
     except UnicodeDecodeError as exc:
         line = p.read_bytes()[: exc.start].count(b"\n") + 1
-        raise DataError(f"{where(p, line)}: non-ASCII byte {exc.object[exc.start]:#04x}; "
-                        "a formula uses only a-z ~ & | > ( )") from None
+        raise DataError(f"{where(p, line)}: non-ASCII byte {exc.object[exc.start]:#04x}; a formula uses only a-z ~ & | > ( )") from None
     except OSError as exc:
         raise DataError(f"{p}: cannot read ({exc.strerror})") from None
     lines = text.splitlines()
@@ -107,8 +108,7 @@ def read_split(path: str | os.PathLike) -> list[LogicExample]:
     for lineno, line in enumerate(lines, 1):
         fields = line.split(",")
         if len(fields) != 6:
-            raise DataError(f"{where(p, lineno)}: expected 6 comma-separated fields A,B,E,H1,H2,H3, "
-                            f"got {len(fields)} in {line[:80]!r}")
+            raise DataError(f"{where(p, lineno)}: expected 6 comma-separated fields A,B,E,H1,H2,H3, got {len(fields)} in {line[:80]!r}")
         a, b = fields[0], fields[1]
         for name, formula in (("A", a), ("B", b)):
             _check_formula(formula, name, p, lineno)
@@ -132,6 +132,7 @@ def find_splits(directory: str | os.PathLike) -> dict[str, Path]:
 
 # ----------------------------------------------------------------------------- vocabulary
 
+
 def encode(formula: str) -> list[int]:
     """Character ids of a formula string (see the table in the module docstring)."""
     try:
@@ -147,6 +148,7 @@ def decode(ids: Sequence[int]) -> str:
 
 # ----------------------------------------------------------------------------- SVP
 
+
 def random_permutation(rng: random.Random | np.random.Generator) -> str:
     """A permutation of a-z as a 26-letter string: letter i goes to result[i]."""
     if hasattr(rng, "permutation"):  # numpy Generator / RandomState
@@ -161,6 +163,7 @@ def svp(example: LogicExample, rng: random.Random | np.random.Generator) -> Logi
 
 
 # ----------------------------------------------------------------------------- batches
+
 
 def _pad(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     import torch
@@ -183,14 +186,19 @@ def collate(examples: Sequence[LogicExample]) -> dict[str, torch.Tensor]:
     a, a_mask = _pad([encode(ex.a) for ex in examples])
     b, b_mask = _pad([encode(ex.b) for ex in examples])
     return {
-        "a": a, "a_mask": a_mask, "b": b, "b_mask": b_mask,
+        "a": a,
+        "a_mask": a_mask,
+        "b": b,
+        "b_mask": b_mask,
         "label": torch.tensor([int(ex.label) for ex in examples], dtype=torch.long),
-        "a_len": a_mask.sum(dim=1), "b_len": b_mask.sum(dim=1),
+        "a_len": a_mask.sum(dim=1),
+        "b_len": b_mask.sum(dim=1),
     }
 
 
-def iterate_batches(examples: Sequence[LogicExample], batch_size: int, shuffle: bool = True, seed: int = 0,
-                    svp: bool = False, drop_last: bool = False) -> Iterator[dict[str, torch.Tensor]]:
+def iterate_batches(
+    examples: Sequence[LogicExample], batch_size: int, shuffle: bool = True, seed: int = 0, svp: bool = False, drop_last: bool = False
+) -> Iterator[dict[str, torch.Tensor]]:
     """Collated batches; with `svp`, every pair of every batch gets a fresh permutation.
 
     Deterministic given `seed` (one `random.Random(seed)` drives the order and the renamings);
@@ -204,7 +212,7 @@ def iterate_batches(examples: Sequence[LogicExample], batch_size: int, shuffle: 
         rng.shuffle(order)
     apply_svp = svp
     for start in range(0, len(order), batch_size):
-        idx = order[start: start + batch_size]
+        idx = order[start : start + batch_size]
         if drop_last and len(idx) < batch_size:
             break
         batch = [examples[i] for i in idx]
@@ -216,6 +224,20 @@ def iterate_batches(examples: Sequence[LogicExample], batch_size: int, shuffle: 
 _svp = svp  # `iterate_batches` has a parameter of the same name
 
 __all__ = [
-    "SPLITS", "EVAL_SPLITS", "PAD", "SYMBOLS", "STOI", "ITOS", "VOCAB_SIZE", "LogicExample", "read_split",
-    "find_splits", "encode", "decode", "random_permutation", "svp", "collate", "iterate_batches",
+    "SPLITS",
+    "EVAL_SPLITS",
+    "PAD",
+    "SYMBOLS",
+    "STOI",
+    "ITOS",
+    "VOCAB_SIZE",
+    "LogicExample",
+    "read_split",
+    "find_splits",
+    "encode",
+    "decode",
+    "random_permutation",
+    "svp",
+    "collate",
+    "iterate_batches",
 ]

@@ -82,6 +82,7 @@ Formula = Var | Not | Bin
 
 # ----------------------------------------------------------------------------- parsing
 
+
 # A recursive-descent parser in one function (its helpers are closures over the position), each
 # branch one production of the grammar; splitting it would pass the position around by hand.
 def parse(text: str) -> Formula:  # noqa: C901
@@ -167,6 +168,7 @@ def as_formula(f: Formula | str) -> Formula:
 
 # ----------------------------------------------------------------------------- printing
 
+
 def to_str(f: Formula) -> str:
     """The canonical string: `~(x)` for negation, `(x op y)` for binary, no spaces."""
     out: list[str] = []
@@ -190,6 +192,7 @@ def to_str(f: Formula) -> str:
 
 
 # ----------------------------------------------------------------------------- measures
+
 
 def variables(f: Formula | str) -> frozenset[str]:
     """The variable letters of a formula (for a string no parse is needed)."""
@@ -317,6 +320,7 @@ def alpha_key(a: Formula | str, b: Formula | str) -> str:
 
 
 # ----------------------------------------------------------------------------- semantics
+
 
 def evaluate(f: Formula | str, assignment: Mapping[str, bool]) -> bool:
     """Truth value under one assignment (plain recursion; the brute-force reference)."""
@@ -450,8 +454,37 @@ def valid(f: Formula | str) -> bool:
 
 
 __all__ = [
-    "ALPHABET", "BINARY_OPS", "OPERATORS", "MAX_VARS", "BLOCK_VARS", "FormulaError", "Var", "Not", "Bin",
-    "Formula", "parse", "is_formula", "as_formula", "to_str", "variables", "ops", "depth", "size",
-    "prop_length", "literals", "Features", "features", "heuristics_from", "heuristics", "rename", "alpha_key",
-    "evaluate", "columns", "block_tables", "truth_table", "entails", "satisfiable", "valid",
+    "ALPHABET",
+    "BINARY_OPS",
+    "OPERATORS",
+    "MAX_VARS",
+    "BLOCK_VARS",
+    "FormulaError",
+    "Var",
+    "Not",
+    "Bin",
+    "Formula",
+    "parse",
+    "is_formula",
+    "as_formula",
+    "to_str",
+    "variables",
+    "ops",
+    "depth",
+    "size",
+    "prop_length",
+    "literals",
+    "Features",
+    "features",
+    "heuristics_from",
+    "heuristics",
+    "rename",
+    "alpha_key",
+    "evaluate",
+    "columns",
+    "block_tables",
+    "truth_table",
+    "entails",
+    "satisfiable",
+    "valid",
 ]

@@ -126,8 +126,8 @@ def format_line(a: str, b: str, label: int, heuristics: Sequence[int] | None = N
 
 # ----------------------------------------------------------------------------- sampling
 
-def _random_formula(rnd: Callable[[], float], n: int, pool: Sequence[str], cols: Sequence[int],
-                    mask: int) -> tuple[str, int, int]:
+
+def _random_formula(rnd: Callable[[], float], n: int, pool: Sequence[str], cols: Sequence[int], mask: int) -> tuple[str, int, int]:
     """(canonical string, truth table, depth) of a random formula with n operators.
 
     Tables stay non-negative (negation is `^ mask`): Python's bitwise operators on negative
@@ -158,8 +158,9 @@ def random_formula(rng: random.Random, n_ops: int, pool: Sequence[str] = F.ALPHA
     return _random_formula(rng.random, n_ops, list(pool), zeros, 0)[0]
 
 
-def _candidates(rng: random.Random, preset: Preset, ops: tuple[int, int], pool: list[str],
-                cols: Sequence[int], mask: int, blocked: bool) -> list[tuple[str, object]]:
+def _candidates(
+    rng: random.Random, preset: Preset, ops: tuple[int, int], pool: list[str], cols: Sequence[int], mask: int, blocked: bool
+) -> list[tuple[str, object]]:
     """Distinct random formulas with their truth tables over the pool, contingent ones only
     (neither unsatisfiable nor valid: those can never be part of a four-tuple).
 
@@ -228,7 +229,7 @@ def _four_tuples(rng: random.Random, preset: Preset) -> list[tuple[str, str, str
         if i in used_a or j in used_b:
             continue
         ta_i, nb_j = premises[i][1], not_b[j]
-        for k, m in positive[x + 1:]:
+        for k, m in positive[x + 1 :]:
             if k == i or m == j or k in used_a or m in used_b:
                 continue
             if not holds(ta_i, not_b[m]) and not holds(premises[k][1], nb_j):  # A1⊭B2 and A2⊭B1
@@ -245,9 +246,17 @@ def split_rng(seed: int, split: str) -> random.Random:
     return random.Random(f"tprbench-logic:{seed}:{split}")
 
 
-def generate_split(n_lines: int, preset: str | Preset = "easy", seed: int = 0, *, split: str = "train",
-                   seen: set[str] | None = None, shuffle: bool = True,
-                   progress: Callable[[int, int], None] | None = None, max_groups: int | None = None) -> list[str]:
+def generate_split(
+    n_lines: int,
+    preset: str | Preset = "easy",
+    seed: int = 0,
+    *,
+    split: str = "train",
+    seen: set[str] | None = None,
+    shuffle: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    max_groups: int | None = None,
+) -> list[str]:
     """Lines `A,B,E,H1,H2,H3` of one split: ceil(n_lines/4) whole four-tuples (so exactly half
     are positive), shuffled. `seen` holds `formulas.alpha_key`s to avoid and is updated with
     the new pairs, so passing one set to several calls keeps the splits disjoint.
@@ -266,7 +275,8 @@ def generate_split(n_lines: int, preset: str | Preset = "easy", seed: int = 0, *
         if groups >= limit:
             raise ValueError(
                 f"preset {cfg.name}: only {len(lines) // 4} of {need} distinct four-tuples after {groups} groups; "
-                "ask for fewer lines or widen the preset (more variables or operators)")
+                "ask for fewer lines or widen the preset (more variables or operators)"
+            )
         groups += 1
         for a1, b1, a2, b2 in _four_tuples(rng, cfg):
             quad = ((a1, b1, 1), (a2, b2, 1), (a1, b2, 0), (a2, b1, 0))
@@ -286,6 +296,7 @@ def generate_split(n_lines: int, preset: str | Preset = "easy", seed: int = 0, *
 
 
 # ----------------------------------------------------------------------------- statistics
+
 
 def split_stats(examples: Iterable) -> dict[str, float]:
     """The columns of $TPRBENCH_DATA/logical_entailment/STATS.md for a list of `data.LogicExample` (or (a, b, label) triples).
@@ -323,12 +334,18 @@ def split_stats(examples: Iterable) -> dict[str, float]:
 
     return {
         "pairs": n,
-        "vars_mean": mean(nv), "vars_max": max(nv),
-        "ops_mean": mean(n_ops), "ops_max": max(n_ops),
-        "chars_mean": mean(chars), "chars_max": max(chars),
-        "depth_mean": mean(depths), "depth_max": max(depths),
+        "vars_mean": mean(nv),
+        "vars_max": max(nv),
+        "ops_mean": mean(n_ops),
+        "ops_max": max(n_ops),
+        "chars_mean": mean(chars),
+        "chars_max": max(chars),
+        "depth_mean": mean(depths),
+        "depth_max": max(depths),
         "p_pos": pos / n,
-        "h1_acc": hits[0] / n, "h2_acc": hits[1] / n, "h3_acc": hits[2] / n,
+        "h1_acc": hits[0] / n,
+        "h2_acc": hits[1] / n,
+        "h3_acc": hits[2] / n,
     }
 
 
@@ -337,18 +354,22 @@ def format_stats_row(name: str, s: Mapping[str, float]) -> list[str]:
     if not s.get("pairs"):
         return [name, "0", "", "", "", "", "", ""]
     return [
-        name, f"{s['pairs']:,}",
-        f"{s['vars_mean']:.1f} / {s['vars_max']}", f"{s['ops_mean']:.1f} / {s['ops_max']}",
-        f"{s['chars_mean']:.1f} / {s['chars_max']}", f"{s['depth_mean']:.1f} / {s['depth_max']}",
-        f"{s['p_pos']:.2f}", f"{s['h1_acc']:.2f} / {s['h2_acc']:.2f} / {s['h3_acc']:.2f}",
+        name,
+        f"{s['pairs']:,}",
+        f"{s['vars_mean']:.1f} / {s['vars_max']}",
+        f"{s['ops_mean']:.1f} / {s['ops_max']}",
+        f"{s['chars_mean']:.1f} / {s['chars_max']}",
+        f"{s['depth_mean']:.1f} / {s['depth_max']}",
+        f"{s['p_pos']:.2f}",
+        f"{s['h1_acc']:.2f} / {s['h2_acc']:.2f} / {s['h3_acc']:.2f}",
     ]
 
 
-STATS_HEADER = ["split", "pairs", "vars/pair (mean / max)", "ops/formula", "chars/formula", "depth",
-                "P(E=1)", "acc H1 / H2 / H3"]
+STATS_HEADER = ["split", "pairs", "vars/pair (mean / max)", "ops/formula", "chars/formula", "depth", "P(E=1)", "acc H1 / H2 / H3"]
 
 
 # ----------------------------------------------------------------------------- datasets
+
 
 def _sha256(path: Path) -> str:
     h = hashlib.sha256()
@@ -400,8 +421,9 @@ def default_eval_sizes(eval_size: int) -> dict[str, int]:
     return sizes
 
 
-def _sizes_and_presets(train: int, eval_size: int, eval_sizes: Mapping[str, int] | None,
-                       presets: Mapping[str, str | Preset] | None) -> tuple[dict[str, int], dict[str, Preset]]:
+def _sizes_and_presets(
+    train: int, eval_size: int, eval_sizes: Mapping[str, int] | None, presets: Mapping[str, str | Preset] | None
+) -> tuple[dict[str, int], dict[str, Preset]]:
     """Lines per split and the resolved preset of each split (ValueError on unknown split names)."""
     sizes = default_eval_sizes(eval_size)
     if eval_sizes:
@@ -429,8 +451,15 @@ def _cached(meta_path: Path, params: dict[str, Any], files: dict[str, Path], t0:
         return None
     if old.get("params") != params or not all(p.is_file() for p in files.values()):
         return None
-    return DatasetInfo(meta_path.parent, files, dict(old.get("counts", {})), params, time.perf_counter() - t0,
-                       cached=True, split_seconds=dict(old.get("split_seconds", {})))
+    return DatasetInfo(
+        meta_path.parent,
+        files,
+        dict(old.get("counts", {})),
+        params,
+        time.perf_counter() - t0,
+        cached=True,
+        split_seconds=dict(old.get("split_seconds", {})),
+    )
 
 
 #: The stage of `write_dataset` that reads the `exclude` files, as its `progress` callback names it
@@ -438,10 +467,18 @@ def _cached(meta_path: Path, params: dict[str, Any], files: dict[str, Path], t0:
 EXCLUDING = "(reading the pairs to exclude)"
 
 
-def write_dataset(out_dir: str | os.PathLike, train: int = 100000, seed: int = 0, *, eval_size: int = 1000,
-                  eval_sizes: Mapping[str, int] | None = None, exclude: Iterable[str | os.PathLike] = (),
-                  presets: Mapping[str, str | Preset] | None = None, force: bool = False,
-                  progress: Callable[[str, int, int], None] | None = None) -> DatasetInfo:
+def write_dataset(
+    out_dir: str | os.PathLike,
+    train: int = 100000,
+    seed: int = 0,
+    *,
+    eval_size: int = 1000,
+    eval_sizes: Mapping[str, int] | None = None,
+    exclude: Iterable[str | os.PathLike] = (),
+    presets: Mapping[str, str | Preset] | None = None,
+    force: bool = False,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> DatasetInfo:
     """Write train.txt, validate.txt, test_easy/hard/big/massive/exam.txt and generator.json.
 
     `eval_size` lines per evaluation split (test_exam at most 100), overridden per split by
@@ -508,7 +545,22 @@ def write_dataset(out_dir: str | os.PathLike, train: int = 100000, seed: int = 0
 
 
 __all__ = [
-    "SPLITS", "EVAL_SPLITS", "Preset", "PRESETS", "SPLIT_PRESETS", "get_preset", "format_line", "random_formula",
-    "generate_split", "split_rng", "split_stats", "format_stats_row", "STATS_HEADER", "exclusion_files",
-    "alpha_keys", "DatasetInfo", "default_eval_sizes", "write_dataset",
+    "SPLITS",
+    "EVAL_SPLITS",
+    "Preset",
+    "PRESETS",
+    "SPLIT_PRESETS",
+    "get_preset",
+    "format_line",
+    "random_formula",
+    "generate_split",
+    "split_rng",
+    "split_stats",
+    "format_stats_row",
+    "STATS_HEADER",
+    "exclusion_files",
+    "alpha_keys",
+    "DatasetInfo",
+    "default_eval_sizes",
+    "write_dataset",
 ]

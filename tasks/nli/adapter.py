@@ -117,10 +117,10 @@ class NLITask(NLIMeta, TaskAdapter):
     def _batches(self, split: str, batch_size: int, order: list[int]) -> Iterator[dict[str, torch.Tensor]]:
         premise, hypothesis, label = self._encoded[split]
         for start in range(0, len(order), batch_size):
-            idx = order[start:start + batch_size]
-            yield nli_data.collate({"premise_ids": [premise[i] for i in idx],
-                                    "hypothesis_ids": [hypothesis[i] for i in idx],
-                                    "label": [label[i] for i in idx]})
+            idx = order[start : start + batch_size]
+            yield nli_data.collate(
+                {"premise_ids": [premise[i] for i in idx], "hypothesis_ids": [hypothesis[i] for i in idx], "label": [label[i] for i in idx]}
+            )
 
     def train_batches(self, batch_size: int, generator: torch.Generator, epoch: int) -> Iterator[dict[str, torch.Tensor]]:
         n = len(self._encoded[TRAIN][2])
@@ -138,10 +138,21 @@ class NLITask(NLIMeta, TaskAdapter):
             path = Path(os.path.expandvars(self.options.vectors)).expanduser()
             vectors, _hits = nli_data.load_word_vectors(path, self.vocab, dim=input_dim)
         opts = self.options
-        return PairModel(encoder_spec(unit, dim, opts.layers), arch, len(self.vocab), dim, input_dim,
-                         classes=len(self.label_names), pooling=opts.pooling, mlp_hidden=hparams.mlp_hidden,
-                         dropout=hparams.dropout, embeddings=vectors, freeze_embeddings=opts.freeze_vectors,
-                         attention=opts.attention, modelling_unit=opts.modelling_unit)
+        return PairModel(
+            encoder_spec(unit, dim, opts.layers),
+            arch,
+            len(self.vocab),
+            dim,
+            input_dim,
+            classes=len(self.label_names),
+            pooling=opts.pooling,
+            mlp_hidden=hparams.mlp_hidden,
+            dropout=hparams.dropout,
+            embeddings=vectors,
+            freeze_embeddings=opts.freeze_vectors,
+            attention=opts.attention,
+            modelling_unit=opts.modelling_unit,
+        )
 
     def report_notes(self, arch: str) -> list[str]:
         return [describe_arch(arch, self.options)]
@@ -167,8 +178,7 @@ class NLITask(NLIMeta, TaskAdapter):
         self.prepare()
         extra = getattr(self, "_extra", {})
         known = self.vocab.stoi
-        words = sorted({t for s in sentences for t in self._sentence_tokens(s)} - known.keys() - extra.keys()
-                       - getattr(self, "_missing", set()))
+        words = sorted({t for s in sentences for t in self._sentence_tokens(s)} - known.keys() - extra.keys() - getattr(self, "_missing", set()))
         if not words:
             return 0
         path = Path(os.path.expandvars(self.options.vectors)).expanduser()
@@ -203,8 +213,9 @@ class NLITask(NLIMeta, TaskAdapter):
         weight = model.embed.weight
         if extra:
             if self._extra_vectors.shape[1] != weight.shape[1]:
-                raise DataError(f"nli: word vectors {self.options.vectors} have dim {self._extra_vectors.shape[1]}, "
-                                f"the model's embeddings {weight.shape[1]}")
+                raise DataError(
+                    f"nli: word vectors {self.options.vectors} have dim {self._extra_vectors.shape[1]}, the model's embeddings {weight.shape[1]}"
+                )
             weight = torch.cat([weight, self._extra_vectors.to(weight)])
         outputs, state = model.encoder(F.embedding(tokens, weight, padding_idx=0), mask)
         from ..architectures import pool

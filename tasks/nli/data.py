@@ -61,10 +61,8 @@ _DEFAULT_DIRS = {"mnli": ("mnli",), "snli": ("snli", "senteval/SNLI"), "qnli": (
 _CANDIDATES: dict[str, dict[str, tuple[str, ...]]] = {
     "mnli": {
         "train": ("train.csv", "multinli_1.0_train.jsonl", "multinli_1.0_train.txt", "train.tsv"),
-        "dev_matched": ("dev_matched.csv", "multinli_1.0_dev_matched.jsonl",
-                        "multinli_1.0_dev_matched.txt", "dev_matched.tsv"),
-        "dev_mismatched": ("dev_mismatched.csv", "multinli_1.0_dev_mismatched.jsonl",
-                           "multinli_1.0_dev_mismatched.txt", "dev_mismatched.tsv"),
+        "dev_matched": ("dev_matched.csv", "multinli_1.0_dev_matched.jsonl", "multinli_1.0_dev_matched.txt", "dev_matched.tsv"),
+        "dev_mismatched": ("dev_mismatched.csv", "multinli_1.0_dev_mismatched.jsonl", "multinli_1.0_dev_mismatched.txt", "dev_mismatched.tsv"),
     },
     "snli": {
         "train": ("s1.train", "snli_1.0_train.jsonl", "snli_1.0_train.txt"),
@@ -76,17 +74,16 @@ _CANDIDATES: dict[str, dict[str, tuple[str, ...]]] = {
 _REQUIRED = {"mnli": ("dev_matched", "dev_mismatched"), "snli": ("dev", "test"), "qnli": ("dev",)}
 _HOW = {
     "mnli": "put MultiNLI dev_matched.csv/dev_mismatched.csv (pairID,sentence1,sentence2,label) or the "
-            "official multinli_1.0_*.jsonl there (https://cims.nyu.edu/~sbowman/multinli/), pass "
-            "files={split: path}, or hub=True to load nyu-mll/multi_nli",
+    "official multinli_1.0_*.jsonl there (https://cims.nyu.edu/~sbowman/multinli/), pass "
+    "files={split: path}, or hub=True to load nyu-mll/multi_nli",
     "snli": "put SentEval's SNLI s1/s2/labels.{dev,test} (SentEval data/downstream/get_transfer_data.bash) "
-            "or the official snli_1.0_*.jsonl there (https://nlp.stanford.edu/projects/snli/), pass "
-            "files={split: path}, or hub=True to load stanfordnlp/snli",
+    "or the official snli_1.0_*.jsonl there (https://nlp.stanford.edu/projects/snli/), pass "
+    "files={split: path}, or hub=True to load stanfordnlp/snli",
     "qnli": "put GLUE QNLI dev.tsv (and train.tsv) there (GLUE download_glue_data.py), pass "
-            "files={split: path}, or hub=True to load nyu-mll/glue qnli",
+    "files={split: path}, or hub=True to load nyu-mll/glue qnli",
 }
 _HUB = {
-    "mnli": (("nyu-mll/multi_nli", None),
-             {"train": "train", "validation_matched": "dev_matched", "validation_mismatched": "dev_mismatched"}),
+    "mnli": (("nyu-mll/multi_nli", None), {"train": "train", "validation_matched": "dev_matched", "validation_mismatched": "dev_mismatched"}),
     "snli": (("stanfordnlp/snli", None), {"train": "train", "validation": "dev", "test": "test"}),
     "qnli": (("nyu-mll/glue", "qnli"), {"train": "train", "validation": "dev"}),
 }
@@ -206,8 +203,7 @@ def _layout(path: Path) -> str:
         return "jsonl"
     if name.endswith((".tsv", ".txt")):
         return "tsv"
-    raise DataError(f"{path}: cannot tell the layout from the file name; expected *.csv, *.jsonl, *.tsv, "
-                    f"*.txt or SentEval's s1.<split>")
+    raise DataError(f"{path}: cannot tell the layout from the file name; expected *.csv, *.jsonl, *.tsv, *.txt or SentEval's s1.<split>")
 
 
 def _load_split(source: str, split: str, path: Path, cache: str | None, names: tuple[str, ...]):
@@ -231,8 +227,7 @@ def _load_split(source: str, split: str, path: Path, cache: str | None, names: t
         for i, p, h, y in zip(indices, batch[premise_col], batch[hypothesis_col], batch[label_col]):
             line = i + offset
             if p is None or h is None:
-                raise DataError(f"{where(path, line)}: missing {premise_col if p is None else hypothesis_col} "
-                                f"field")
+                raise DataError(f"{where(path, line)}: missing {premise_col if p is None else hypothesis_col} field")
             if layout in ("csv", "tsv") and "" in (p, h, y):
                 # pandas fills the fields missing from a short row with "" (keep_default_na=False),
                 # indistinguishable from an empty label (= no gold, dropped). Only then look at the
@@ -241,8 +236,9 @@ def _load_split(source: str, split: str, path: Path, cache: str | None, names: t
                     short_rows["rows"] = _short_rows(path, layout, len(raw.column_names))
                 if line in short_rows["rows"]:
                     missing = premise_col if p == "" else hypothesis_col if h == "" else label_col
-                    raise DataError(f"{where(path, line)}: missing {missing} field (expected "
-                                    f"{len(raw.column_names)} fields: {', '.join(raw.column_names)})")
+                    raise DataError(
+                        f"{where(path, line)}: missing {missing} field (expected {len(raw.column_names)} fields: {', '.join(raw.column_names)})"
+                    )
             premises.append(p)
             hypotheses.append(h)
             labels.append(_label_id(y, label_ids, num, path, line))
@@ -252,15 +248,14 @@ def _load_split(source: str, split: str, path: Path, cache: str | None, names: t
     from datasets.fingerprint import Hasher
 
     features = Features({"premise": Value("string"), "hypothesis": Value("string"), "label": Value("int64")})
-    fp = Hasher.hash((raw._fingerprint, "nli-normalise-v1", source, names, premise_col, hypothesis_col,
-                      label_col, offset))
-    ds = raw.map(normalise, batched=True, with_indices=True, remove_columns=raw.column_names,
-                 features=features, new_fingerprint=fp, desc=f"{source} {split}")
+    fp = Hasher.hash((raw._fingerprint, "nli-normalise-v1", source, names, premise_col, hypothesis_col, label_col, offset))
+    ds = raw.map(
+        normalise, batched=True, with_indices=True, remove_columns=raw.column_names, features=features, new_fingerprint=fp, desc=f"{source} {split}"
+    )
     labels = np.asarray(ds.data.column("label").to_numpy())
     n_dropped = int((labels < 0).sum())
     if n_dropped:
-        ds = ds.filter(lambda b: [y >= 0 for y in b["label"]], batched=True,
-                       new_fingerprint=Hasher.hash((fp, "drop-unlabelled")))
+        ds = ds.filter(lambda b: [y >= 0 for y in b["label"]], batched=True, new_fingerprint=Hasher.hash((fp, "drop-unlabelled")))
     return ds, n_dropped
 
 
@@ -278,8 +273,7 @@ def _label_id(y: Any, label_ids: dict[str, int], num: int, path: Path, line: int
     key = text.lower()
     if key in label_ids:
         return label_ids[key]
-    raise DataError(f"{where(path, line)}: unknown label {text!r}; expected one of "
-                    f"{', '.join(label_ids)} or '-' (no gold label)")
+    raise DataError(f"{where(path, line)}: unknown label {text!r}; expected one of {', '.join(label_ids)} or '-' (no gold label)")
 
 
 def _resolve_columns(path: Path, columns: Sequence[str]) -> tuple[str, str, str]:
@@ -287,8 +281,7 @@ def _resolve_columns(path: Path, columns: Sequence[str]) -> tuple[str, str, str]
         for c in options:
             if c in columns:
                 return c
-        raise DataError(f"{path}: no {role} column (looked for {' / '.join(options)}; "
-                        f"the file has {', '.join(columns) or 'no columns'})")
+        raise DataError(f"{path}: no {role} column (looked for {' / '.join(options)}; the file has {', '.join(columns) or 'no columns'})")
 
     return pick(_PREMISE_COLS, "premise"), pick(_HYPOTHESIS_COLS, "hypothesis"), pick(_LABEL_COLS, "label")
 
@@ -317,8 +310,7 @@ def _load_table(path: Path, layout: str, cache: str | None):
         header = _read_header(path, sep)
         # Every column as a string: ids like "63735n" or a label column must not be re-typed, and
         # keep_default_na=False stops pandas from turning a sentence "NA"/"null" into a missing value.
-        kwargs = dict(sep=sep, keep_default_na=False, encoding="utf-8-sig",
-                      features=Features({c: Value("string") for c in header}))
+        kwargs = dict(sep=sep, keep_default_na=False, encoding="utf-8-sig", features=Features({c: Value("string") for c in header}))
         if layout == "tsv":
             kwargs["quoting"] = csv.QUOTE_NONE  # QNLI/official NLI txt: `"` is text, not quoting
     try:
@@ -373,7 +365,7 @@ def _load_senteval_snli(s1: Path, cache: str | None):
     """
     from datasets import Dataset, Features, Value
 
-    suffix = s1.name[len("s1."):]
+    suffix = s1.name[len("s1.") :]
     paths = [s1, s1.with_name("s2." + suffix), s1.with_name("labels." + suffix)]
     for p in paths:
         require_file(p, "SNLI (SentEval layout)", _HOW["snli"])
@@ -381,14 +373,15 @@ def _load_senteval_snli(s1: Path, cache: str | None):
     counts = [_count_lines(p) for p in paths]
     if len(set(counts)) != 1:
         short = min(range(3), key=lambda i: counts[i])
-        raise DataError(f"{where(paths[short], counts[short] + 1)}: file ends early ({counts[short]} lines, "
-                        f"but {paths[0].name} has {counts[0]}, {paths[1].name} {counts[1]}, "
-                        f"{paths[2].name} {counts[2]}); s1/s2/labels must be line-aligned")
+        raise DataError(
+            f"{where(paths[short], counts[short] + 1)}: file ends early ({counts[short]} lines, "
+            f"but {paths[0].name} has {counts[0]}, {paths[1].name} {counts[1]}, "
+            f"{paths[2].name} {counts[2]}); s1/s2/labels must be line-aligned"
+        )
     features = Features({"sentence1": Value("string"), "sentence2": Value("string"), "gold_label": Value("string")})
     # gen_kwargs is part of the cache key (path, size, mtime of each file). A JSON string, not a
     # list: `from_generator` would shard a list argument across generator calls.
-    return Dataset.from_generator(_senteval_rows, features=features, cache_dir=cache,
-                                  gen_kwargs={"stamp": json.dumps(stamp)})
+    return Dataset.from_generator(_senteval_rows, features=features, cache_dir=cache, gen_kwargs={"stamp": json.dumps(stamp)})
 
 
 def _senteval_rows(stamp: str):
@@ -421,8 +414,10 @@ def _load_hub(source: str, cache: str | None, names: tuple[str, ...]) -> NLIData
     try:
         dd = load_dataset(name, config, cache_dir=cache)
     except Exception as exc:
-        raise DataError(f"{source}: could not load {name}{'/' + config if config else ''} from the hub "
-                        f"({type(exc).__name__}: {exc}); without network use local files: {_HOW[source]}") from exc
+        raise DataError(
+            f"{source}: could not load {name}{'/' + config if config else ''} from the hub "
+            f"({type(exc).__name__}: {exc}); without network use local files: {_HOW[source]}"
+        ) from exc
     splits, dropped, files = {}, {}, {}
     for hub_split, split in split_map.items():
         if hub_split not in dd:
@@ -494,14 +489,20 @@ class Vocab:
         return cls([PAD_TOKEN, UNK_TOKEN, *words])
 
     @classmethod
-    def from_dataset(cls, ds, columns: Sequence[str] = ("premise", "hypothesis"), min_count: int = 1,
-                     max_size: int | None = None, tokenizer: Callable[[str], list[str]] = tokenize,
-                     batch_size: int = 10_000) -> Vocab:
+    def from_dataset(
+        cls,
+        ds,
+        columns: Sequence[str] = ("premise", "hypothesis"),
+        min_count: int = 1,
+        max_size: int | None = None,
+        tokenizer: Callable[[str], list[str]] = tokenize,
+        batch_size: int = 10_000,
+    ) -> Vocab:
         """From the text columns of a Dataset (read in batches, tokenised with `tokenizer`)."""
 
         def token_lists():
             for start in range(0, len(ds), batch_size):
-                batch = ds[start:start + batch_size]
+                batch = ds[start : start + batch_size]
                 for col in columns:
                     for text in batch[col]:
                         yield tokenizer(text)
@@ -548,8 +549,7 @@ def concatenate(datasets: Sequence[Any]):
     return concatenate_datasets(parts)
 
 
-def encode(ds, vocab: Vocab, max_len: int | None = None, tokenizer: Callable[[str], list[str]] = tokenize,
-           num_proc: int | None = None):
+def encode(ds, vocab: Vocab, max_len: int | None = None, tokenizer: Callable[[str], list[str]] = tokenize, num_proc: int | None = None):
     """Add ``premise_ids`` / ``hypothesis_ids`` (lists of int) with a batched `Dataset.map`.
 
     max_len truncates each sentence to its first max_len tokens. A sentence with no tokens becomes
@@ -575,10 +575,17 @@ def encode(ds, vocab: Vocab, max_len: int | None = None, tokenizer: Callable[[st
     features = ds.features.copy()
     features["premise_ids"] = HFSequence(Value("int32"))
     features["hypothesis_ids"] = HFSequence(Value("int32"))
-    fp = Hasher.hash((ds._fingerprint, "nli-encode-v1", vocab.fingerprint(), max_len,
-                      getattr(tokenizer, "__module__", ""), getattr(tokenizer, "__qualname__", repr(tokenizer))))
-    return ds.map(fn, batched=True, features=features, new_fingerprint=fp, num_proc=num_proc,
-                  desc="encode")
+    fp = Hasher.hash(
+        (
+            ds._fingerprint,
+            "nli-encode-v1",
+            vocab.fingerprint(),
+            max_len,
+            getattr(tokenizer, "__module__", ""),
+            getattr(tokenizer, "__qualname__", repr(tokenizer)),
+        )
+    )
+    return ds.map(fn, batched=True, features=features, new_fingerprint=fp, num_proc=num_proc, desc="encode")
 
 
 def collate(batch) -> dict:
@@ -608,8 +615,7 @@ def collate(batch) -> dict:
     premise, premise_mask = pad(columns["premise_ids"])
     hypothesis, hypothesis_mask = pad(columns["hypothesis_ids"])
     label = torch.as_tensor([int(y) for y in columns["label"]], dtype=torch.long)
-    return {"premise": premise, "premise_mask": premise_mask, "hypothesis": hypothesis,
-            "hypothesis_mask": hypothesis_mask, "label": label}
+    return {"premise": premise, "premise_mask": premise_mask, "hypothesis": hypothesis, "hypothesis_mask": hypothesis_mask, "label": label}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -636,8 +642,11 @@ def load_word_vectors(path: str | Path, vocab: Vocab, dim: int | None = None, se
     import numpy as np
     import torch
 
-    p = require_file(path, "word vectors", "download GloVe (https://nlp.stanford.edu/projects/glove/) or "
-                     "fastText .vec (https://fasttext.cc/docs/en/english-vectors.html)")
+    p = require_file(
+        path,
+        "word vectors",
+        "download GloVe (https://nlp.stanford.edu/projects/glove/) or fastText .vec (https://fasttext.cc/docs/en/english-vectors.html)",
+    )
     rows, dim = _scan_vectors(p, vocab.stoi, dim, skip={PAD})
     if dim is None:
         raise DataError(f"{p}: no vectors in file")
@@ -672,8 +681,7 @@ def _scan_vectors(p: Path, stoi: dict[str, int], dim: int | None, skip: set[int]
                         continue
                 parts = line.rsplit(" ", dim)
                 if len(parts) != dim + 1 or not parts[0]:
-                    raise DataError(f"{where(p, lineno)}: expected a word and {dim} numbers, "
-                                    f"got {len(parts) - 1 if parts[0] else len(parts)} fields")
+                    raise DataError(f"{where(p, lineno)}: expected a word and {dim} numbers, got {len(parts) - 1 if parts[0] else len(parts)} fields")
                 word = parts[0]
                 idx = stoi.get(word)
                 is_exact = idx is not None

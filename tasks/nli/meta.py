@@ -14,18 +14,24 @@ from . import data as nli_data
 
 
 class NLIOptions(PairArchOptions):
-    train: list[str] = pydantic.Field(["snli:test"], min_length=1, description=(
-        "training split(s) as source:split (mnli|snli|qnli), concatenated; the papers: ['mnli:train', 'snli:train']"))
-    valid: list[str] = pydantic.Field(["snli:dev"], min_length=1, description=(
-        "validation split(s): the best epoch maximises their MEAN accuracy; the papers: "
-        "['mnli:dev_matched', 'mnli:dev_mismatched']"))
+    train: list[str] = pydantic.Field(
+        ["snli:test"],
+        min_length=1,
+        description=("training split(s) as source:split (mnli|snli|qnli), concatenated; the papers: ['mnli:train', 'snli:train']"),
+    )
+    valid: list[str] = pydantic.Field(
+        ["snli:dev"],
+        min_length=1,
+        description=("validation split(s): the best epoch maximises their MEAN accuracy; the papers: ['mnli:dev_matched', 'mnli:dev_mismatched']"),
+    )
     test: list[str] = pydantic.Field(["mnli:dev_matched", "mnli:dev_mismatched"], description="test splits")
     max_len: int | None = pydantic.Field(64, ge=1, description="truncate sentences to this many tokens")
     vocab_size: int | None = pydantic.Field(30000, ge=10, description="most frequent training words kept")
     min_count: int = pydantic.Field(1, ge=1)
     max_train: int | None = pydantic.Field(None, ge=10, description="use only the first N training pairs")
-    max_eval: int | None = pydantic.Field(None, ge=10, description=(
-        "use only the first N pairs of every validation and test split (CPU-sized studies; reports must say so)"))
+    max_eval: int | None = pydantic.Field(
+        None, ge=10, description=("use only the first N pairs of every validation and test split (CPU-sized studies; reports must say so)")
+    )
     vectors: str | None = pydantic.Field(None, description="GloVe/fastText text file of pretrained word vectors")
     freeze_vectors: bool = False
 
@@ -53,8 +59,10 @@ def _check_ref(ref: str) -> str:
 class NLIMeta(TaskMeta):
     archs = ARCHS
     Options = NLIOptions
-    layouts = ("data root with mnli/ (dev CSV or official jsonl), senteval/SNLI or snli/ (SentEval s1/s2/labels "
-               "or snli_1.0 jsonl), qnli/ (GLUE tsv); splits named source:split")
+    layouts = (
+        "data root with mnli/ (dev CSV or official jsonl), senteval/SNLI or snli/ (SentEval s1/s2/labels "
+        "or snli_1.0 jsonl), qnli/ (GLUE tsv); splits named source:split"
+    )
     metric = "acc"
     report_layout = ReportLayout("nli")
     # lr 1e-4 constant (the authors' README command and main_mnli.py: Adam, no schedule), batch 64.

@@ -57,13 +57,10 @@ class TransferTask(TransferMeta, NLITask):
     def evaluate(self, model: nn.Module, split: str, batch_size: int) -> dict[str, float]:
         if not split.startswith(PREFIX):
             return super().evaluate(model, split, batch_size)
-        name = split[len(PREFIX):]
+        name = split[len(PREFIX) :]
         self.expand_for_senteval()
-        results = senteval_evaluate(lambda sentences: self.encode_sentences(model, sentences), self.senteval_path(),
-                                    [name], kfold=self.options.kfold)
+        results = senteval_evaluate(lambda sentences: self.encode_sentences(model, sentences), self.senteval_path(), [name], kfold=self.options.kfold)
         return senteval_metrics(results[name])
 
     def report_notes(self, arch: str) -> list[str]:
         return super().report_notes(arch) + [PROTOCOL]
-
-

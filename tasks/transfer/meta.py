@@ -9,12 +9,30 @@ from ..meta import ReportLayout
 from ..nli.meta import NLIMeta, NLIOptions
 from ..registry import register_task_meta
 
-SENTEVAL_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICKEntailment", "SICKRelatedness",
-                  "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark")
+SENTEVAL_TASKS = (
+    "MR",
+    "CR",
+    "SUBJ",
+    "MPQA",
+    "SST2",
+    "SST5",
+    "TREC",
+    "MRPC",
+    "SICKEntailment",
+    "SICKRelatedness",
+    "STS12",
+    "STS13",
+    "STS14",
+    "STS15",
+    "STS16",
+    "STSBenchmark",
+)
+
 
 class TransferOptions(NLIOptions):
-    senteval_tasks: list[str] = pydantic.Field(["MR", "CR", "SUBJ", "MPQA", "TREC", "SICKEntailment", "STSBenchmark"],
-                                               description="SentEval tasks evaluated on the best model")
+    senteval_tasks: list[str] = pydantic.Field(
+        ["MR", "CR", "SUBJ", "MPQA", "TREC", "SICKEntailment", "STSBenchmark"], description="SentEval tasks evaluated on the best model"
+    )
     senteval_path: str | None = pydantic.Field(None, description="SentEval data/downstream folder (default <data>/senteval)")
     kfold: int = pydantic.Field(10, ge=2, description="folds of the cross-validated SentEval tasks")
 

@@ -65,10 +65,12 @@ from .senteval_data import TASKS, Split, TaskData, load_task, resolve_task_path
 Encoder = Callable[[list], np.ndarray]
 
 DEFAULT_TASKS = TASKS
-PROTOCOL = ("SentEval usepytorch=False protocol; logistic regression = scikit-learn liblinear (one-vs-rest), "
-            "fitted from scratch per C; SICK-R/STS-B: classes 1..5, early stopping on dev Pearson")
-INNER_REGS = [2.0 ** t for t in range(-2, 4)]  # SentEval InnerKFoldClassifier / SplitClassifier, usepytorch=False
-KFOLD_REGS = [2.0 ** t for t in range(-1, 6)]  # SentEval KFoldClassifier, usepytorch=False
+PROTOCOL = (
+    "SentEval usepytorch=False protocol; logistic regression = scikit-learn liblinear (one-vs-rest), "
+    "fitted from scratch per C; SICK-R/STS-B: classes 1..5, early stopping on dev Pearson"
+)
+INNER_REGS = [2.0**t for t in range(-2, 4)]  # SentEval InnerKFoldClassifier / SplitClassifier, usepytorch=False
+KFOLD_REGS = [2.0**t for t in range(-1, 6)]  # SentEval KFoldClassifier, usepytorch=False
 
 
 def evaluate(
@@ -103,8 +105,9 @@ def evaluate(
             import senteval  # noqa: F401
         except ImportError:
             if use_senteval:
-                raise ImportError("use_senteval=True but the senteval package is not importable "
-                                  "(pip install git+https://github.com/facebookresearch/SentEval)") from None
+                raise ImportError(
+                    "use_senteval=True but the senteval package is not importable (pip install git+https://github.com/facebookresearch/SentEval)"
+                ) from None
         else:
             return _evaluate_with_senteval(encode, base, names, kfold, seed, batch_size, prepare)
     out = {}
@@ -113,8 +116,7 @@ def evaluate(
         data = load_task(name, base)
         if prepare is not None:
             prepare(_all_sentences(data))
-        result = _RUNNERS[_kind(name)](data, encode, kfold=kfold, seed=seed, batch_size=batch_size,
-                                       n_jobs=n_jobs, max_iter=max_iter)
+        result = _RUNNERS[_kind(name)](data, encode, kfold=kfold, seed=seed, batch_size=batch_size, n_jobs=n_jobs, max_iter=max_iter)
         result["seconds"] = round(time.perf_counter() - start, 2)
         out[name] = result
     return out
@@ -149,8 +151,14 @@ def _evaluate_with_senteval(encode, base: Path, names, kfold, seed, batch_size, 
             prepare(samples)
 
     with tempfile.TemporaryDirectory(prefix="tprbench-senteval-") as scratch:
-        params = {"task_path": str(senteval_task_path(base, Path(scratch))), "usepytorch": False, "kfold": kfold,
-                  "seed": seed, "batch_size": batch_size, "classifier": {"nhid": 0}}
+        params = {
+            "task_path": str(senteval_task_path(base, Path(scratch))),
+            "usepytorch": False,
+            "kfold": kfold,
+            "seed": seed,
+            "batch_size": batch_size,
+            "classifier": {"nhid": 0},
+        }
         raw = senteval.engine.SE(params, batcher, prep).eval(list(names))
     return {name: _from_senteval(name, r) for name, r in raw.items()}
 
@@ -162,14 +170,26 @@ def _from_senteval(name: str, r: dict) -> dict:
     classification `{devacc, acc, ndev, ntest}` (+ `f1` for MRPC)."""
     if name.startswith("STS") and name != "STSBenchmark":
         subsets = {k: v for k, v in r.items() if k != "all"}
-        return {"pearson": float(r["all"]["pearson"]["wmean"]), "spearman": float(r["all"]["spearman"]["wmean"]),
-                "pearson_mean": float(r["all"]["pearson"]["mean"]), "spearman_mean": float(r["all"]["spearman"]["mean"]),
-                "n_train": 0, "n_test": int(sum(v["nsamples"] for v in subsets.values())),
-                "datasets": {k: {"pearson": float(v["pearson"][0]), "spearman": float(v["spearman"][0]),
-                                 "n": int(v["nsamples"])} for k, v in subsets.items()}}
+        return {
+            "pearson": float(r["all"]["pearson"]["wmean"]),
+            "spearman": float(r["all"]["spearman"]["wmean"]),
+            "pearson_mean": float(r["all"]["pearson"]["mean"]),
+            "spearman_mean": float(r["all"]["spearman"]["mean"]),
+            "n_train": 0,
+            "n_test": int(sum(v["nsamples"] for v in subsets.values())),
+            "datasets": {
+                k: {"pearson": float(v["pearson"][0]), "spearman": float(v["spearman"][0]), "n": int(v["nsamples"])} for k, v in subsets.items()
+            },
+        }
     if "pearson" in r:
-        return {"pearson": float(r["pearson"]), "spearman": float(r["spearman"]), "mse": float(r["mse"]),
-                "dev_pearson": float(r["devpearson"]), "n_dev": int(r["ndev"]), "n_test": int(r["ntest"])}
+        return {
+            "pearson": float(r["pearson"]),
+            "spearman": float(r["spearman"]),
+            "mse": float(r["mse"]),
+            "dev_pearson": float(r["devpearson"]),
+            "n_dev": int(r["ndev"]),
+            "n_test": int(r["ntest"]),
+        }
     out = {"acc": float(r["acc"]), "devacc": float(r["devacc"]), "n_dev": int(r["ndev"]), "n_test": int(r["ntest"])}
     if "f1" in r:
         out["f1"] = float(r["f1"])
@@ -193,12 +213,11 @@ def embed(encode: Encoder, sentences: list, batch_size: int = 128) -> np.ndarray
     order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
     parts, out = [], None
     for start in range(0, len(order), batch_size):
-        idx = order[start:start + batch_size]
+        idx = order[start : start + batch_size]
         batch = [sentences[i] for i in idx]
         emb = np.asarray(encode(batch))
         if emb.ndim != 2 or emb.shape[0] != len(batch):
-            raise ValueError(f"encode returned shape {emb.shape} for a batch of {len(batch)} sentences; "
-                             f"expected [{len(batch)}, dim]")
+            raise ValueError(f"encode returned shape {emb.shape} for a batch of {len(batch)} sentences; expected [{len(batch)}, dim]")
         parts.append((idx, emb))
     if not parts:
         return np.zeros((0, 0), dtype=np.float32)
@@ -278,8 +297,7 @@ def _cv_pick(X, y, regs, k, seed, max_iter, n_jobs) -> tuple[float, float]:
     from sklearn.model_selection import StratifiedKFold
 
     folds = list(StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(X, y))
-    per_fold = Parallel(n_jobs=n_jobs)(
-        delayed(_lr_scores)(X[tr], y[tr], X[te], y[te], regs, seed, max_iter) for tr, te in folds)
+    per_fold = Parallel(n_jobs=n_jobs)(delayed(_lr_scores)(X[tr], y[tr], X[te], y[te], regs, seed, max_iter) for tr, te in folds)
     means = [round(float(np.mean(s)), 2) for s in zip(*per_fold)]
     best = int(np.argmax(means))
     return regs[best], means[best]
@@ -338,8 +356,7 @@ def encode_scores(y: np.ndarray, lo: int = 1, hi: int = 5) -> np.ndarray:
     return Y
 
 
-def relatedness_regression(X, y, X_dev, y_dev, X_test, y_test, lo=1, hi=5, seed=1111,
-                           batch_size=64, max_epoch=1000, chunk=50) -> dict:
+def relatedness_regression(X, y, X_dev, y_dev, X_test, y_test, lo=1, hi=5, seed=1111, batch_size=64, max_epoch=1000, chunk=50) -> dict:
     """SentEval's RelatednessPytorch (linear + softmax over score classes, MSE, Adam, early stop on dev Pearson)."""
     import torch
 
@@ -349,8 +366,7 @@ def relatedness_regression(X, y, X_dev, y_dev, X_test, y_test, lo=1, hi=5, seed=
     # threads on the 2-core CI machines, measured). Restored afterwards.
     torch.set_num_threads(1)
     try:
-        return _relatedness_fit(torch, r, X, y, X_dev, y_dev, X_test, y_test, lo, hi, seed, batch_size,
-                                max_epoch, chunk)
+        return _relatedness_fit(torch, r, X, y, X_dev, y_dev, X_test, y_test, lo, hi, seed, batch_size, max_epoch, chunk)
     finally:
         torch.set_num_threads(threads)
 
@@ -377,7 +393,7 @@ def _relatedness_fit(torch, r, X, y, X_dev, y_dev, X_test, y_test, lo, hi, seed,
             for _ in range(chunk):
                 perm = torch.as_tensor(rng.permutation(len(Xt)))
                 for i in range(0, len(Xt), batch_size):
-                    idx = perm[i:i + batch_size]
+                    idx = perm[i : i + batch_size]
                     loss = loss_fn(model(Xt[idx]), Yt[idx])
                     opt.zero_grad()
                     loss.backward()
@@ -393,8 +409,13 @@ def _relatedness_fit(torch, r, X, y, X_dev, y_dev, X_test, y_test, lo, hi, seed,
                 bad += 1
         model.load_state_dict(best_state)
         yhat = predict(X_test)
-    return {"pearson": float(pearsonr(yhat, y_test)[0]), "spearman": float(spearmanr(yhat, y_test)[0]),
-            "mse": float(np.mean((yhat - y_test) ** 2)), "dev_pearson": best, "epochs": epoch}
+    return {
+        "pearson": float(pearsonr(yhat, y_test)[0]),
+        "spearman": float(spearmanr(yhat, y_test)[0]),
+        "mse": float(np.mean((yhat - y_test) ** 2)),
+        "dev_pearson": best,
+        "epochs": epoch,
+    }
 
 
 def _cosine(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -457,10 +478,8 @@ def _run_split(data: TaskData, encode, *, kfold, seed, batch_size, n_jobs, max_i
     feats = {}
     for s in ("train", "dev", "test"):
         sp = data.splits[s] = _sorted(data[s])
-        feats[s] = (embed(encode, sp.a, batch_size) if sp.b is None
-                    else _absdiff_prod(*_pair_features(encode, sp, batch_size)))
-    res = split_classifier(feats["train"], data["train"].y, feats["dev"], data["dev"].y, feats["test"],
-                           data["test"].y, seed=seed, max_iter=max_iter)
+        feats[s] = embed(encode, sp.a, batch_size) if sp.b is None else _absdiff_prod(*_pair_features(encode, sp, batch_size))
+    res = split_classifier(feats["train"], data["train"].y, feats["dev"], data["dev"].y, feats["test"], data["test"].y, seed=seed, max_iter=max_iter)
     return {**res, "n_train": len(data["train"]), "n_dev": len(data["dev"]), "n_test": len(data["test"])}
 
 
@@ -469,8 +488,17 @@ def _run_relatedness(data: TaskData, encode, *, kfold, seed, batch_size, n_jobs,
     for s in ("train", "dev", "test"):
         data.splits[s] = _sorted(data[s])
     uv = {s: _pair_features(encode, data[s], batch_size) for s in ("train", "dev", "test")}
-    res = relatedness_regression(_absdiff_prod(*uv["train"]), data["train"].y, _absdiff_prod(*uv["dev"]),
-                                 data["dev"].y, _absdiff_prod(*uv["test"]), data["test"].y, lo=lo, hi=hi, seed=seed)
+    res = relatedness_regression(
+        _absdiff_prod(*uv["train"]),
+        data["train"].y,
+        _absdiff_prod(*uv["dev"]),
+        data["dev"].y,
+        _absdiff_prod(*uv["test"]),
+        data["test"].y,
+        lo=lo,
+        hi=hi,
+        seed=seed,
+    )
     out = {**res, "n_train": len(data["train"]), "n_dev": len(data["dev"]), "n_test": len(data["test"])}
     if data.name == "STSBenchmark":
         out["cosine_pearson"], out["cosine_spearman"] = _corr(_cosine(*uv["test"]), data["test"].y)
@@ -489,10 +517,17 @@ def _run_sts(data: TaskData, encode, *, kfold, seed, batch_size, n_jobs, max_ite
     ps = np.array([v["pearson"] for v in per.values()])
     ss = np.array([v["spearman"] for v in per.values()])
     p_all, s_all = _corr(np.concatenate(sys_all), np.concatenate(gs_all))
-    return {"pearson": float(np.average(ps, weights=w)), "spearman": float(np.average(ss, weights=w)),
-            "pearson_mean": float(ps.mean()), "spearman_mean": float(ss.mean()),
-            "pearson_all": p_all, "spearman_all": s_all, "n_train": 0, "n_test": int(w.sum()), "datasets": per}
+    return {
+        "pearson": float(np.average(ps, weights=w)),
+        "spearman": float(np.average(ss, weights=w)),
+        "pearson_mean": float(ps.mean()),
+        "spearman_mean": float(ss.mean()),
+        "pearson_all": p_all,
+        "spearman_all": s_all,
+        "n_train": 0,
+        "n_test": int(w.sum()),
+        "datasets": per,
+    }
 
 
-_RUNNERS = {"binary": _run_binary, "kfold": _run_kfold, "split": _run_split, "relatedness": _run_relatedness,
-            "sts": _run_sts}
+_RUNNERS = {"binary": _run_binary, "kfold": _run_kfold, "split": _run_split, "relatedness": _run_relatedness, "sts": _run_sts}

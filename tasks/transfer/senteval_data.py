@@ -31,8 +31,10 @@ from ..errors import DataError, where
 from ..paths import data_root, require_dir, require_file
 from .meta import SENTEVAL_TASKS
 
-HOW = ("run SentEval's data/downstream/get_transfer_data.bash (https://github.com/facebookresearch/SentEval) "
-       "and point task_path (or $TPRBENCH_DATA/senteval) at data/downstream")
+HOW = (
+    "run SentEval's data/downstream/get_transfer_data.bash (https://github.com/facebookresearch/SentEval) "
+    "and point task_path (or $TPRBENCH_DATA/senteval) at data/downstream"
+)
 
 BINARY_FILES = {
     # task: (folder, positive file (label 1), negative file (label 0)) — SentEval's convention.
@@ -95,11 +97,15 @@ def load_task(name: str, task_path: str | Path | None = None) -> TaskData:
         return load_binary(name, base)
     if name in STS_DATASETS:
         return load_sts(name, base)
-    loaders = {"SST2": lambda: load_sst(base, fine=False), "SST5": lambda: load_sst(base, fine=True),
-               "TREC": lambda: load_trec(base), "MRPC": lambda: load_mrpc(base),
-               "SICKEntailment": lambda: load_sick(base, relatedness=False),
-               "SICKRelatedness": lambda: load_sick(base, relatedness=True),
-               "STSBenchmark": lambda: load_stsb(base)}
+    loaders = {
+        "SST2": lambda: load_sst(base, fine=False),
+        "SST5": lambda: load_sst(base, fine=True),
+        "TREC": lambda: load_trec(base),
+        "MRPC": lambda: load_mrpc(base),
+        "SICKEntailment": lambda: load_sick(base, relatedness=False),
+        "SICKRelatedness": lambda: load_sick(base, relatedness=True),
+        "STSBenchmark": lambda: load_stsb(base),
+    }
     if name not in loaders:
         raise DataError(f"unknown SentEval task {name!r}; known: {', '.join(TASKS)}")
     return loaders[name]()
@@ -142,8 +148,7 @@ def load_trec(base: Path) -> TaskData:
             target, sep, rest = line.partition(":")
             words = rest.split(" ", 1)
             if not sep or target not in TREC_LABELS or len(words) < 2:
-                raise DataError(f"{where(path, i)}: expected 'COARSE:fine question' with COARSE in "
-                                f"{', '.join(TREC_LABELS)}; got {line[:60]!r}")
+                raise DataError(f"{where(path, i)}: expected 'COARSE:fine question' with COARSE in {', '.join(TREC_LABELS)}; got {line[:60]!r}")
             a.append(words[1].split())
             y.append(TREC_LABELS[target])
         splits[split] = Split(a, None, np.array(y, dtype=np.int64))

@@ -25,14 +25,37 @@ from scipy.stats import pearsonr, spearmanr
 
 LAST: dict = {}
 
-FOLDERS = {"MR": "MR", "CR": "CR", "SUBJ": "SUBJ", "MPQA": "MPQA", "TREC": "TREC", "MRPC": "MRPC",
-           "SST2": "SST/binary", "SST5": "SST/fine", "SICKEntailment": "SICK", "SICKRelatedness": "SICK",
-           "STSBenchmark": "STS/STSBenchmark", "STS12": "STS/STS12-en-test", "STS13": "STS/STS13-en-test",
-           "STS14": "STS/STS14-en-test", "STS15": "STS/STS15-en-test", "STS16": "STS/STS16-en-test"}
-FIRST_FILE = {"MR": "rt-polarity.pos", "CR": "custrev.pos", "SUBJ": "subj.objective", "MPQA": "mpqa.pos",
-              "TREC": "train_5500.label", "MRPC": "msr_paraphrase_train.txt", "SST2": "sentiment-train",
-              "SST5": "sentiment-train", "SICKEntailment": "SICK_train.txt", "SICKRelatedness": "SICK_train.txt",
-              "STSBenchmark": "sts-train.csv"}
+FOLDERS = {
+    "MR": "MR",
+    "CR": "CR",
+    "SUBJ": "SUBJ",
+    "MPQA": "MPQA",
+    "TREC": "TREC",
+    "MRPC": "MRPC",
+    "SST2": "SST/binary",
+    "SST5": "SST/fine",
+    "SICKEntailment": "SICK",
+    "SICKRelatedness": "SICK",
+    "STSBenchmark": "STS/STSBenchmark",
+    "STS12": "STS/STS12-en-test",
+    "STS13": "STS/STS13-en-test",
+    "STS14": "STS/STS14-en-test",
+    "STS15": "STS/STS15-en-test",
+    "STS16": "STS/STS16-en-test",
+}
+FIRST_FILE = {
+    "MR": "rt-polarity.pos",
+    "CR": "custrev.pos",
+    "SUBJ": "subj.objective",
+    "MPQA": "mpqa.pos",
+    "TREC": "train_5500.label",
+    "MRPC": "msr_paraphrase_train.txt",
+    "SST2": "sentiment-train",
+    "SST5": "sentiment-train",
+    "SICKEntailment": "SICK_train.txt",
+    "SICKRelatedness": "SICK_train.txt",
+    "STSBenchmark": "sts-train.csv",
+}
 
 
 class SE:
@@ -55,8 +78,15 @@ class SE:
         emb = np.asarray(self.batcher(self.params, lines))
         score = float(np.linalg.norm(emb, axis=1).mean())
         if name in ("SICKRelatedness", "STSBenchmark"):
-            return {"devpearson": 0.5 + score / 100, "pearson": 0.4 + score / 100, "spearman": 0.3 + score / 100,
-                    "mse": 1.5, "yhat": np.zeros(3), "ndev": 500, "ntest": 4927}
+            return {
+                "devpearson": 0.5 + score / 100,
+                "pearson": 0.4 + score / 100,
+                "spearman": 0.3 + score / 100,
+                "mse": 1.5,
+                "yhat": np.zeros(3),
+                "ndev": 500,
+                "ntest": 4927,
+            }
         out = {"devacc": round(60 + score, 2), "acc": round(55 + score, 2), "ndev": len(lines), "ntest": len(lines)}
         if name == "MRPC":
             out["f1"] = round(70 + score, 2)
@@ -68,14 +98,13 @@ class SE:
         for fname in sorted(os.listdir(path)):
             if not fname.startswith("STS.input."):
                 continue
-            dataset = fname[len("STS.input."):-len(".txt")]
+            dataset = fname[len("STS.input.") : -len(".txt")]
             with open(os.path.join(path, fname), encoding="utf8") as f:
                 pairs = [line.split("\t") for line in f.read().splitlines()]
             with open(os.path.join(path, "STS.gs." + dataset + ".txt"), encoding="utf8") as f:
                 gold = f.read().splitlines()
             keep = [i for i, g in enumerate(gold) if g != ""]
-            data[dataset] = ([pairs[i][0].split() for i in keep], [pairs[i][1].split() for i in keep],
-                             [float(gold[i]) for i in keep])
+            data[dataset] = ([pairs[i][0].split() for i in keep], [pairs[i][1].split() for i in keep], [float(gold[i]) for i in keep])
         self.prepare(self.params, [s for a, b, _ in data.values() for s in a + b])
         results = {}
         for dataset, (a, b, gs) in data.items():
@@ -85,6 +114,8 @@ class SE:
         weights = [results[d]["nsamples"] for d in results]
         prs = np.array([results[d]["pearson"][0] for d in results])
         sps = np.array([results[d]["spearman"][0] for d in results])
-        results["all"] = {"pearson": {"mean": np.average(prs), "wmean": np.average(prs, weights=weights)},
-                          "spearman": {"mean": np.average(sps), "wmean": np.average(sps, weights=weights)}}
+        results["all"] = {
+            "pearson": {"mean": np.average(prs), "wmean": np.average(prs, weights=weights)},
+            "spearman": {"mean": np.average(sps), "wmean": np.average(sps, weights=weights)},
+        }
         return results
