@@ -19,7 +19,7 @@ Reading the tables is reading MLflow's schema, which MLflow migrates with alembi
 for these four tables since 1.x; `tests/test_record_summary.py` checks that both sources give
 identical frames, so a schema change shows up there. Writing always goes through MLflow
 (harness.record.writer), except the bulk writer used to build benchmark records and to restore a
-record (`bulk_insert`), which writes the same rows MLflow's own store writes.
+record (`Tracker.log_bulk`), which writes the same rows MLflow's own store writes.
 """
 
 from __future__ import annotations
