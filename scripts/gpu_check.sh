@@ -9,7 +9,10 @@
 #      GRU/LSTM, every TPRU variant and slices=8;
 #   3. determinism: the same `train` command twice on the card must give identical numbers;
 #   4. end to end: that TPRU logic run on the card against the same run on the machine's CPUs.
-# Python packages the image lacks travel as wheels in .whl/ (pydantic and its needs).
+# Python packages the image lacks travel as wheels in .whl/ (pydantic and its needs). The logic
+# data does not travel (../shared is outside the repo): copy $TPRBENCH_DATA/logical_entailment into an
+# ignored .gpudata/ and carry it; without it the validation/test splits are generated, which takes
+# longer than the train runs themselves (the 5,000-line `massive` split: ~70 s).
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
@@ -35,9 +38,13 @@ step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
         --repeats 10 --warmup 3 --csv "$OUT/units_b64.csv" 2>&1 | tail -45
 
     step "3. determinism: the same train command twice on the card"
-    TRAIN=(python3 -m harness.cli train --task logic --unit tpru --dim 64 --epochs 2 --set train_size=20000)
+    DATA=generated
+    [ -d .gpudata/logical_entailment ] && DATA=.gpudata/logical_entailment
+    # one --root for every run: the generated training pairs are cached there once
+    TRAIN=(python3 -m harness.cli train --task logic --unit tpru --dim 64 --epochs 2 --set train_size=20000
+        --data "$DATA" --root /tmp/gpu-root)
     for i in 1 2; do
-        timeout 70 "${TRAIN[@]}" --device cuda --run-dir "/tmp/gpu-run-$i" --root /tmp/gpu-root 2>&1 | tail -4
+        timeout 70 "${TRAIN[@]}" --device cuda --run-dir "/tmp/gpu-run-$i" 2>&1 | tail -4
     done
     python3 - <<'EOF'
 import json
@@ -50,7 +57,7 @@ print("identical" if numbers(a) == numbers(b) else "DIFFERENT", "| seconds", rou
 EOF
 
     step "4. the same run on the CPUs"
-    timeout 90 "${TRAIN[@]}" --device cpu --run-dir /tmp/cpu-run --root /tmp/cpu-root 2>&1 | tail -4
+    timeout 90 "${TRAIN[@]}" --device cpu --run-dir /tmp/cpu-run 2>&1 | tail -4
     python3 -c "
 import json; g = json.load(open('/tmp/gpu-run-1/result.json')); c = json.load(open('/tmp/cpu-run/result.json'))
 print('GPU', round(g['seconds'], 1), 's; CPU', round(c['seconds'], 1), 's; CPU/GPU', round(c['seconds'] / g['seconds'], 2))"
