@@ -201,3 +201,15 @@ def test_a_metric_the_finished_runs_do_not_log_is_an_error_not_a_verdict(record,
         r"finished run .*it logs: .*best_valid_acc",
     ):
         evaluate(load_claims(_claims(tmp_path, body)), record)
+
+
+def test_a_claim_names_a_unit_as_its_study_file_does():
+    """The record writes unit specs with their options sorted; a claim that copies the study
+    file's `lstm[layers=1,bidirectional=true]` selects that cell all the same."""
+    from harness.report.papers import _matches
+
+    cell = {"unit": "lstm[bidirectional=true,layers=1]", "unit_canonical": "lstm[bidirectional=true,layers=1]"}
+    assert _matches(cell, {"unit": "lstm[layers=1,bidirectional=true]"})
+    assert _matches(cell, {"unit": "lstm[bidirectional=true,layers=1]"})
+    assert not _matches(cell, {"unit": "lstm[layers=2,bidirectional=true]"})
+    assert _matches(cell, {"unit": "lstm*"}) and not _matches(cell, {"unit": "gru*"})

@@ -33,6 +33,7 @@ from typing import Any, Literal
 import pydantic
 
 from tasks.result import RunStatus
+from units.spec import UnitSpecError, parse_spec
 
 from ..record.reader import ReportError
 
@@ -248,6 +249,15 @@ class Measured:
     runs: int = 0  # seed runs that ended (finished or diverged); paused ones are not counted
 
 
+def _spec_text(pattern: str) -> str:
+    """A unit spec as the record writes it (options sorted: `lstm[bidirectional=true,layers=1]`),
+    so a claim may name the unit as its study file does; a pattern that is no spec stays as it is."""
+    try:
+        return str(parse_spec(pattern))
+    except UnitSpecError:
+        return pattern
+
+
 def _matches(cell: dict[str, Any], select: dict[str, str]) -> bool:
     """Each selected field equals its value, or matches it as a glob when the value has `*` or `?`
     (brackets stay literal: unit specs such as `tpru[roles=8]` are written as they are)."""
@@ -255,6 +265,8 @@ def _matches(cell: dict[str, Any], select: dict[str, str]) -> bool:
         names = ("unit", "unit_canonical") if key == "unit" else (key,)  # as written, or canonical
         values = {"" if cell.get(n) is None else str(cell.get(n)) for n in names}
         glob = "*" in pattern or "?" in pattern
+        if key == "unit" and not glob:
+            pattern = _spec_text(pattern)
         if not any(fnmatch.fnmatchcase(v, pattern.replace("[", "[[]")) if glob else v == pattern for v in values):
             return False
     return True
