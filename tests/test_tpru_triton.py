@@ -279,7 +279,7 @@ def test_float32_close_to_the_cpu_loop_in_the_interpreter(name):
     the card's test uses: a float32 path with a wrong scratch dtype or upstream gradient shows here
     without a GPU."""
     x, mask = padded_batch(seed=1)
-    compare_units(name, 1, "none", x, mask, dtype=torch.float32, rtol=1e-4, atol=2e-5, atol_per_scale=True)
+    compare_units(name, 1, "none", x, mask, dtype=torch.float32, rtol=1e-3, atol=1e-4, atol_per_scale=True)
 
 
 @cuda
@@ -291,7 +291,7 @@ def test_cuda_float32_close_to_the_cpu_loop(name, monkeypatch):
     atol is relative to it. (Against float64, float32 itself is off by more: tpru-mod1 ∂x 5e-4 at
     max |∂x| 96 on the CPU loop alone.)"""
     x, mask = padded_batch(seed=1)
-    compare_units(name, 1, "none", x, mask, device="cuda", dtype=torch.float32, rtol=1e-4, atol=2e-5, atol_per_scale=True)
+    compare_units(name, 1, "none", x, mask, device="cuda", dtype=torch.float32, rtol=1e-3, atol=1e-4, atol_per_scale=True)
 
 
 @cuda
