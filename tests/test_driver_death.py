@@ -28,8 +28,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(600)]
 # runs: they do not carry the watchdog's token in their environment (seen in /proc/<pid>/environ;
 # the GCS, raylet and workers do), so only Ray's own fate-sharing or its GCS reconnect timeout
 # (~60 s) ends them. Until the watchdog also follows the token holders' children, the bound is that
-# timeout plus slack. The bound is that timeout plus slack, so the test asserts that nothing is left,
-# and prints how long it took.
+# timeout plus slack; the test asserts that nothing is left, and prints how long it took.
 RAY_GONE_S = 75.0
 
 
