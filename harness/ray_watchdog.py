@@ -8,8 +8,9 @@ raylet's death and then try to report it through the dead GCS: they stay alive u
 trial finishes its epoch first (measured: ~30 s). A second driver started in that minute shares
 the machine with them.
 
-So the driver marks its environment with a token before Ray starts (every Ray process inherits
-it: the raylet passes its environment on to the agents and workers) and starts this watchdog,
+So the driver marks its environment with a token before Ray starts (the GCS, the raylet and the
+workers inherit it; the two agents do NOT — seen in /proc/<pid>/environ on Ray 2.60 — so they are
+left to Ray's own fate-sharing and timeout, a known gap: tests/test_driver_death.py) and starts this watchdog,
 a small separate process. When the driver's process is gone (however it ended), the watchdog
 SIGKILLs every process whose environment holds the token — only processes this driver's Ray
 started, found by their environment and never by name — and exits. After a normal end
