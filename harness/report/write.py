@@ -12,7 +12,7 @@ from typing import Any
 
 from tasks.result import RunStatus
 
-from ..record.contract import CELL_COLUMNS, RUN_COLUMNS
+from ..record.contract import CELL_COLUMNS, RUN_COLUMNS, Tag
 from ..record.reader import RecordReader, ReportError, frame, per_epoch
 from . import figures as figs
 from .aggregate import aggregate, counted_runs, infer_seeds, search_frame
@@ -153,12 +153,12 @@ def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
             "final_params_hash": None,
             "final_params": None,
             # the study's metric and direction, so a table of cells not run yet is labelled as it will be
-            "metric": getattr(c, "metric", None),
-            "direction": getattr(c, "direction", None),
+            Tag.METRIC.bare: getattr(c, "metric", None),
+            Tag.DIRECTION.bare: getattr(c, "direction", None),
         }
         for c in cells
     ]
-    return pd.DataFrame(rows, columns=[*CELL_COLUMNS, "metric", "direction"])
+    return pd.DataFrame(rows, columns=[*CELL_COLUMNS, Tag.METRIC.bare, Tag.DIRECTION.bare])
 
 
 def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None, reader: Any = None, agg: Any = None) -> Any:
