@@ -8,13 +8,17 @@ raylet's death and then try to report it through the dead GCS: they stay alive u
 trial finishes its epoch first (measured: ~30 s). A second driver started in that minute shares
 the machine with them.
 
-So the driver marks its environment with a token before Ray starts (the GCS, the raylet and the
-workers inherit it; the two agents do NOT — seen in /proc/<pid>/environ on Ray 2.60 — so they are
-left to Ray's own fate-sharing and timeout, a known gap: tests/test_driver_death.py) and starts this watchdog,
-a small separate process. When the driver's process is gone (however it ended), the watchdog
-SIGKILLs every process whose environment holds the token — only processes this driver's Ray
-started, found by their environment and never by name — and exits. After a normal end
-(`ray.shutdown()`) there is usually nothing left to kill.
+So the driver marks its environment with a token before Ray starts and starts this watchdog, a
+small separate process. The GCS, the raylet and the workers inherit the token; the two agents do
+NOT (Ray starts them with an environment of its own: seen in /proc/<pid>/environ on Ray 2.60), but
+they are the raylet's children. So while the driver lives the watchdog remembers, every `SCAN`
+seconds, the token holders and all their descendants, each as (pid, start time): once the raylet
+is dead its orphans are re-parented and could no longer be told apart from anyone's. When the
+driver's process is gone (however it ended), the watchdog SIGKILLs every process that holds the
+token or was remembered, and is still the same process (same pid *and* start time, so a reused
+pid is never hit) — only processes this driver's Ray started, found by their environment and
+parentage, never by name — and exits. After a normal end (`ray.shutdown()`) there is usually
+nothing left to kill.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import uuid
 
 ENV = "TPRBENCH_RAY_OWNER"  # token in the environment of every process of the driver's local Ray
 POLL = 0.25  # seconds between two looks at the driver
+SCAN = 2.0  # seconds between two scans of /proc for the token holders' descendants, while the driver lives
 GRACE = 10.0  # seconds the watchdog goes on killing after the driver's end (late children)
 
 
@@ -71,24 +76,67 @@ def holders(token: str) -> list[int]:
     return found
 
 
-def _alive(pid: int) -> bool:
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, start time in clock ticks) of `pid` from /proc/<pid>/stat; None if gone.
+    The command name (field 2) may hold spaces and parentheses: split after its last ')'."""
     try:
         with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+            fields = fh.read().rsplit(")", 1)[1].split()
     except OSError:
-        return False
+        return None
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def _alive(pid: int) -> bool:
+    st = _stat(pid)
+    return st is not None and st[0] != "Z"
+
+
+def descendants(roots: list[int], skip: set[int]) -> dict[int, int]:
+    """{pid: start time} of `roots` and every process below them, from one pass over /proc;
+    nothing in `skip` (the driver, this watchdog) and nothing below it."""
+    children: dict[int, list[int]] = {}
+    started: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        st = _stat(int(entry))
+        if st is not None:
+            children.setdefault(st[1], []).append(int(entry))
+            started[int(entry)] = st[2]
+    found: dict[int, int] = {}
+    todo = [p for p in roots if p in started]
+    while todo:
+        pid = todo.pop()
+        if pid not in found and pid not in skip:
+            found[pid] = started[pid]
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _same(pid: int, start: int) -> bool:
+    """`pid` is alive and is still the process that was remembered (not a reused pid)."""
+    st = _stat(pid)
+    return st is not None and st[0] != "Z" and st[2] == start
 
 
 def watch(driver: int, token: str) -> int:
     """Wait for `driver` to end, then kill what its Ray left (for up to GRACE s); returns how many."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C at the terminal is the driver's to handle
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    known: dict[int, int] = {}  # pid -> start time of every token holder and descendant seen so far
+    next_scan = 0.0
+    skip = {driver, os.getpid()}
     while _alive(driver):
+        if time.monotonic() >= next_scan:  # forget the ended, add the new: bounded over a long study
+            known = {p: s for p, s in known.items() if _same(p, s)} | descendants(holders(token), skip)
+            next_scan = time.monotonic() + SCAN
         time.sleep(POLL)
     killed: set[int] = set()
     deadline = time.monotonic() + GRACE
     while True:
-        left = [p for p in holders(token) if _alive(p)]
+        remembered = [p for p, start in known.items() if _same(p, start)]
+        left = sorted({p for p in holders(token) if _alive(p)} | set(remembered))
         for pid in left:
             try:
                 os.kill(pid, signal.SIGKILL)
