@@ -89,6 +89,8 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from units.spec import glob_regex, spec_pattern
+
 from .search_space import did_you_mean, is_searchable, parse_space, show
 
 ID_VERSION = 3  # bump when the hashed identity changes shape or what every cell computes (3: fidelity defaults, e.g. E ~ N(0,1), two-layer encoders)
@@ -358,7 +360,7 @@ class TaskConfig:
     def runs_unit(self, unit: UnitEntry) -> bool:
         """Whether this task's cells include `unit` (a task entry may keep only some matrix units,
         e.g. one with BiDAF's `modelling_unit` set only for the unit it was meant for)."""
-        return self.units is None or any(_glob_regex(g).match(v) for g in self.units for v in (unit.spec, unit.canonical))
+        return self.units is None or any(spec_pattern(g).match(v) for g in self.units for v in (unit.spec, unit.canonical))
 
 
 @dataclass(frozen=True)
@@ -861,7 +863,7 @@ def _check_task_units(parsed: StudyFile, tasks: list[TaskConfig], unit_entries: 
     """Every glob of a task's `units` must match a matrix unit (a typo would silently drop cells)."""
     for i, entry in enumerate(parsed.tasks):
         for j, glob in enumerate(entry.units or ()):
-            rx = _glob_regex(glob)
+            rx = spec_pattern(glob)
             if not any(rx.match(v) for u in unit_entries for v in (u.spec, u.canonical)):
                 problems.append(
                     (f"tasks[{i}].units[{j}]", f"{glob!r} matches no unit of the matrix ({', '.join(u.spec for u in unit_entries) or 'none'})")
@@ -997,11 +999,6 @@ def _expand(study: Study) -> list[Cell]:
 # --only filters
 
 
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    """`*` and `?` are wildcards; everything else is literal (unit specs contain brackets)."""
-    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern) + r"\Z")
-
-
 def _filter_values(cell: Cell, key: str) -> tuple[str, ...]:
     if key == "task":
         return (cell.task, cell.task_label)
@@ -1014,8 +1011,8 @@ def filter_cells(cells: list[Cell], patterns: list[str] | tuple[str, ...]) -> li
     """Keep the cells that match every `key=glob` pattern (keys: arch, dim, id, input_dim, task, unit).
 
     `unit=tpru*` matches tpru and its variants, `unit=tpru[roles=32]` is literal (only `*` and
-    `?` are wildcards), `task=` matches the task name or label, `unit=` the spec as written or
-    its canonical form."""
+    `?` are wildcards), `task=` matches the task name or label, `unit=` the spec or its canonical
+    form, by `units.spec.spec_pattern` (options in any order)."""
     checks: list[tuple[str, re.Pattern[str]]] = []
     problems: list[tuple[str | None, str]] = []
     for pattern in patterns:
@@ -1026,7 +1023,7 @@ def filter_cells(cells: list[Cell], patterns: list[str] | tuple[str, ...]) -> li
         elif key not in FILTER_KEYS:
             problems.append((f"--only {pattern!r}", f"unknown key {key!r}{did_you_mean(key, FILTER_KEYS)}; use one of {', '.join(FILTER_KEYS)}"))
         else:
-            checks.append((key, _glob_regex(glob.strip())))
+            checks.append((key, spec_pattern(glob) if key == "unit" else glob_regex(glob.strip())))
     if problems:
         raise StudyError(None, problems)
     return [cell for cell in cells if all(any(rx.match(v) for v in _filter_values(cell, key)) for key, rx in checks)]

@@ -155,8 +155,9 @@ def test_a_measure_over_seeds_must_select_one_cell(record, tmp_path):
         evaluate(load_claims(_claims(tmp_path, body)), record)
 
 
-def test_committed_papers_report_regenerates_byte_for_byte(tmp_path):
-    """reports/papers/ is what `tprbench papers` writes from the committed records and claims."""
+def test_committed_papers_report_regenerates_byte_for_byte(tmp_path, data_root):
+    """reports/papers/ is what `tprbench papers` writes from the committed records and claims (the
+    study files name their data under $TPRBENCH_DATA: `data_root` skips without it)."""
     committed = REPO / "reports" / "papers"
     if not (committed / "README.md").is_file():
         pytest.skip("reports/papers/ is not committed yet")

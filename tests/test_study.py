@@ -528,6 +528,8 @@ def test_filter_cells() -> None:
         "tpru[roles=8]",
     ]
     assert units(["unit=tpru[roles=8]"]) == ["tpru[roles=8]"]  # brackets are literal
+    assert units(["unit=tpru[slices=2, roles=4]"]) == ["tpru[roles=4,slices=2]"]  # options in any order
+    assert units(["unit=tpru[slices=2,roles=*]"]) == []  # a glob is matched as written
     assert units(["unit=*slices=2]"]) == ["tpru[roles=16,slices=2]", "tpru[roles=4,slices=2]"]
     assert units(["unit=?ru"]) == ["gru"]
     assert len(filter_cells(cells, ["unit=gru", "arch=bidaf", "dim=32"])) == 1  # AND-ed

@@ -82,3 +82,16 @@ def test_the_tprn_nli_study_has_the_four_models_of_issue_13():
         assert (opts["train"], opts["valid"]) == (["snli:test"], ["snli:dev"])
         assert opts["test"] == ["mnli:dev_matched", "mnli:dev_mismatched"]
         assert cell.dim == 32 and cell.arch == "bidaf"
+
+
+def test_one_unit_pattern_rule_for_every_selector() -> None:
+    """`--only unit=`, a task's `units` and a paper claim's `unit` share `units.spec.spec_pattern`."""
+    from units.spec import glob_regex, spec_pattern
+
+    assert spec_pattern("lstm[layers=1,bidirectional=true]").match("lstm[bidirectional=true,layers=1]")
+    assert spec_pattern(" gru ").match("gru")
+    assert not spec_pattern("gru").match("gru[layers=2]")  # whole string
+    assert spec_pattern("tpru*").match("tpru-mod1[roles=8]")
+    assert spec_pattern("tpru[roles=?]").match("tpru[roles=8]") and not spec_pattern("tpru[roles=?]").match("tpru[roles=32]")
+    assert spec_pattern("not a [spec").match("not a [spec")  # no spec: literal
+    assert glob_regex("a[b]").match("a[b]") and not glob_regex("a[b]").match("ab")

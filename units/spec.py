@@ -73,3 +73,23 @@ def parse_spec(text: str) -> UnitSpec:
                 raise UnitSpecError(f"unit spec {text!r}: option {key!r} given twice")
             opts[key] = value
     return UnitSpec(match.group("name"), tuple(sorted(opts.items())))
+
+
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """A glob in which only `*` and `?` are wildcards and everything else is literal, whole-string:
+    unit specs contain brackets, so fnmatch's `[...]` classes would misread `tpru[roles=8]`."""
+    return re.compile("".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern) + r"\Z")
+
+
+def spec_pattern(pattern: str) -> re.Pattern[str]:
+    """The one rule by which a pattern selects unit specs (`--only unit=`, a study task's `units`,
+    a paper claim's `unit`): a `glob_regex`, and a pattern without wildcards that parses as a spec
+    is first written as specs are everywhere else (options sorted), so that
+    `lstm[layers=1,bidirectional=true]` selects `lstm[bidirectional=true,layers=1]`."""
+    pattern = pattern.strip()
+    if "*" not in pattern and "?" not in pattern:
+        try:
+            pattern = str(parse_spec(pattern))
+        except UnitSpecError:
+            pass  # not a spec: matched as written (it then selects nothing, which callers report)
+    return glob_regex(pattern)

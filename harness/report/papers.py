@@ -22,7 +22,6 @@ every verdict must be reproducible from the file and the record alone.
 from __future__ import annotations
 
 import csv
-import fnmatch
 import io
 import math
 import tomllib
@@ -33,7 +32,7 @@ from typing import Any, Literal
 import pydantic
 
 from tasks.result import RunStatus
-from units.spec import UnitSpecError, parse_spec
+from units.spec import glob_regex, spec_pattern
 
 from ..record.reader import ReportError
 
@@ -249,25 +248,15 @@ class Measured:
     runs: int = 0  # seed runs that ended (finished or diverged); paused ones are not counted
 
 
-def _spec_text(pattern: str) -> str:
-    """A unit spec as the record writes it (options sorted: `lstm[bidirectional=true,layers=1]`),
-    so a claim may name the unit as its study file does; a pattern that is no spec stays as it is."""
-    try:
-        return str(parse_spec(pattern))
-    except UnitSpecError:
-        return pattern
-
-
 def _matches(cell: dict[str, Any], select: dict[str, str]) -> bool:
-    """Each selected field equals its value, or matches it as a glob when the value has `*` or `?`
-    (brackets stay literal: unit specs such as `tpru[roles=8]` are written as they are)."""
+    """Each selected field matches its pattern: `*` and `?` are wildcards, brackets are literal
+    (`units.spec.glob_regex`), and a unit is selected by `units.spec.spec_pattern`, as written or in
+    canonical form, its options in any order (as the study file writes it, or as the record does)."""
     for key, pattern in select.items():
-        names = ("unit", "unit_canonical") if key == "unit" else (key,)  # as written, or canonical
+        names = ("unit", "unit_canonical") if key == "unit" else (key,)
         values = {"" if cell.get(n) is None else str(cell.get(n)) for n in names}
-        glob = "*" in pattern or "?" in pattern
-        if key == "unit" and not glob:
-            pattern = _spec_text(pattern)
-        if not any(fnmatch.fnmatchcase(v, pattern.replace("[", "[[]")) if glob else v == pattern for v in values):
+        rx = spec_pattern(pattern) if key == "unit" else glob_regex(pattern)
+        if not any(rx.match(v) for v in values):
             return False
     return True
 
