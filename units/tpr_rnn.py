@@ -134,10 +134,15 @@ class MLPBank(nn.Module):
         return count * (input_size * hidden + hidden + hidden * output + output)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """[..., input_size] → [..., count, output]."""
+        """[..., input_size] → [..., count, output].
+
+        The second layer is one matmul with the block-diagonal [count·output, count·hidden] matrix
+        of the networks' W2: a batched per-network product (einsum/bmm) first permutes the hidden
+        activations to [count, …, hidden] (a copy of the largest tensor here) and runs `count`
+        skinny products; the zeros of the block-diagonal cost less than that at these sizes."""
         hidden = torch.tanh(torch.nn.functional.linear(x, self.W1.reshape(-1, self.input_size), self.b1.reshape(-1)))
-        hidden = hidden.view(*x.shape[:-1], self.count, self.hidden)
-        return torch.tanh(torch.einsum("...nh,noh->...no", hidden, self.W2) + self.b2)
+        out = torch.nn.functional.linear(hidden, torch.block_diag(*self.W2.unbind(0)), self.b2.reshape(-1))
+        return torch.tanh(out).view(*x.shape[:-1], self.count, self.output)
 
 
 @register_unit("tpr3")
@@ -193,6 +198,22 @@ class TPR3(RecurrentUnit, TPR3Meta):
             out["r3"] = r[..., k, :]
         return out
 
+    def _time_major_representations(self, x: torch.Tensor, lengths: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """`representations` of the real tokens only, placed time-major [T, B, ·] with zeros at padding.
+
+        The MLPs are most of a step's arithmetic, and the C++ loop ignores the keys of padded steps
+        (F stays there, their gradient is 0): a padded batch (logic pairs: a third padding) need
+        not compute them. Real tokens are gathered from x as stored and scattered straight into
+        time-major order, so no transposed copy of x or of the keys is made."""
+        B, T, S = x.shape
+        if lengths is None or bool((lengths >= T).all()):
+            return {k: v.transpose(0, 1) for k, v in self.representations(x).items()}
+        real = torch.arange(T, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)  # [B, T]
+        where = real.reshape(-1).nonzero().squeeze(1)  # batch-major positions b·T + t
+        to = (where % T) * B + where // T  # the same positions time-major: t·B + b
+        reps = self.representations(x.reshape(B * T, S).index_select(0, where))
+        return {k: v.new_zeros(T * B, v.shape[-1]).index_copy(0, to, v).view(T, B, -1) for k, v in reps.items()}
+
     def _run(
         self, x: torch.Tensor, lengths: torch.Tensor | None, F: torch.Tensor | None, keep_outputs: bool
     ) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -201,14 +222,14 @@ class TPR3(RecurrentUnit, TPR3Meta):
         E, R = self.entity, self.relation
         if F is None:
             F = x.new_zeros(B, E, R, E)
-        reps = self.representations(x)
         if cpp_loop_available(x):  # the C++ loop: padded steps are skipped there (F stays, no gradient)
-            time_major = {k: v.transpose(0, 1) for k, v in reps.items()}
+            time_major = self._time_major_representations(x, lengths)
             outs = TPR3Recurrence.apply(
                 time_major["e1"], time_major["e2"], time_major["r1"], time_major.get("r2"), time_major.get("r3"), F.reshape(B, E * R * E), lengths
             )
             final = outs[-1].view(B, E, R, E) if T else F
             return (outs.transpose(0, 1) if keep_outputs else None), final
+        reps = self.representations(x)
         steps = T
         if lengths is not None:
             # Zero keys at padded steps make ΔF exactly 0, so F stays bit for bit (`tpr_update`); done
