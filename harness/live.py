@@ -63,8 +63,11 @@ def sender(sink: Any, run_key: str, start: float) -> Callable[[int | None, dict[
 class LiveRuns:
     """The driver's side: takes the sink's messages and logs them into live MLflow runs."""
 
-    def __init__(self, tracker: Any, sink: Any, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, tracker: Any, sink: Any, say: Callable[[str], None], on_epoch: Callable[[str, int, dict[str, float], float], None] | None = None
+    ) -> None:
         self.tracker, self.sink, self.say = tracker, sink, say
+        self.on_epoch = on_epoch  # (run key, epoch, metrics, wall time) of each epoch of a job in flight: the ETA's clock
         self.run_ids: dict[str, str | None] = {}  # run key → live MLflow run id (None: already recorded)
         self.epochs: dict[str, set[int]] = {}  # run key → epochs logged live
         self._pending: Any = None  # the outstanding `take` of the sink
@@ -95,6 +98,8 @@ class LiveRuns:
             job = jobs.get(run_key)
             if job is None:
                 continue  # recorded already (or not this driver's)
+            if epoch is not None and self.on_epoch is not None:
+                self.on_epoch(run_key, epoch, row, ts)
             if run_key not in self.run_ids:
                 self.run_ids[run_key] = start_run(job, start)
                 self.epochs[run_key] = set()

@@ -3,26 +3,180 @@
 On a terminal, a live table (rich). Unattended (output to a file, a batch scheduler's log, a
 pipe: no TTY), a live table cannot redraw, so the driver prints one progress line every
 $TPRBENCH_PROGRESS_SECONDS (default 30) and the whole table, at its natural width, at the end.
+The ETA counts epochs (`EpochEta`, fed by the driver), not runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
+from statistics import median
 from typing import Any
 
-# One setting for every progress line (the driver's and train's/data's): defined in tasks.progress.
-from tasks.progress import interval
+from tasks.progress import interval  # one setting for every progress line (the driver's, train's, data's)
+from tasks.result import RunStatus, paused_epoch
+
+from .record.contract import RunKey, Tag, will_retry
+
+#: Epoch durations kept per cell for its median: the recent ones (a machine that fills up slows
+#: epochs down), enough that one slow epoch (a checkpoint on a busy disk) is outvoted.
+RECENT_EPOCHS = 20
+
+
+class EpochEta:
+    """The driver's ETA: epochs this invocation still has to train × seconds an epoch / runs in flight.
+
+    Why epochs, not runs: a run's time depends on the epochs it has left. Counting runs, a run
+    already paused at `--until-epoch` (back in seconds, untrained) made the mean run time tiny
+    and still counted as to do: a 14-cell study said "ETA 00:00:59" with three hours left.
+
+    The driver feeds it: `start` (paused records' epochs, read once from their reasons),
+    `dispatched`, `epoch` (each live per-epoch message) and `ended` (a result's epochs trained
+    here that no live message brought, e.g. with live metrics off). A run's target is its cell's
+    epochs, or `until_epoch` if smaller; its epochs done are the latest seen live, else those its
+    paused record holds.
+
+    Seconds an epoch are per cell, the median of its recent epochs: cells of one study differ
+    several-fold in cost (unit, d, task), and a global mean would price a cheap cell's epochs at
+    the expensive one's. A cell not measured yet is priced at the median of every cell's recent
+    epochs. A duration is the wall time since the run's previous epoch ended (training,
+    validation, checkpoint), or the trainer's `epoch_seconds` for a run's first epoch seen here.
+
+    An upper bound where the driver cannot know cheaply: a trial may be pruned and a run stopped
+    early (`stop_patience`), and a trial left running by a dead driver or an errored run counts
+    from epoch 0 though it may resume from a checkpoint. A run's start-up (data, model) is not counted.
+    """
+
+    def __init__(self, until_epoch: int | None = None) -> None:
+        self.until_epoch = until_epoch
+        self.credit: dict[str, int] = {}  # run key → epochs its checkpoint holds (paused records)
+        self.running: dict[str, list[Any]] = {}  # run key → [cell id, target epoch, epochs done]
+        self.last: dict[str, tuple[int, float | None]] = {}  # run key → (epoch, wall time) last seen
+        self.recent: dict[str, deque[float]] = {}  # cell id → its recent epoch durations (seconds)
+        self._unplanned: dict[str, tuple[int, int]] = {}  # cell id → (trials done, seed epochs left): see `_seeds_left`
+
+    def target(self, cell: Any) -> int:
+        """The epoch this invocation trains a cell's runs to."""
+        return cell.epochs if self.until_epoch is None else min(cell.epochs, self.until_epoch)
+
+    # -- fed by the driver -----------------------------------------------------------------
+    def start(self, states: list[Any]) -> None:
+        """Once, from the record as opened: the epoch each paused run continues from."""
+        for st in states:
+            for key, rec in st.records.items():
+                epoch = paused_epoch(rec.tags.get(Tag.REASON)) if rec.status == RunStatus.PAUSED else None
+                if epoch:
+                    self.credit[key] = epoch
+
+    def dispatched(self, run_key: str, cell: Any) -> None:
+        self.running[run_key] = [cell.id, self.target(cell), self.credit.get(run_key, 0)]
+
+    def epoch(self, run_key: str, epoch: int, row: dict[str, float] | None, at: float | None) -> None:
+        """A run in flight ended `epoch` at wall time `at`: its progress, and the epoch's duration."""
+        run, prev = self.running.get(run_key), self.last.get(run_key)
+        if run is None or (prev is not None and epoch <= prev[0]):
+            return  # not this driver's, or seen already (live, then in the result)
+        run[2] = epoch
+        self.last[run_key] = (epoch, at)
+        consecutive = prev is not None and epoch == prev[0] + 1 and at is not None and prev[1] is not None
+        seconds = at - prev[1] if consecutive else (row or {}).get("epoch_seconds")
+        if seconds is not None and seconds > 0:
+            self.recent.setdefault(run[0], deque(maxlen=RECENT_EPOCHS)).append(float(seconds))
+
+    def ended(self, run_key: str, result: Any) -> None:
+        """A run's result: the epochs it trained in this invocation (after `resumed_from_epoch`;
+        the history before it came from the checkpoint) count if no live message had them."""
+        times = getattr(result, "epoch_times", None) or {}
+        for row in result.history or []:
+            epoch = int(row.get("epoch", 0))
+            if epoch > (result.resumed_from_epoch or 0):
+                self.epoch(run_key, epoch, row, times.get(epoch))
+        self.running.pop(run_key, None)
+        self.last.pop(run_key, None)
+
+    # -- read by the progress line ---------------------------------------------------------
+    def seconds(self, states: list[Any], in_flight: int) -> float | None:
+        """Seconds left, or None: no epoch measured yet, or nothing left to train."""
+        pooled = [d for q in self.recent.values() for d in q]
+        left = {cid: n for cid, n in self.remaining(states).items() if n}
+        if not pooled or not left:
+            return None
+        fallback = median(pooled)
+        total = sum(n * (median(self.recent[cid]) if cid in self.recent else fallback) for cid, n in left.items())
+        return total / max(in_flight, 1)
+
+    def remaining(self, states: list[Any]) -> dict[str, int]:
+        """Epochs this invocation still has to train, by cell id: runs waiting and in flight."""
+        left = {st.cell.id: self._waiting(st) for st in states}
+        for cell_id, target, done in self.running.values():
+            left[cell_id] = left.get(cell_id, 0) + max(target - done, 0)
+        return left
+
+    def _waiting(self, st: Any) -> int:
+        """Epochs of a cell's runs not dispatched yet: trials to ask, trials to dispatch again, seeds."""
+        if st.note:
+            return 0  # failed or errored: nothing more is dispatched
+        target = self.target(st.cell)
+        if not self.credit:  # no paused record: every waiting run starts at epoch 0 (no keys built)
+            return (st.to_ask + len(st.stale)) * target + self._seeds_left(st, target)
+        stale = sum(self._left(str(RunKey.trial(st.cell.id, number)), target) for number, _ in st.stale)
+        return st.to_ask * target + stale + self._seeds_left(st, target)
+
+    def _left(self, run_key: str, target: int) -> int:
+        return max(target - self.credit.get(run_key, 0), 0)
+
+    def _seeds_left(self, st: Any, target: int) -> int:
+        """Epochs of a cell's seed runs not dispatched yet. Planned (final parameters chosen): its
+        to-do list. Not yet (the driver plans a cell when it first visits it): the seeds its record
+        does not hold as ended under the final parameters it records, if those are current (the
+        rule of `StudyRunner._final_params`), else every seed from epoch 0; cached per trials done,
+        since nothing of an unplanned cell's seeds changes before it is planned."""
+        h = st.tags.get(Tag.FINAL_PARAMS_HASH, "")
+        if st.final_params is not None:
+            if not self.credit:
+                return len(st.final_todo) * target
+            return sum(self._left(str(RunKey.seed(st.cell.id, s, h)), target) for s in st.final_todo)
+        cached = self._unplanned.get(st.cell.id)
+        if cached is None or cached[0] != st.trials_done:
+            cached = (st.trials_done, self._unplanned_seeds_left(st, h, target))
+            self._unplanned[st.cell.id] = cached
+        return cached[1]
+
+    def _unplanned_seeds_left(self, st: Any, h: str, target: int) -> int:
+        current = h and st.trials_done >= st.trials_wanted and st.tags.get(Tag.FINAL_TRIALS) == str(st.trials_done)
+        if not current:
+            return st.seeds_wanted * target
+        keys = [str(RunKey.seed(st.cell.id, s, h)) for s in range(st.seeds_wanted)]
+        return sum(self._left(k, target) for k in keys if not _ended(st.records.get(k)))
+
+
+def _ended(rec: Any) -> bool:
+    """A record the next dispatch does not replace (finished, pruned, diverged, errored past the cap)."""
+    return rec is not None and not will_retry(rec.status, rec.tags)
+
+
+def _clock(seconds: float) -> str:
+    """HH:MM:SS, hours past 24 included (time.strftime would wrap a two-day ETA to hours)."""
+    s = int(seconds)
+    return f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}"
 
 
 def _eta(runner: Any, states: list[Any], in_flight: int) -> str:
-    remaining = sum(max(s.trials_wanted - s.trials_done, 0) + max(s.seeds_wanted - s.seeds_done, 0) for s in states if not s.note)
-    if not runner.run_seconds or not remaining:
-        return "–"
-    per_run = sum(runner.run_seconds) / len(runner.run_seconds)
-    seconds = remaining * per_run / max(in_flight, 1)
-    return time.strftime("%H:%M:%S", time.gmtime(seconds))
+    eta = getattr(runner, "eta", None)
+    seconds = eta.seconds(states, in_flight) if eta is not None else None
+    return "–" if seconds is None else _clock(seconds)
+
+
+def _stage(runner: Any, states: list[Any]) -> str:
+    """`run --until-epoch`: said on every line, since cells and seeds then stop short of done by
+    design; the runs paused at the boundary so far counted."""
+    until = getattr(runner, "until_epoch", None)
+    if until is None:
+        return ""
+    paused = sum(s.paused for s in states)
+    return f" · stage: until epoch {until}" + (f" ({paused} paused)" if paused else "")
 
 
 COLUMNS = ("cell", "id", "trials done/wanted", "running", "pruned", "failed", "errored", "seeds", "status")
@@ -94,8 +248,8 @@ def print_final(runner: Any, states: list[Any], console: Any) -> None:
 
 
 def summary_line(runner: Any, states: list[Any], in_flight: int) -> str:
-    """One line for logs: cells done, trials and seeds done of wanted, running, errored, elapsed, ETA."""
-    elapsed = time.strftime("%H:%M:%S", time.gmtime(time.time() - runner.started))
+    """One line for logs: cells done, trials and seeds done of wanted, running, errored, stage, elapsed, ETA."""
+    elapsed = _clock(time.time() - runner.started)
     done = sum(s.status == "done" for s in states)
     trials = f"{sum(s.trials_done for s in states)}/{sum(s.trials_wanted for s in states)}"
     seeds = f"{sum(s.seeds_done for s in states)}/{sum(s.seeds_wanted for s in states)}"
@@ -103,6 +257,7 @@ def summary_line(runner: Any, states: list[Any], in_flight: int) -> str:
     return (
         f"{done}/{len(states)} cells done · trials {trials} · seeds {seeds} · {in_flight} running"
         + (f" · {errored} errored" if errored else "")
+        + _stage(runner, states)
         + f" · elapsed {elapsed} · ETA {_eta(runner, states, in_flight)}"
     )
 

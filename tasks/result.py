@@ -20,6 +20,7 @@ it as diverged, as tables always did.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -47,6 +48,21 @@ class RunStatus(StrEnum):
 STATUSES = (RunStatus.FINISHED, RunStatus.PRUNED, RunStatus.DIVERGED, RunStatus.ERRORED, RunStatus.PAUSED)
 #: Records that the next record of their run key replaces.
 REPLACEABLE = (RunStatus.ERRORED, RunStatus.PAUSED)
+
+
+def paused_reason(epoch: int, epochs: int, until_epoch: int) -> str:
+    """The reason a paused run is recorded with; `paused_epoch` reads the epoch back."""
+    return f"paused after epoch {epoch} of {epochs} (until epoch {until_epoch})"
+
+
+_PAUSED_AT = re.compile(r"paused after epoch (\d+) of ")
+
+
+def paused_epoch(reason: str | None) -> int | None:
+    """The epoch a paused run's checkpoint holds, from its recorded reason (None if it does not
+    say): the driver's ETA credits a paused run with it without opening its checkpoint."""
+    match = _PAUSED_AT.match(reason or "")
+    return int(match.group(1)) if match else None
 
 
 def is_failure(status: str | None) -> bool:

@@ -43,7 +43,7 @@ from .hparams import HParams, as_params, fingerprint_params
 from .meta import run_metric
 from .optim import Schedule, make_optimizer, optimizer_step
 from .progress import current as current_progress
-from .result import BEST_WEIGHTS, CHECKPOINT, RESULT, RunResult, RunStatus
+from .result import BEST_WEIGHTS, CHECKPOINT, RESULT, RunResult, RunStatus, paused_reason
 
 RESTART_SEED_STRIDE = 1_000_003  # restart r after a NaN in warm-up initialises with seed + r × this
 
@@ -392,7 +392,7 @@ def _epochs(ctx: _Context, s: _Session, result: RunResult, start: int, report: A
         if stop:
             ctx.say(stop)
             return
-        result.status, result.reason = RunStatus.PAUSED, f"paused after epoch {done} of {ctx.config.epochs} (until epoch {ctx.until_epoch})"
+        result.status, result.reason = RunStatus.PAUSED, paused_reason(done, ctx.config.epochs, ctx.until_epoch)
 
 
 def _stop_reason(ctx: _Context, result: RunResult) -> str | None:

@@ -130,7 +130,7 @@ def test_unattended_progress_lines_at_intervals_and_a_full_width_table(monkeypat
     console = Console(file=buf, width=80, force_terminal=False)  # a log file: no TTY, 80 columns by default
     long = "logic/plain/d16/tpru[roles=16,slices=8,biases=code,basis_seed=12345]"
     states = [_state("logic/plain/d16/gru", 2, 3), _state(long, 1, 0)]
-    runner = SimpleNamespace(study=SimpleNamespace(name="quick"), console=console, started=time.time() - 75, run_seconds=[3.0])
+    runner = SimpleNamespace(study=SimpleNamespace(name="quick"), console=console, started=time.time() - 75)
     with live_view(runner, states) as update:
         update(states, 2)
         update(states, 1)
@@ -154,7 +154,7 @@ def test_a_large_study_shows_a_screenful_live_and_every_cell_as_plain_text_at_th
     states = [_state(f"logic/plain/d8/tpru[roles={i}]", 2, 3) for i in range(PLAIN_ROWS + 50)]
     states[-1].running = 1
     states[-2].seeds_done = 1
-    runner = SimpleNamespace(study=SimpleNamespace(name="big"), console=None, started=time.time(), run_seconds=[1.0])
+    runner = SimpleNamespace(study=SimpleNamespace(name="big"), console=None, started=time.time())
     table = render(runner, states, 1)
     labels = [str(c).replace("\\[", "[") for c in table.columns[0]._cells]  # rich markup escaped
     assert labels[:2] == [states[-1].cell.label, states[-2].cell.label] and len(labels) == 2  # running, then not done

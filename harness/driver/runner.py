@@ -32,7 +32,7 @@ from ..diskfull import disk_full_error, is_disk_full
 from ..faults import fault_point
 from ..jobs import TrialRef, WorkerJob
 from ..live import LiveRuns, start_sink
-from ..progress import live_view
+from ..progress import EpochEta, live_view
 from ..record.contract import (
     MlflowStatus,
     Phase,
@@ -109,7 +109,7 @@ class StudyRunner:
         self.cache_dir = self.root / "cache"
         self.work_dir = self.root / "work" / study.name
         self.started = time.time()
-        self.run_seconds: list[float] = []
+        self.eta = EpochEta(until_epoch)  # the progress line's ETA, in epochs (harness/progress.py)
         self.events: list[str] = []
         # One row per recorded job: where its wall time went (see `_time`; `tprbench bench harness`).
         self.timings: list[dict[str, Any]] = []
@@ -448,8 +448,7 @@ class StudyRunner:
             st.seeds_failed += is_diverged(status)
         self._time(job, result, log=t1 - t0, tell=time.perf_counter() - t1)
         self._say_result(job, result, attempt, retry)
-        if result.seconds:
-            self.run_seconds.append(float(result.seconds))
+        self.eta.ended(job.run_key, result)
 
     def _say_result(self, job: Job, result: WorkerResult, attempt: int, retry: bool) -> None:
         """One line for a run that errored or diverged, one per note the run had."""
@@ -768,7 +767,8 @@ class StudyRunner:
         in_flight: dict[Any, tuple[CellState, Job]] = {}
         order = deque(states)
         self.dispatch_started = time.time()
-        self._live = LiveRuns(self.tracker, start_sink(), self._say)
+        self.eta.start(states)
+        self._live = LiveRuns(self.tracker, start_sink(), self._say, on_epoch=self.eta.epoch)
         try:
             with self._live_view(states) as view:
                 self._loop(states, order, in_flight, view)
@@ -818,6 +818,7 @@ class StudyRunner:
         self._cell_run(st)  # the MLflow UI shows a cell from its first dispatch
         job.run_dir.mkdir(parents=True, exist_ok=True)
         job.started = time.time()
+        self.eta.dispatched(job.run_key, job.cell)
         sink = self._live.sink if self._live is not None else None
         return self._remote.remote(replace(job.work, run_key=job.run_key, sink=sink))
 
