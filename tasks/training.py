@@ -16,7 +16,8 @@ would run code is refused (tasks/checkpoint.py).
 resumed run stops where it would have). `until_epoch` pauses a run after that epoch: it comes back
 `paused` with its best model so far tested, and its checkpoint stays, so the next call continues
 it to where an uninterrupted run would have ended (a study's "every row through the first lr phase
-before any goes further": `tprbench run --until-epoch`).
+before any goes further": `tprbench run --until-epoch`). `TrainingSteps` is the same step, batch by
+batch, outside a run: what `tprbench bench train` times.
 """
 
 from __future__ import annotations
@@ -194,27 +195,7 @@ def train(
     valid_<metric…>, lr, epoch_seconds.
     """
     started = time.perf_counter()
-    adapter.prepare()
-    adapter.check_arch(config.arch)
-    hp = adapter.resolve_hparams(config.hparams)
-    metric, direction = run_metric(adapter, config.metric, config.direction)
-    options = adapter.options.model_dump(mode="json")
-    fps = [config.fingerprint(adapter.name, options, hp, metric, direction)]
-    if config.metric in (None, f"valid_{adapter.metric}") and config.direction in (None, adapter.metric_direction(adapter.metric)):
-        fps.append(config.legacy_fingerprint(adapter.name, options))
-    ctx = _Context(
-        adapter,
-        config,
-        hp,
-        metric,
-        direction,
-        torch.device(device) if device is not None else default_device(),
-        Path(run_dir) if run_dir is not None else None,
-        tuple(f for f in fps if f),
-        notice or _print_notice,
-        Determinism(config.deterministic),
-        until_epoch=until_epoch,
-    )
+    ctx = _context(adapter, config, run_dir, device, notice, until_epoch)
     if ctx.run_path is not None:
         ctx.run_path.mkdir(parents=True, exist_ok=True)
         previous = _finished_result(ctx)
@@ -234,6 +215,39 @@ def train(
         tmp.write_text(json.dumps(record, sort_keys=True, indent=1))
         os.replace(tmp, ctx.run_path / RESULT)
     return result
+
+
+def _context(
+    adapter: TaskAdapter,
+    config: TrainConfig,
+    run_dir: str | Path | None,
+    device: torch.device | str | None,
+    notice: Callable[[str], None] | None,
+    until_epoch: int | None,
+) -> _Context:
+    """The run's fixed part: data prepared, architecture checked, hyperparameters resolved with the
+    task's defaults, metric and fingerprints (shared by `train` and `TrainingSteps`)."""
+    adapter.prepare()
+    adapter.check_arch(config.arch)
+    hp = adapter.resolve_hparams(config.hparams)
+    metric, direction = run_metric(adapter, config.metric, config.direction)
+    options = adapter.options.model_dump(mode="json")
+    fps = [config.fingerprint(adapter.name, options, hp, metric, direction)]
+    if config.metric in (None, f"valid_{adapter.metric}") and config.direction in (None, adapter.metric_direction(adapter.metric)):
+        fps.append(config.legacy_fingerprint(adapter.name, options))
+    return _Context(
+        adapter,
+        config,
+        hp,
+        metric,
+        direction,
+        torch.device(device) if device is not None else default_device(),
+        Path(run_dir) if run_dir is not None else None,
+        tuple(f for f in fps if f),
+        notice or _print_notice,
+        Determinism(config.deterministic),
+        until_epoch=until_epoch,
+    )
 
 
 def _finished_result(ctx: _Context) -> RunResult | None:
@@ -414,14 +428,13 @@ def _stop_reason(ctx: _Context, result: RunResult) -> str | None:
 def _train_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> dict[str, float] | None:
     """One pass over the training batches; the train_* metrics, or None when the loss diverged."""
     s.model.train()
-    generator = torch.Generator().manual_seed(ctx.config.seed * 100_003 + epoch)
     loss_sum, aux_sum, counts, carry, n = 0.0, 0.0, {}, None, 0
     with current_progress().task(f"epoch {epoch}/{ctx.config.epochs}", ctx.adapter.train_batch_count(ctx.hp.batch_size), "batches") as bar:
-        for step, batch in enumerate(ctx.adapter.train_batches(ctx.hp.batch_size, generator, epoch)):
+        for step, batch in enumerate(_epoch_batches(ctx, epoch)):
             check_masks(batch)
             loss, aux, stats, carry = _batch_step(ctx, s, to_device(batch, ctx.device), carry)
             if not torch.isfinite(loss):
-                if s.step < ctx.hp.warmup_steps and s.restarts < ctx.hp.nan_restarts:
+                if _may_restart(ctx, s):
                     raise _Restart()
                 result.status = RunStatus.DIVERGED
                 result.reason = f"loss became {float(loss.detach())} at epoch {epoch}, step {step}"
@@ -436,6 +449,19 @@ def _train_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> d
     if s.aux_modules:
         metrics["train_aux"] = aux_sum / max(n, 1)
     return metrics
+
+
+def _epoch_batches(ctx: _Context, epoch: int) -> Any:
+    """The epoch's training batches, their order drawn from a generator seeded by (seed, epoch):
+    a resumed run, and a benchmark of the step, see the batches an uninterrupted run sees."""
+    generator = torch.Generator().manual_seed(ctx.config.seed * 100_003 + epoch)
+    return ctx.adapter.train_batches(ctx.hp.batch_size, generator, epoch)
+
+
+def _may_restart(ctx: _Context, s: _Session) -> bool:
+    """A non-finite loss re-initialises the model (not a divergence) during warm-up while
+    `nan_restarts` allows it."""
+    return s.step < ctx.hp.warmup_steps and s.restarts < ctx.hp.nan_restarts
 
 
 def _batch_step(ctx: _Context, s: _Session, batch: Any, carry: Any) -> tuple[torch.Tensor, float, dict, Any]:
@@ -463,6 +489,56 @@ def _batch_step(ctx: _Context, s: _Session, batch: Any, carry: Any) -> tuple[tor
             ctx.determinism.relax(exc)
             ctx.say(f"not bitwise reproducible: {ctx.determinism.reason}")
     raise AssertionError("unreachable")
+
+
+class Diverged(ArithmeticError):
+    """A non-finite loss outside warm-up (or past `nan_restarts`): where `train` ends the run as diverged."""
+
+
+class TrainingSteps:
+    """The trainer's training step outside `train`, for timing it (`tprbench bench train`).
+
+    The model is built as `train` builds it (`_build`: seeded, optimiser, schedule), each batch goes
+    through what `_train_epoch` does with it (masks checked, moved to the device, `_batch_step`: aux
+    losses, backward, clip, the optimiser step with warm-up counted across calls), and an epoch's
+    batches come in `train`'s order (`_epoch_batches`). A non-finite loss during warm-up
+    re-initialises the model as `train` would (the next restart's seed) but carries on with the next
+    batch instead of starting the epoch again; any other one raises `Diverged`. Nothing else of a
+    run happens: no checkpoint, validation, schedule step or test. Steps run inside `determinism`
+    (enter it around them) as a run's do."""
+
+    def __init__(self, adapter: TaskAdapter, config: TrainConfig, device: torch.device | str | None = "cpu") -> None:
+        self.ctx = _context(adapter, config, None, device, lambda _line: None, None)
+        self.session = _build(self.ctx, 0)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.session.model
+
+    @property
+    def hparams(self) -> HParams:
+        return self.ctx.hp
+
+    @property
+    def determinism(self) -> Determinism:
+        return self.ctx.determinism
+
+    def batches(self, epoch: int) -> Any:
+        """Epoch `epoch`'s training batches (1-based, as `train` counts), in `train`'s order; the
+        model in training mode, as `_train_epoch` sets it."""
+        self.session.model.train()
+        return _epoch_batches(self.ctx, epoch)
+
+    def step(self, batch: Any, carry: Any = None) -> tuple[dict[str, float], Any]:
+        """One training batch: (its counts, the carry for the next batch of the epoch; None at its start)."""
+        check_masks(batch)
+        loss, _aux, stats, carry = _batch_step(self.ctx, self.session, to_device(batch, self.ctx.device), carry)
+        if torch.isfinite(loss):
+            return stats, carry
+        if not _may_restart(self.ctx, self.session):
+            raise Diverged(f"loss became {float(loss.detach())} at step {self.session.step}")
+        self.session = _build(self.ctx, self.session.restarts + 1)
+        return stats, None
 
 
 # -- evaluate and checkpoint -------------------------------------------------------------------

@@ -8,7 +8,7 @@ from harness import bounds
 
 HELP = (
     "benchmarks: `bench units` times every unit against torch's GRU/LSTM, `bench train` the training "
-    "throughput of a logic epoch, `bench harness` the study driver's overhead, `bench record` the commands that "
+    "throughput of a logic epoch or of a study's cells, `bench harness` the study driver's overhead, `bench record` the commands that "
     "read a study's record at 1k-100k runs"
 )
 
@@ -55,17 +55,45 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     u.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON to PATH ('-' = stdout)")
     u.add_argument("--csv", default=None, metavar="PATH", help="also write the rows to this CSV file")
     u.set_defaults(_bench="units")
-    t = sub.add_parser("train", help="training examples per second of a logic epoch per unit (plain architecture, generated data)")
-    t.add_argument("--units", default=None, help="';'-separated unit specs (default: as `bench units`)")
-    t.add_argument("--dim", type=_positive, default=64, help="hidden size d (default 64)")
-    t.add_argument("--arch", default="plain", help="architecture (default plain)")
-    t.add_argument("--train-size", type=_positive, default=3200, help="generated training pairs per epoch (default 3200 = 50 batches)")
-    t.add_argument("--batch-size", type=_positive, default=64, help="batch size (the logic task's default, 64)")
-    t.add_argument("--repeats", type=_positive, default=3, help="epochs per unit, interleaved across units; the median is reported (default 3)")
-    t.add_argument("--threads", type=_positive, default=None, help="torch threads (default: torch's choice; Ray trials use cpus=1 → 1)")
+    t = sub.add_parser(
+        "train",
+        help="training throughput: a logic epoch per unit, or each cell of a study (--study) with projected epoch and study cost",
+    )
+    t.add_argument(
+        "--study",
+        default=None,
+        metavar="FILE",
+        help="time each cell of this study file as its seed runs train it (task options, data, arch, unit, sizes, "
+        "hyperparameters); the first selected cell is the baseline. Without it: the logic mode below",
+    )
+    t.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="KEY=GLOB",
+        help="with --study: only cells matching, as `tprbench run --only` (repeatable; AND-ed; keys: unit, arch, task, dim, id)",
+    )
+    t.add_argument("--batches", type=_positive, default=None, help="time the first N batches of an epoch (default: the whole epoch)")
+    t.add_argument("--units", default=None, help="logic mode: ';'-separated unit specs (default: as `bench units`)")
+    t.add_argument("--dim", type=_positive, default=None, help="logic mode: hidden size d (default 64)")
+    t.add_argument("--arch", default=None, help="logic mode: architecture (default plain)")
+    t.add_argument("--train-size", type=_positive, default=None, help="logic mode: generated training pairs per epoch (default 3200 = 50 batches)")
+    t.add_argument("--batch-size", type=_positive, default=None, help="logic mode: batch size (the logic task's default, 64)")
+    t.add_argument(
+        "--repeats",
+        type=_positive,
+        default=3,
+        help="timed rounds, interleaved across units or cells (one epoch, or --batches, each); the median is reported (default 3)",
+    )
+    t.add_argument(
+        "--threads",
+        type=_positive,
+        default=None,
+        help="torch threads (default: with --study, what each run gets from [resources] cpus; else torch's choice; Ray trials use cpus=1 → 1)",
+    )
     t.add_argument("--python-loop", action="store_true", help="TPRU on its Python fallback loop, to compare")
     t.add_argument("--clock", choices=["wall", "cpu"], default="wall", help="wall time or process CPU time (see bench units)")
-    t.add_argument("--cache", default=None, metavar="DIR", help="where the generated data is cached (default: a temporary directory)")
+    t.add_argument("--cache", default=None, metavar="DIR", help="where the data is cached (default: a temporary directory)")
     t.add_argument("--json", default=None, metavar="PATH", help="also write the rows as JSON to PATH ('-' = stdout)")
     t.set_defaults(_bench="train")
     h = sub.add_parser("harness", help="parallel efficiency and per-trial overhead on a simulated cluster")
