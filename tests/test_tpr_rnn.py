@@ -479,3 +479,29 @@ def test_cpp_update_loop_is_the_default_on_cpu(monkeypatch):
     unit = _unit()
     unit(torch.randn(2, 3, 4, dtype=F64, requires_grad=True))[0].sum().backward()
     assert "tpr3_forward" in calls and "tpr3_backward" in calls
+
+
+@needs_cpp
+@pytest.mark.parametrize("ops", ["wmb", "w"])
+def test_cpp_backward_of_the_last_memory_alone_equals_the_full_one(ops):
+    """`memory` hands the C++ backward ∂L/∂F_T only ([B, E·R·E]); it must equal the backward of
+    every step's gradient with zeros before the last step (what autograd built before)."""
+    from units.tpr_rnn import TPR3Recurrence
+
+    gen = torch.Generator().manual_seed(11)
+    T, B, E, R = 5, 4, 3, 2
+    keys = [torch.randn(T, B, n, generator=gen, dtype=F64) for n in (E, E, R, R, R)]
+    if ops == "w":
+        keys[3] = keys[4] = None
+    F0 = torch.randn(B, E * R * E, generator=gen, dtype=F64)
+    lengths = torch.tensor([5, 2, 0, 4])
+    up = torch.randn(B, E * R * E, generator=gen, dtype=F64)
+
+    def grads(final_only: bool) -> list[torch.Tensor]:
+        leaves = [k.clone().requires_grad_() if k is not None else None for k in keys] + [F0.clone().requires_grad_()]
+        out = TPR3Recurrence.apply(*leaves, lengths, final_only)
+        ((out if final_only else out[-1]) * up).sum().backward()
+        return [leaf.grad for leaf in leaves if leaf is not None]
+
+    for got, want in zip(grads(True), grads(False)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -79,24 +79,27 @@ def tpr_update(
 class TPR3Recurrence(torch.autograd.Function):
     """The whole update loop as one C++ op each way (units/csrc/tpr3_recurrence.cpp): F_1..F_T from
     the keys of every step, time-major e1, e2 [T,B,E], r1..r3 [T,B,R] (None: operation off), F0
-    [B, E·R·E], lengths [B] (None: all T; a row's F stays after its length). Returns F_t [T, B, E·R·E].
+    [B, E·R·E], lengths [B] (None: all T; a row's F stays after its length), T ≥ 1. Returns F_t
+    [T, B, E·R·E], or with `final_only` F_T [B, E·R·E] alone (`memory`): its backward then takes
+    ∂L/∂F_T without the zero-filled [T, B, E·R·E] that selecting the last step would make autograd
+    build (at bAbI sizes ~40 MB a batch, measured as a third of a training step).
     The same computation as the `tpr_update` loop, tested equal to it (tests/test_tpr_rnn.py)."""
 
     @staticmethod
-    def forward(ctx, e1, e2, r1, r2, r3, F0, lengths):
+    def forward(ctx, e1, e2, r1, r2, r3, F0, lengths, final_only=False):
         empty = e1.new_empty(0)
         args = (e1, e2, r1, empty if r2 is None else r2, empty if r3 is None else r3, F0, empty.long() if lengths is None else lengths)
         outs, hats = tpru_ext.ops().tpr3_forward(*args)
         ctx.ops = (r2 is not None, r3 is not None)
         ctx.save_for_backward(*args, outs, hats)
-        return outs
+        return outs[-1].clone() if final_only else outs
 
     @staticmethod
     def backward(ctx, grad_outs):
         e1, e2, r1, r2, r3, F0, lengths, outs, hats = ctx.saved_tensors
         d_e1, d_e2, d_r1, d_r2, d_r3, d_F0 = tpru_ext.ops().tpr3_backward(grad_outs, e1, e2, r1, r2, r3, F0, lengths, outs, hats)
         move, back = ctx.ops
-        return d_e1, d_e2, d_r1, d_r2 if move else None, d_r3 if back else None, d_F0, None
+        return d_e1, d_e2, d_r1, d_r2 if move else None, d_r3 if back else None, d_F0, None, None
 
 
 def cpp_loop_available(x: torch.Tensor) -> bool:
@@ -223,12 +226,14 @@ class TPR3(RecurrentUnit, TPR3Meta):
         if F is None:
             F = x.new_zeros(B, E, R, E)
         if cpp_loop_available(x):  # the C++ loop: padded steps are skipped there (F stays, no gradient)
+            if not T:
+                return (x.new_zeros(B, 0, E * R * E) if keep_outputs else None), F
             time_major = self._time_major_representations(x, lengths)
-            outs = TPR3Recurrence.apply(
-                time_major["e1"], time_major["e2"], time_major["r1"], time_major.get("r2"), time_major.get("r3"), F.reshape(B, E * R * E), lengths
-            )
-            final = outs[-1].view(B, E, R, E) if T else F
-            return (outs.transpose(0, 1) if keep_outputs else None), final
+            keys = (time_major["e1"], time_major["e2"], time_major["r1"], time_major.get("r2"), time_major.get("r3"))
+            if not keep_outputs:
+                return None, TPR3Recurrence.apply(*keys, F.reshape(B, E * R * E), lengths, True).view(B, E, R, E)
+            outs = TPR3Recurrence.apply(*keys, F.reshape(B, E * R * E), lengths)
+            return outs.transpose(0, 1), outs[-1].view(B, E, R, E)
         reps = self.representations(x)
         steps = T
         if lengths is not None:

@@ -14,7 +14,7 @@
 // r2 / r3 absent (empty tensors) drop move / backlink. Rows past their length keep F unchanged.
 // Arguments: e1, e2 [T, B, E], r1, r2, r3 [T, B, R] (any strides, inner dimension contiguous after
 // `contiguous()`), F0 [B, E·R·E], lengths int64 [B] (empty: all T). Saved: outs [T, B, E·R·E]
-// (F_t), hats [T, B, 3, E] (ŵ, m̂, b̂).
+// (F_t), hats [T, B, 3, E] (ŵ, m̂, b̂). Backward takes ∂L/∂F_t of every step, or of the last alone.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -107,7 +107,7 @@ template <typename scalar_t>
 void tpr3_backward_loop(const Tpr3Dims& m, const scalar_t* go, const scalar_t* e1p, const scalar_t* e2p,
                         const scalar_t* r1p, const scalar_t* r2p, const scalar_t* r3p, const scalar_t* F0,
                         const int64_t* len, const scalar_t* outs, const scalar_t* hats, scalar_t* de1p, scalar_t* de2p,
-                        scalar_t* dr1p, scalar_t* dr2p, scalar_t* dr3p, scalar_t* dF0) {
+                        scalar_t* dr1p, scalar_t* dr2p, scalar_t* dr3p, scalar_t* dF0, bool final_only) {
   const int64_t T = m.T, B = m.B, E = m.E, R = m.R, RE = R * E, ERE = E * RE;
   at::parallel_for(0, B, tpr3_grain(T * 6 * ERE), [&](int64_t lo, int64_t hi) {
     std::vector<scalar_t> G(ERE), A(E), Bm(E), C(E), by1(RE), by2(RE), dby1(RE), dby2(RE), dw(E), dm(E), db(E),
@@ -117,8 +117,10 @@ void tpr3_backward_loop(const Tpr3Dims& m, const scalar_t* go, const scalar_t* e
       std::fill(G.begin(), G.end(), scalar_t(0));
       for (int64_t t = T - 1; t >= 0; --t) {
         const int64_t o = t * B + i;
-        const scalar_t* g_out = go + o * ERE;
-        for (int64_t q = 0; q < ERE; ++q) G[q] += g_out[q];  // G = ∂L/∂F_t
+        if (!final_only || t == T - 1) {
+          const scalar_t* g_out = go + (final_only ? i : o) * ERE;
+          for (int64_t q = 0; q < ERE; ++q) G[q] += g_out[q];  // G = ∂L/∂F_t
+        }
         scalar_t* de1 = de1p + o * E;
         scalar_t* de2 = de2p + o * E;
         scalar_t* dr1 = dr1p + o * R;
@@ -292,6 +294,11 @@ std::vector<at::Tensor> tpr3_backward(const at::Tensor& grad_in, const at::Tenso
        r2 = r2_in.contiguous(), r3 = r3_in.contiguous(), F0 = F0_in.contiguous();
   auto lengths = lengths_in.numel() > 0 ? lengths_in.to(at::kLong).contiguous() : lengths_in;
   Tpr3Dims m = tpr3_dims(e1, r1, r2, r3);
+  // grad [T, B, E·R·E] is ∂L/∂F_t for every step; [B, E·R·E] is ∂L/∂F_T alone (`memory`: the steps'
+  // outputs unused), which spares autograd a zero-filled [T, B, E·R·E] (at bAbI sizes ~40 MB a batch).
+  const bool final_only = grad.dim() == 2;
+  TORCH_CHECK(grad.size(-1) == m.E * m.R * m.E && grad.size(-2) == m.B && (final_only || grad.size(0) == m.T),
+              "tpr3_backward: grad has shape ", grad.sizes(), ", expected [T, B, E·R·E] or [B, E·R·E]");
   // Zeroed, not empty: the loop adds into each of these after its first write, and under torch's
   // deterministic mode `empty` is NaN-filled, so a path that skipped the first write would show.
   // Everything else the loop uses is its own per-call, per-thread std::vector (nothing static).
@@ -306,7 +313,7 @@ std::vector<at::Tensor> tpr3_backward(const at::Tensor& grad_in, const at::Tenso
                                  outs.data_ptr<scalar_t>(), hats.data_ptr<scalar_t>(), d_e1.data_ptr<scalar_t>(),
                                  d_e2.data_ptr<scalar_t>(), d_r1.data_ptr<scalar_t>(),
                                  m.move ? d_r2.data_ptr<scalar_t>() : nullptr,
-                                 m.back ? d_r3.data_ptr<scalar_t>() : nullptr, d_F0.data_ptr<scalar_t>());
+                                 m.back ? d_r3.data_ptr<scalar_t>() : nullptr, d_F0.data_ptr<scalar_t>(), final_only);
   });
   return {d_e1, d_e2, d_r1, d_r2, d_r3, d_F0};
 }
