@@ -28,6 +28,9 @@ class TPRNRecurrence(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, pre_x, W_v, S, R, v0, n_S: int):
+        # An output nobody used (A, unless the quantisation penalty reads it) comes to backward as
+        # None, not as a zero-filled [T, B, n] that backward would then add step by step.
+        ctx.set_materialize_grads(False)
         ext = tpru_ext.ops() if pre_x.device.type == "cpu" else None
         ctx.cpp = ext is not None
         if ext is not None:  # the same loop in C++ (units/csrc/tprn_recurrence.cpp)

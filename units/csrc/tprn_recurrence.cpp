@@ -16,17 +16,20 @@ namespace {
 // Returns {V [T,B,d_S·d_R], A [T,B,n], Sv [T,B,d_S], Rv [T,B,d_R]}.
 std::vector<at::Tensor> tprn_forward(const at::Tensor& pre_x_in, const at::Tensor& W_v, const at::Tensor& S,
                                      const at::Tensor& R, const at::Tensor& v0, int64_t n_S) {
-  const auto pre_x = pre_x_in.contiguous();
-  const int64_t T = pre_x.size(0), B = pre_x.size(1), n = pre_x.size(2), d_S = S.size(0), d_R = R.size(0);
-  auto V = at::empty({T, B, d_S * d_R}, pre_x.options());
-  auto A = at::empty({T, B, n}, pre_x.options());
-  auto Sv = at::empty({T, B, d_S}, pre_x.options());
-  auto Rv = at::empty({T, B, d_R}, pre_x.options());
+  const int64_t T = pre_x_in.size(0), B = pre_x_in.size(1), n = pre_x_in.size(2), d_S = S.size(0), d_R = R.size(0);
+  auto V = at::empty({T, B, d_S * d_R}, pre_x_in.options());
+  auto A = at::empty({T, B, n}, pre_x_in.options());
+  auto Sv = at::empty({T, B, d_S}, pre_x_in.options());
+  auto Rv = at::empty({T, B, d_R}, pre_x_in.options());
+  // a_t starts as pre_x[t] for every step in one pass (from any strides), and each step adds
+  // v_{t−1} W_vᵀ in place: addmm_out into a tensor other than its input would copy pre_x[t]
+  // into it first, one small copy per step (the same arithmetic either way).
+  A.copy_(pre_x_in);
   const at::Tensor W_vT = W_v.t(), S_T = S.t(), R_T = R.t();
   at::Tensor v = v0;
   for (int64_t t = 0; t < T; ++t) {
     at::Tensor a = A.select(0, t), s = Sv.select(0, t), r = Rv.select(0, t), vt = V.select(0, t);
-    at::addmm_out(a, pre_x.select(0, t), v, W_vT);
+    a.addmm_(v, W_vT);
     a.sigmoid_();
     at::mm_out(s, a.narrow(1, 0, n_S), S_T);
     at::mm_out(r, a.narrow(1, n_S, n - n_S), R_T);
