@@ -999,7 +999,9 @@ def _expand(study: Study) -> list[Cell]:
 # --only filters
 
 
-def _filter_values(cell: Cell, key: str) -> tuple[str, ...]:
+def filter_values(cell: Cell, key: str) -> tuple[str, ...]:
+    """What an `--only KEY=GLOB` is matched against: a task's name and label, a unit's spec and
+    canonical form, else the field as text (also what an error lists when nothing matched)."""
     if key == "task":
         return (cell.task, cell.task_label)
     if key == "unit":
@@ -1026,7 +1028,7 @@ def filter_cells(cells: list[Cell], patterns: list[str] | tuple[str, ...]) -> li
             checks.append((key, spec_pattern(glob) if key == "unit" else glob_regex(glob.strip())))
     if problems:
         raise StudyError(None, problems)
-    return [cell for cell in cells if all(any(rx.match(v) for v in _filter_values(cell, key)) for key, rx in checks)]
+    return [cell for cell in cells if all(any(rx.match(v) for v in filter_values(cell, key)) for key, rx in checks)]
 
 
 __all__ = [

@@ -188,3 +188,11 @@ def test_ptb_baseline_and_hrr_arm(data_root: Path, tmp_path: Path):
         assert row["per_s"] == pytest.approx(20 * 20 / row["seconds_per_batch"], rel=1e-3)  # batch × bptt tokens a window
         assert 2000 < row["batches_per_epoch"] < 2600  # PTB's ~929k training tokens in windows of 20 × 20
         assert row["epoch_seconds"] > 0 and row["cell_hours"] == pytest.approx(13 * row["epoch_seconds"] / 3600)
+
+
+def test_a_task_filter_that_matches_nothing_lists_the_labels_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    """`task=` selects a task by name or label, so the error lists both (bAbI's are qa1 … qa20)."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(LOGIC_STUDY.format(trials=0).replace('name = "logic"', 'name = "logic"\nlabel = "small"'))
+    assert _bench(tmp_path, "--study", str(path), "--only", "task=big") == 2
+    assert "--only task=big: matches no cell of the study (task: logic, small)" in capsys.readouterr().err

@@ -53,13 +53,9 @@ def load_cells(args: argparse.Namespace):
     kept = filter_cells(cells, args.only)
     if not kept:
         keys = sorted({p.partition("=")[0].strip() for p in args.only})
-        have = "; ".join(f"{k}: {', '.join(sorted({_value(c, k) for c in cells}))}" for k in keys)
+        have = "; ".join(f"{k}: {', '.join(sorted({v for c in cells for v in _listed(c, k)}))}" for k in keys)
         raise StudyError(args.study, [(" ".join(f"--only {p}" for p in args.only), f"matches no cell of the study ({have})")])
     return study, kept
-
-
-def _value(cell, key: str) -> str:
-    return str(getattr(cell, key))
 
 
 def check_root(root: str):
@@ -126,3 +122,12 @@ def run(args: argparse.Namespace) -> int:
         study, cells, runner.tracking_uri, console, root=runner.root, reader=None if tracker is None else tracker.reader, agg=runner.closing_aggregate
     )
     return 0
+
+
+def _listed(cell, key: str) -> tuple[str, ...]:
+    """A cell's values an error lists for `key`: a task's name and label (both select), a unit's
+    spec as the study writes it (its canonical form, all options spelled out, would double a long list)."""
+    from harness.study import filter_values
+
+    values = filter_values(cell, key)
+    return values if key == "task" else values[:1]
