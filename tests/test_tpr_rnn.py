@@ -460,9 +460,15 @@ def test_each_backend_matches_transcription_and_gradcheck(backend, ops):
     x = torch.randn(3, 3, 3, dtype=F64, generator=torch.Generator().manual_seed(6), requires_grad=True)
     mask = _mask([2, 3, 0], 3)
     F0 = torch.randn(3, 2 * 2 * 2, dtype=F64, generator=torch.Generator().manual_seed(7), requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: unit(x, mask), (x,), eps=1e-6, atol=1e-6)
-    assert torch.autograd.gradcheck(lambda x: unit.memory(x, mask), (x,), eps=1e-6, atol=1e-6)
-    assert torch.autograd.gradcheck(lambda x, F0: unit.forward_carry(x, F0.view(3, 2, 2, 2)), (x, F0), eps=1e-6, atol=1e-6)
+    # gradcheck also compares two backward passes bit for bit. Once in a full CI run (cpp, "w", after
+    # ~1,000 other tests), the two differed while both matched the numerical gradient: rounding-level,
+    # as BLAS kernels may round differently with the buffers' alignment. Not reproduced in 30 × 3
+    # targeted tries. This test checks the gradient; the C++ ops' bitwise determinism is pinned by
+    # tests/test_cpp_deterministic.py. So two passes may differ by 1e-9, no more.
+    check = dict(eps=1e-6, atol=1e-6, nondet_tol=1e-9)
+    assert torch.autograd.gradcheck(lambda x: unit(x, mask), (x,), **check)
+    assert torch.autograd.gradcheck(lambda x: unit.memory(x, mask), (x,), **check)
+    assert torch.autograd.gradcheck(lambda x, F0: unit.forward_carry(x, F0.view(3, 2, 2, 2)), (x, F0), **check)
 
 
 @needs_cpp
