@@ -35,7 +35,6 @@ from typing import Any
 
 import torch
 
-from .allocator import keep_freed_memory
 from .base import TaskAdapter
 from .checkpoint import CheckpointCorrupt, CheckpointMismatch, atomic_save, load_checkpoint, set_aside
 from .determinism import Determinism, is_nondeterminism_error, rng_state, set_rng_state
@@ -227,9 +226,7 @@ def _context(
     until_epoch: int | None,
 ) -> _Context:
     """The run's fixed part: data prepared, architecture checked, hyperparameters resolved with the
-    task's defaults, metric and fingerprints (shared by `train` and `TrainingSteps`). The process's
-    allocator keeps freed memory from here on (tasks/allocator.py)."""
-    keep_freed_memory()
+    task's defaults, metric and fingerprints (shared by `train` and `TrainingSteps`)."""
     adapter.prepare()
     adapter.check_arch(config.arch)
     hp = adapter.resolve_hparams(config.hparams)

@@ -380,7 +380,6 @@ def _environment(args) -> dict[str, Any]:
     """Threads and the TPRU loop set as asked; the facts every output states."""
     import torch
 
-    from tasks.allocator import keep_freed_memory
     from units import tpru_ext
 
     if getattr(args, "python_loop", False):
@@ -388,7 +387,6 @@ def _environment(args) -> dict[str, Any]:
     if args.threads:
         torch.set_num_threads(args.threads)
     return {
-        "malloc_keeps_freed": keep_freed_memory(),  # as the trainer sets it (tasks/allocator.py), before any batch
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "tpru_recurrence": tpru_ext.backend(),

@@ -274,10 +274,8 @@ def run_unit_bench(args) -> int:
     from rich.markup import escape
     from rich.table import Table
 
-    from tasks.allocator import keep_freed_memory
     from units import tpru_ext
 
-    malloc_keeps = keep_freed_memory()  # as in a training process (tasks/allocator.py)
     specs = [s.strip() for s in args.units.split(";") if s.strip()] if args.units else default_specs()
     if getattr(args, "python_loop", False):
         tpru_ext.set_enabled(False)
@@ -289,8 +287,7 @@ def run_unit_bench(args) -> int:
         f"[bold]bench units[/] {what}, T={args.seq} B={args.batch}{' padded (lengths T/2..T)' if args.padded else ''} "
         f"device={args.device} threads={','.join(str(t) for t in args.threads) if args.threads else torch.get_num_threads()} "
         f"torch {torch.__version__}, TPRU recurrence: {backend}; {args.clock} clock, median of {args.repeats} "
-        f"interleaved rounds after {args.warmup} warm-up; malloc keeps freed memory: {'yes' if malloc_keeps else 'no'}; "
-        f"load average {load:.1f}"
+        f"interleaved rounds after {args.warmup} warm-up; load average {load:.1f}"
     )
     with console.status("timing...") as status:
         rows = bench(
@@ -346,7 +343,6 @@ def run_unit_bench(args) -> int:
         "load_start": load,
         "load_end": end_load,
         "cpus": os.cpu_count(),
-        "malloc_keeps_freed": malloc_keeps,
     }
     if args.json:
         write_json(args.json, meta, rows, console)
