@@ -214,6 +214,11 @@ class Resources(_Model):
     max_concurrent: int = Field(0, ge=0, le=1_000_000)
     retries: int = Field(3, ge=0, le=100)
 
+    @property
+    def threads(self) -> int:
+        """Torch threads each run gets: its whole CPUs, at least one (a fraction of a CPU is one thread)."""
+        return int(self.cpus) if self.cpus >= 1 else 1
+
 
 def _as_matrices(value: Any) -> Any:
     """`[matrix]` (one table) or `[[matrix]]` (several): always a list here."""

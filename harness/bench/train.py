@@ -229,12 +229,6 @@ def bench_train(
 # -- study mode -------------------------------------------------------------------------------
 
 
-def run_threads(study) -> int:
-    """Torch threads each run of the study gets: what the driver gives a job (harness/driver/runner.py `_work`)."""
-    cpus = study.resources.cpus
-    return int(cpus) if cpus >= 1 else 1
-
-
 def seed_params(study, cell) -> tuple[dict[str, Any], str | None]:
     """The study values a seed run of the cell trains with, and a note when they are a stand-in.
 
@@ -270,14 +264,6 @@ def check_study_data(study, cells, cache_dir: str) -> None:
             get_task(cell.task)(cell.task_options, cell.data, cache_dir).check_data()
         except DataError as exc:
             raise DataError(f"{study.path}: task {cell.task_label!r}: {exc}") from None
-
-
-def _study_adapters(study, cells, cache_dir: str) -> dict[str, Any]:
-    """Each distinct dataset's adapter, prepared once (the worker's `get_adapter`, its cache in `cache_dir`)."""
-    from harness.worker import get_adapter
-
-    check_study_data(study, cells, cache_dir)
-    return {_dataset_key(c): get_adapter(c.task, c.task_options, c.data, cache_dir) for c in cells}
 
 
 def _dataset_key(cell) -> str:
@@ -344,12 +330,14 @@ def _study_summary(case: _Case, baseline: list[tuple[float, int, int]]) -> None:
 
 
 def bench_study(study, cells, repeats: int, batches: int | None, cache_dir: str, clock: str = "wall", progress=None) -> list[StudyRow]:
-    """The study mode: one row per selected cell, in the study's order; the first is the baseline."""
+    """The study mode: one row per selected cell, in the study's order; the first is the baseline.
+    The caller has checked the cells' data paths (`check_study_data`), before printing anything."""
     import torch
 
+    from harness.worker import get_adapter  # prepares each distinct dataset once, as a worker does
+
     threads = torch.get_num_threads()
-    adapters = _study_adapters(study, cells, cache_dir)
-    cases = [_study_case(study, cell, adapters[_dataset_key(cell)], cache_dir, threads) for cell in cells]
+    cases = [_study_case(study, cell, get_adapter(cell.task, cell.task_options, cell.data, cache_dir), cache_dir, threads) for cell in cells]
     _interleaved([c for c in cases if c.steps is not None], repeats, batches, clock, progress=progress)
     baseline = cases[0].samples if not cases[0].row.skipped else []
     for case in cases:
@@ -483,7 +471,7 @@ def _run_study(args) -> int:
 
     study, cells = load_cells(args)  # `tprbench run --only`'s selection and errors
     if not args.threads:
-        args.threads = run_threads(study)
+        args.threads = study.resources.threads  # what the driver gives each run
     console = Console(width=170)
     env = _environment(args)
     part = f"the first {args.batches} batches of an epoch" if args.batches else "whole epochs"

@@ -381,7 +381,7 @@ class StudyRunner:
             hparams=hparams,
             run_dir=str(run_dir),
             cache_dir=str(self.cache_dir),
-            threads=int(res.cpus) if res.cpus >= 1 else 1,
+            threads=res.threads,
             trial=trial,
             deterministic=getattr(self.study, "deterministic", True),
             until_epoch=self.until_epoch,
