@@ -143,16 +143,16 @@ class EpochEta:
         to-do list. Not yet (the driver plans a cell when it first visits it): the seeds its record
         does not hold as ended under the final parameters it records, if those are current (the
         rule of `StudyRunner._final_params`), else every seed from epoch 0."""
-        h = st.tags.get(Tag.FINAL_PARAMS_HASH, "")
         if st.final_params is not None:
             if not self.credit:
                 return len(st.final_todo) * target
+            h = st.tags.get(Tag.FINAL_PARAMS_HASH, "")
             return sum(self._left(str(RunKey.seed(st.cell.id, s, h)), target) for s in st.final_todo)
-        return self._unplanned_seeds_left(st, h, target)
+        return self._unplanned_seeds_left(st, target)
 
-    def _unplanned_seeds_left(self, st: Any, h: str, target: int) -> int:
-        current = h and st.trials_done >= st.trials_wanted and st.tags.get(Tag.FINAL_TRIALS) == str(st.trials_done)
-        if not current:
+    def _unplanned_seeds_left(self, st: Any, target: int) -> int:
+        h = st.recorded_final_hash() if st.trials_done >= st.trials_wanted else None
+        if h is None:
             return st.seeds_wanted * target
         keys = [str(RunKey.seed(st.cell.id, s, h)) for s in range(st.seeds_wanted)]
         return sum(self._left(k, target) for k in keys if not _ended(st.records.get(k)))

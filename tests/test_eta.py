@@ -24,7 +24,7 @@ def _state(i: int, epochs: int = 90, paused_at: int | None = None) -> CellState:
     parameters recorded), its seed 0 paused at `paused_at` if given; not planned by this one yet."""
     cell = SimpleNamespace(id=f"cell{i:02d}", label=f"logic/plain/d8/unit{i}", epochs=epochs)
     st = CellState(cell=cell, study=None, trials_wanted=0, seeds_wanted=1)
-    st.tags = {Tag.FINAL_PARAMS_HASH: H, Tag.FINAL_TRIALS: "0"}
+    st.tags = {Tag.FINAL_PARAMS_HASH: H, Tag.FINAL_PARAMS: "{}", Tag.FINAL_TRIALS: "0"}  # as the driver records a plan
     if paused_at is not None:
         tags = {Tag.REASON: paused_reason(paused_at, epochs, paused_at)}
         st.records = {_key(st): SimpleNamespace(status=RunStatus.PAUSED, tags=tags)}

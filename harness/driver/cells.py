@@ -17,7 +17,7 @@ from typing import Any
 from tasks.result import REPLACEABLE
 
 from ..jobs import WorkerJob
-from ..record.contract import Phase, RunKey, carried_attempt
+from ..record.contract import Phase, RunKey, Tag, carried_attempt
 from ..record.storage import TRIAL_ENDED, TrialState
 
 
@@ -150,6 +150,15 @@ class CellState:
             self.running - self.running_search,
             self.paused,
         )
+
+    def recorded_final_hash(self) -> str | None:
+        """The hash of the final parameters the cell run records, if they are still current: chosen
+        from as many trials as are done now (trials are only ever added, so they stay current while
+        that number does); None otherwise. The driver then reuses them instead of asking Optuna
+        (`StudyRunner._final_params`), and the ETA knows the seeds' run keys before planning."""
+        h = self.tags.get(Tag.FINAL_PARAMS_HASH)
+        current = self.tags.get(Tag.FINAL_PARAMS) and self.tags.get(Tag.FINAL_TRIALS) == str(self.trials_done)
+        return h if current and h else None
 
     def attempt(self, run_key: str) -> int:
         """The attempt a new record of `run_key` will be (an errored or paused record is replaced, its

@@ -296,9 +296,8 @@ class StudyRunner:
             return defaults(space)
         # Chosen once from the search: recorded with the number of trials it saw, and current
         # while that number is (trials are only ever added), so a rerun opens no Optuna study.
-        recorded = st.tags.get(Tag.FINAL_PARAMS)
-        if recorded and st.tags.get(Tag.FINAL_TRIALS) == str(st.trials_done) and st.tags.get(Tag.FINAL_PARAMS_HASH):
-            return json.loads(recorded)
+        if st.recorded_final_hash():
+            return json.loads(st.tags[Tag.FINAL_PARAMS])
         from optuna.trial import TrialState as OptunaState
 
         study = self._study(st)
