@@ -65,19 +65,23 @@ def lengths_from_mask(x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tenso
 CHECK_MASKS = os.environ.get("TPRBENCH_CHECK_MASKS", "") not in ("", "0")  # debug: check masks on every forward
 
 
+def mask_from_lengths(lengths: torch.Tensor, steps: int) -> torch.Tensor:
+    """[B, steps] True for each row's first `lengths[b]` steps: the right-padded mask of lengths."""
+    return torch.arange(steps, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+
+
 def check_right_padded(mask: torch.Tensor, lengths: torch.Tensor | None = None) -> None:
     """Raise ValueError unless each row of a [B, T] mask is True for real tokens, then only False."""
     mask = mask.bool()
     lengths = mask.sum(dim=1) if lengths is None else lengths
-    expected = torch.arange(mask.shape[1], device=mask.device).unsqueeze(0) < lengths.unsqueeze(1)
+    expected = mask_from_lengths(lengths, mask.shape[1])
     if not torch.equal(mask, expected):
         raise ValueError("mask must be right-padded: True for real tokens, then only False")
 
 
 def mask_outputs(outputs: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Zero the outputs at padded positions (masks by multiplication, as in the original TPRU code)."""
-    steps = outputs.shape[1]
-    keep = torch.arange(steps, device=outputs.device).unsqueeze(0) < lengths.unsqueeze(1)
+    keep = mask_from_lengths(lengths, outputs.shape[1])
     return outputs * keep.unsqueeze(-1).to(outputs.dtype)
 
 

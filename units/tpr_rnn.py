@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from . import tpru_ext
-from .base import RecurrentUnit, lengths_from_mask, mask_outputs
+from .base import RecurrentUnit, lengths_from_mask, mask_from_lengths, mask_outputs
 from .meta import TPR3_OPS, TPR3Meta
 from .registry import register_unit
 
@@ -211,7 +211,7 @@ class TPR3(RecurrentUnit, TPR3Meta):
         B, T, S = x.shape
         if lengths is None or bool((lengths >= T).all()):
             return {k: v.transpose(0, 1) for k, v in self.representations(x).items()}
-        real = torch.arange(T, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)  # [B, T]
+        real = mask_from_lengths(lengths, T)  # [B, T]
         where = real.reshape(-1).nonzero().squeeze(1)  # batch-major positions b·T + t
         to = (where % T) * B + where // T  # the same positions time-major: t·B + b
         reps = self.representations(x.reshape(B * T, S).index_select(0, where))
@@ -239,7 +239,7 @@ class TPR3(RecurrentUnit, TPR3Meta):
         if lengths is not None:
             # Zero keys at padded steps make ΔF exactly 0, so F stays bit for bit (`tpr_update`); done
             # once on the small [B,T,·] tensors with `where`, so even inf/NaN at padding cannot leak.
-            real = (torch.arange(T, device=x.device).unsqueeze(0) < lengths.unsqueeze(1)).unsqueeze(-1)
+            real = mask_from_lengths(lengths, T).unsqueeze(-1)
             reps = {k: torch.where(real, v, torch.zeros((), dtype=v.dtype, device=v.device)) for k, v in reps.items()}
             steps = int(lengths.max().item()) if B else 0
         # unbind, not [:, t]: one backward node for all steps instead of a zero-filled [B,T,·] per step

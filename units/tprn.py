@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from .base import RecurrentUnit, last_state, lengths_from_mask, mask_outputs
+from .base import RecurrentUnit, last_state, lengths_from_mask, mask_from_lengths, mask_outputs
 from .binding import outer_bind
 from .meta import TPRNMeta
 from .registry import register_unit
@@ -201,7 +201,7 @@ class TPRN(RecurrentUnit, TPRNMeta):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, return_attention: bool = False) -> tuple[torch.Tensor, ...]:
         lengths = lengths_from_mask(x, mask)
         out, a_S, a_R, _ = self._run(x, self._zero_carry(x))
-        keep = torch.arange(x.shape[1], device=x.device).unsqueeze(0) < lengths.unsqueeze(1)
+        keep = mask_from_lengths(lengths, x.shape[1])
         self._set_aux_loss(a_S, a_R, keep)
         outputs = mask_outputs(out, lengths)
         state = last_state(outputs, lengths)

@@ -18,12 +18,13 @@ import torch
 from torch import nn
 
 import units
+from units.base import mask_from_lengths
 from units.tpr_rnn import TPR3, SentenceEncoder, TPRInference
 
 
 def story_mask(lengths: torch.Tensor, steps: int) -> torch.Tensor:
     """[B, steps] True for the first `lengths[b]` steps (right-padded)."""
-    return torch.arange(steps, device=lengths.device).unsqueeze(0) < lengths.unsqueeze(1)
+    return mask_from_lengths(lengths, steps)
 
 
 class TPRRNNModel(nn.Module):
