@@ -14,7 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from tasks.result import REPLACEABLE
+from tasks.result import CHECKPOINT, REPLACEABLE, RESULT
 
 from ..jobs import WorkerJob
 from ..record.contract import Phase, RunKey, Tag, carried_attempt
@@ -26,6 +26,20 @@ def params_hash(params: dict[str, Any]) -> str:
 
 
 SEARCH_SEED_OFFSET = 10_000  # search trial n trains with seed 10000+n; final seeds are 0..N-1
+
+
+def partly_trained_first(states: list[Any], work_dir: Path) -> list[Any]:
+    """The cells in dispatch order: those with a partly trained run first, then the rest, each group in
+    plan order. A run is partly trained when its directory holds a checkpoint and no result (a run
+    killed mid-training, or paused by `run --until-epoch`; a finished run writes `result.json`).
+
+    Why: the driver fills its slots round-robin from the front, so a restarted study (a session's end,
+    a preempted node, a narrower `--only` before) otherwise starts the plan's first fresh cells and
+    leaves checkpointed runs waiting behind them; their epochs are already paid for, and a study
+    staged with `--until-epoch` finishes a stage sooner when its longest runs, once started, keep
+    their slot. One scan of the study's work directory (`<cell>/<run>/checkpoint.pt`), not a call per cell."""
+    partial = {path.parent.parent.name for path in Path(work_dir).glob(f"*/*/{CHECKPOINT}") if not (path.parent / RESULT).exists()}
+    return sorted(states, key=lambda st: st.cell.id not in partial)  # sorted is stable: plan order kept
 
 
 @dataclass

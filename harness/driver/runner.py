@@ -56,7 +56,7 @@ from ..report import aggregate
 from ..report.aggregate import _is_missing, records
 from ..search_space import defaults, make_pruner, suggest
 from ..worker import run_job
-from .cells import SEARCH_SEED_OFFSET, CellState, CellStatus, Job, count_trials, params_hash
+from .cells import SEARCH_SEED_OFFSET, CellState, CellStatus, Job, count_trials, params_hash, partly_trained_first
 from .errors import RunnerError
 from .ray_start import check_address, check_fits, init_ray, slots
 from .status import describe_optuna_study
@@ -764,7 +764,7 @@ class StudyRunner:
         self._capacity, self._capacity_checked = slots(res), time.monotonic()
         self._say(f"{len(states)} cells, {self._capacity} trial slot(s); tracking {self.tracking_uri}")
         in_flight: dict[Any, tuple[CellState, Job]] = {}
-        order = deque(states)
+        order = deque(partly_trained_first(states, self.work_dir))
         self.dispatch_started = time.time()
         self.eta.start(states)
         self._live = LiveRuns(self.tracker, start_sink(), self._say, on_epoch=self.eta.epoch)
