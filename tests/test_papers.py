@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.report.papers import HELD, IN_PROGRESS, NOT_HELD, NOT_REACHABLE, NOT_RUN, PapersError, evaluate, load_claims, write_papers
+from tasks.result import paused_reason
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -183,14 +184,16 @@ def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, t
         "WHERE u.key = 'tprbench.unit' AND u.value = 'gru'"
     ).fetchone()
     con.execute("UPDATE tags SET value = 'paused' WHERE run_uuid = ? AND key = 'tprbench.status'", (run,))
+    con.execute("DELETE FROM tags WHERE run_uuid = ? AND key = 'tprbench.reason'", (run,))
+    con.execute("INSERT INTO tags (key, value, run_uuid) VALUES ('tprbench.reason', ?, ?)", (paused_reason(7, 90, 7), run))
     con.commit()
     con.close()
     body = claim("gru", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "at_most", value = 1.0 }')
     (row,) = evaluate(load_claims(_claims(tmp_path, body)), copy)
     gru = _seed_values(copy, "gru")
     assert row.ours.value == pytest.approx(statistics.mean(gru))  # all three seeds' values
-    assert "1 paused, best so far" in row.ours.text and row.verdict == IN_PROGRESS
-    assert row.ours.runs == 2
+    assert "1 paused at epoch 7, best so far" in row.ours.text and row.verdict == IN_PROGRESS
+    assert row.ours.runs == 2 and row.ours.progress.startswith("ended: 0 of 1 cells")
 
 
 def test_a_metric_the_finished_runs_do_not_log_is_an_error_not_a_verdict(record, tmp_path):

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from tasks.result import RunStatus
+from tasks.result import RunStatus, paused_epoch
 from units.spec import glob_regex, spec_pattern
 
 from ..record.reader import ReportError
@@ -272,20 +272,30 @@ def _fmt(mean: float, std: float, digits: int) -> str:
     return text if math.isnan(std) else f"{text} ± {std:.{digits}f}"
 
 
+def _at_epochs(epochs: list[int | None]) -> str:
+    """` at epoch 30` / ` at epochs 22-30` for paused seeds (empty where a reason does not say): a
+    best-so-far value reads differently after 5 epochs of 90 than after 60."""
+    known = sorted({e for e in epochs if e is not None})
+    if not known:
+        return ""
+    return f" at epoch {known[0]}" if len(known) == 1 else f" at epochs {known[0]}-{known[-1]}"
+
+
 def measure(m: Measure, data: StudyRuns) -> Measured:
     """Compute one measure from a study's counted runs (see `Measure`)."""
     cells = [c for c in data.cells if _matches(c, m.select)]
     col = f"metric.{m.metric}"
     by_cell: dict[str, list[float]] = {}
     ended: dict[str, int] = {}  # finished or diverged seeds per cell
-    diverged = paused = 0
+    diverged = 0
+    paused: list[int | None] = []  # the epoch each paused seed's best-so-far value is from
     commits: set[str] = set()
     wanted = {c["cell_id"] for c in cells}
     for r in data.runs:
         if r["cell_id"] not in wanted:
             continue
         if r.get("status") == RunStatus.PAUSED:  # its best so far: a value, not an ended seed
-            paused += 1
+            paused.append(paused_epoch(r.get("reason")))
         else:
             ended[r["cell_id"]] = ended.get(r["cell_id"], 0) + 1
         if r.get("git_commit"):
@@ -309,8 +319,8 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
         raise PapersError(f'measure {m.select} selects {len(cells)} cells; over = "seeds" needs exactly one')
     full = [cid for cid, n in ended.items() if n >= data.seeds]
     complete = len(full) >= need_cells
-    progress = f"{len(full)} of {need_cells} cells × {data.seeds} seeds ({sum(ended.values())} runs)"
-    note = (f"; {diverged} diverged" if diverged else "") + (f"; {paused} paused, best so far" if paused else "")
+    progress = f"ended: {len(full)} of {need_cells} cells × {data.seeds} seeds ({sum(ended.values())} runs)"
+    note = (f"; {diverged} diverged" if diverged else "") + (f"; {len(paused)} paused{_at_epochs(paused)}, best so far" if paused else "")
     runs = sum(ended.values())
     if not by_cell:
         return Measured(None, "–" + (f" ({diverged} diverged)" if diverged else ""), complete, progress, sorted(commits), runs)
