@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
+import threading
 import time
 from typing import Any
 
@@ -59,6 +61,29 @@ def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | N
             start_local_ray(lambda: ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs), ray.shutdown)
         finally:
             unmark()
+    stop_on_sigterm()
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that it stops the driver the same way."""
+
+
+def stop_on_sigterm() -> None:
+    """Make SIGTERM stop the driver as Ctrl-C does: in-flight runs cancelled (they resume from their
+    checkpoints), live runs dropped, cell runs and the study run ended KILLED, a record snapshot.
+
+    Why: SIGTERM is how a cluster scheduler, `kill` or systemd stops a job, and `ray.init` leaves a
+    handler (Ray core's failure-signal dump) that ends the process at once, with no `finally`: the
+    record kept RUNNING runs until the next driver tidied them (measured: a SIGTERMed `run` left its
+    cell runs RUNNING). A second SIGTERM while closing ends the process at once (the default)."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread only
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise Terminated("SIGTERM")
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 LOCAL_RAY_ATTEMPTS = 3
