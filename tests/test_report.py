@@ -509,3 +509,52 @@ def test_figures_of_a_large_study_draw_the_baselines_and_the_best_cells() -> Non
     low = _best_rows(rows.assign(direction="minimize"), 4)
     assert list(low["mean"][2:]) == [0.0, 0.01]
     assert _best_rows(rows, 30) is rows
+
+
+def test_cells_of_two_encoder_shapes_are_drawn_apart() -> None:
+    """A study of two readings (one bidirectional layer; the units' default two one-way layers) at
+    one task/arch/d: each shape gets panels of its own, titled with it, and a roles curve averages
+    only its own shape's runs (it averaged a bidirectional and a two-layer run as two seeds)."""
+    import pandas as pd
+
+    from harness.report.figures import _groups, fig_curves, fig_roles
+
+    units = ["lstm", "lstm[bidirectional=true,layers=1]", "tpru-v1[roles=8]", "tpru-v1[bidirectional=true,layers=1,roles=8]", "tpru-v1[roles=32]"]
+    cells = pd.DataFrame(
+        {
+            "cell_id": [f"c{i}" for i in range(len(units))],
+            "task_label": "logic",
+            "arch": "plain",
+            "dim": 64,
+            "unit": units,
+            "unit_short": ["lstm", "lstm[bidirectional=true,layers=1]", "tpru-v1", "tpru-v1[bidirectional=true,layers=1]", "tpru-v1"],
+            "unit_name": ["lstm", "lstm", "tpru-v1", "tpru-v1", "tpru-v1"],
+            "roles": [None, None, 8, 8, 32],
+            "slices": None,
+            "metric": "acc",
+            "order": range(len(units)),
+            "mean": 0.7,
+            "direction": "maximize",
+        }
+    )
+    groups = _groups(cells)
+    assert [(title, named, list(g["cell_id"])) for title, named, g in groups] == [
+        ("logic / plain / d=64 / default shape", True, ["c0", "c2", "c4"]),
+        ("logic / plain / d=64 / layers=1, bidirectional=true", True, ["c1", "c3"]),
+    ]
+    assert [(t, n) for t, n, _ in _groups(cells[cells["unit"].str.contains("bidirectional")])] == [("logic / plain / d=64", False)]
+
+    used = pd.DataFrame({"cell_id": cells["cell_id"], "run_id": [f"r{i}" for i in range(len(units))]})
+    # valid_acc per epoch: the two-layer tpru-v1 at 8 roles learns nothing (0.5), the bidirectional one does (0.8).
+    value = {"r0": 0.7, "r1": 0.7, "r2": 0.5, "r3": 0.8, "r4": 0.6}
+    history = pd.DataFrame(
+        [{"run_id": r, "key": k, "step": e, "value": v} for r, v in value.items() for e in (1, 2) for k in ("train_loss", "valid_acc")]
+    )
+    fig = fig_roles(cells, used, history)
+    assert fig is not None  # one panel row: the default shape (8 and 32 roles); the bidirectional shape has one role count
+    (valid,) = [ax for ax in fig.axes if ax.get_ylabel().startswith("validation")]
+    assert valid.get_title().endswith("default shape: tpru-v1")
+    assert {ln.get_label(): float(ln.get_ydata()[0]) for ln in valid.lines} == {"8 roles": 50.0, "32 roles": 60.0}
+    curves = fig_curves(cells, used, history)
+    labels = [sorted(ln.get_label() for ln in ax.lines) for ax in curves.axes if ax.get_ylabel().startswith("validation")]
+    assert labels == [["lstm", "tpru-v1 (32 roles)", "tpru-v1 (8 roles)"], ["lstm", "tpru-v1 (8 roles)"]]

@@ -11,6 +11,9 @@
 - `speed`: median seconds per epoch per unit (every recorded run), and with `--bench CSV`
   (from `tprbench bench units --csv`) the forward+backward milliseconds and the ratio to GRU.
 
+Panels are per task, architecture and d, and per encoder shape (the units' `layers`/`bidirectional`
+options) where a study's cells differ in it: cells of different shapes are different models.
+
 Large studies: a panel of more cells than MAX_BARS / MAX_LINES draws the baselines and the best
 cells (and says how many it left out); a role grid of hundreds draws MAX_LINES evenly spaced
 role counts. table.csv keeps every cell.
@@ -27,7 +30,7 @@ from typing import Any
 from tasks.metrics import metric_scale
 
 from ..record.reader import ReportError
-from .aggregate import BASELINES, _is_missing
+from .aggregate import BASELINES, _is_missing, parse_unit
 
 DPI = 100
 SALT = "tprbench"
@@ -149,13 +152,33 @@ def _scale_axis(ax: Any, key: str) -> None:
         ax.axhline(1.0, color="k", linewidth=0.6, alpha=0.5)
 
 
-def _groups(cells: Any) -> list[tuple[tuple, Any]]:
-    return [(k, g) for k, g in cells.groupby(["task_label", "arch", "dim"], sort=True)]
+SHAPE_OPTIONS = ("layers", "bidirectional")  # options every unit takes (units/wrappers.py): the encoder's shape
+
+
+def _shape(unit: Any) -> str:
+    """The encoder-shape options a unit spec sets (`layers=1, bidirectional=true`; '' where it sets none)."""
+    _, opts = parse_unit(str(unit))
+    return ", ".join(f"{k}={opts[k]}" for k in SHAPE_OPTIONS if k in opts)
+
+
+def _groups(cells: Any) -> list[tuple[str, bool, Any]]:
+    """One panel's cells: per task, architecture and d, and per encoder shape where the cells of
+    one task/arch/d differ in it (a study of two readings, one bidirectional layer and two one-way
+    layers: a roles curve averaged the seeds of both as if they were one model's). Each comes with
+    its panel title and whether that title names the shape (only where there are several)."""
+    out = []
+    for (task, arch, dim), g in cells.groupby(["task_label", "arch", "dim"], sort=True):
+        shapes = g["unit"].map(_shape)
+        several = shapes.nunique() > 1
+        for shape in dict.fromkeys(shapes):  # the cells' order (baselines first), not alphabetical
+            title = f"{task} / {arch} / d={dim}" + (f" / {shape or 'default shape'}" if several else "")
+            out.append((title, several, g[shapes == shape]))
+    return out
 
 
 def fig_roles(cells: Any, used: Any, history: Any) -> Any | None:
     panels = []
-    for (task, arch, dim), g in _groups(cells):
+    for title, _named, g in _groups(cells):
         fam = _family(g)
         if fam is None:
             continue
@@ -170,20 +193,20 @@ def fig_roles(cells: Any, used: Any, history: Any) -> Any | None:
                 lines.append((f"{int(roles)} roles", ids, "-"))
         lines = _spread(lines, MAX_LINES)  # a role grid of hundreds: evenly spaced counts
         if len(lines) >= 2:
-            panels.append((f"{task} / {arch} / d={dim}: {fam}", str(g.iloc[0]["metric"]), lines))
+            panels.append((f"{title}: {fam}", str(g.iloc[0]["metric"]), lines))
     return _draw(panels, history) if panels else None
 
 
 def fig_slices(cells: Any, used: Any, history: Any) -> Any | None:
     panels = []
-    for (task, arch, dim), g in _groups(cells):
+    for title, _named, g in _groups(cells):
         fam = _family(g)
         if fam is None:
             continue
         f = g[(g["unit_name"] == fam) & g["roles"].notna() & g["slices"].notna()]
         lines = [line for roles, rc in f.groupby("roles", sort=True) if rc["slices"].nunique() >= 2 for line in _slice_lines(int(roles), rc, used)]
         if len({ln[3] for ln in lines}) >= 1 and len(lines) >= 2:
-            panels.append((f"{task} / {arch} / d={dim}: {fam}, slices", str(g.iloc[0]["metric"]), lines))
+            panels.append((f"{title}: {fam}, slices", str(g.iloc[0]["metric"]), lines))
     return _draw(panels, history, color_by_group=True) if panels else None
 
 
@@ -228,8 +251,13 @@ def _draw(panels: list, history: Any, color_by_group: bool = False) -> Any:
     return fig
 
 
-def _unit_label(row: Any, many_dims: bool) -> str:
+def _unit_label(row: Any, many_dims: bool, shape_in_title: bool = False) -> str:
+    """The unit as a legend names it; without its shape options where the panel's title names them."""
     unit = str(row["unit_short"] if not _missing(row.get("roles")) else row["unit"])
+    if shape_in_title:
+        name, opts = parse_unit(unit)
+        rest = [f"{k}={v}" for k, v in opts.items() if k not in SHAPE_OPTIONS]
+        unit = name + (f"[{','.join(rest)}]" if rest else "")
     if not _missing(row.get("roles")) and "roles" not in unit:
         unit += f" ({int(row['roles'])} roles)"
     return unit + (f" d={int(row['dim'])}" if many_dims else "")
@@ -284,13 +312,13 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
     validation score per epoch for every cell, mean over its counted seed runs with a ± std band
     (the same panels as the roles/slices curves: `_panel_keys`)."""
     panels = []
-    for (task, arch, dim), g in _groups(cells):
+    for title, shape_named, g in _groups(cells):
         g = g[g["cell_id"].isin(set(used["cell_id"]))].sort_values("order", kind="stable")
         drawn = _best_rows(g, MAX_LINES)  # `cells` rows are the valid split's
-        lines = [(_unit_label(r, False), list(used[used["cell_id"] == r["cell_id"]]["run_id"])) for _, r in drawn.iterrows()]
+        lines = [(_unit_label(r, False, shape_named), list(used[used["cell_id"] == r["cell_id"]]["run_id"])) for _, r in drawn.iterrows()]
         lines = [ln for ln in lines if ln[1]]
         if lines:
-            panels.append((f"{task} / {arch} / d={dim}", str(g.iloc[0]["metric"]), lines, len(g)))
+            panels.append((title, str(g.iloc[0]["metric"]), lines, len(g)))
     if not panels:
         return None
     from matplotlib.ticker import MaxNLocator
@@ -314,7 +342,7 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
             ax.set_xlabel("epoch")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_ylabel(ylabel)
-            ax.set_title(f"{title} (mean ± std over seeds)", fontsize=9)
+            ax.set_title(f"{title} (mean ± std over seeds)" if len(title) < 40 else f"{title}\n(mean ± std over seeds)", fontsize=9)
             ax.grid(True, alpha=0.3)
             _legend(ax, len(lines), total)
     return fig
