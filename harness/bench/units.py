@@ -146,6 +146,8 @@ def _batch(batch: int, seq: int, dim: int, padded: bool, device: str, seed: int 
     """x [B,T,d] and a right-padded mask; with `padded`, lengths uniform in [T/2, T] (one full)."""
     import torch
 
+    from units.base import mask_from_lengths
+
     gen = torch.Generator().manual_seed(seed)
     x = torch.randn(batch, seq, dim, generator=gen).to(device).requires_grad_(True)
     if padded:
@@ -153,7 +155,7 @@ def _batch(batch: int, seq: int, dim: int, padded: bool, device: str, seed: int 
         lengths[0] = seq
     else:
         lengths = torch.full((batch,), seq)
-    mask = (torch.arange(seq).unsqueeze(0) < lengths.unsqueeze(1)).to(device)
+    mask = mask_from_lengths(lengths, seq).to(device)
     return x, mask
 
 

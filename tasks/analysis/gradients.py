@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from units.base import last_state, lengths_from_mask, mask_outputs
+from units.base import last_state, lengths_from_mask, mask_from_lengths, mask_outputs
 
 from ..device import to_device
 from .carry import CarryLayout, check_steppable, first_step, layout_of, reference_path, step_function
@@ -151,7 +151,7 @@ def candidate_overlap(unit: nn.Module, x: torch.Tensor, states: torch.Tensor, le
     if not (hasattr(unit, "role_matrices") and hasattr(unit, "fillers") and hasattr(unit, "_slice_T")):
         return None
     with torch.no_grad(), reference_path(unit):
-        mask = torch.arange(x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
+        mask = mask_from_lengths(lengths, x.shape[1])
         f = unit.fillers(x, mask)  # [B, T, k, N]
         _, R = unit.role_matrices()
         cand = torch.einsum("btkn,ksn->btks", f, unit._slice_T(R)).reshape(*f.shape[:2], -1)
@@ -159,9 +159,7 @@ def candidate_overlap(unit: nn.Module, x: torch.Tensor, states: torch.Tensor, le
             cand = torch.tanh(cand)
         prev, cur = states[:, :-1], cand[:, 1:]
         proj = (cur * prev).sum(-1) / prev.pow(2).sum(-1).clamp_min(1e-12)
-        real = torch.arange(1, x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
-        steps = torch.arange(x.shape[1]).unsqueeze(0) < lengths.unsqueeze(1)
-        return proj[real], f.amax(-1)[steps].flatten()
+        return proj[mask[:, 1:]], f.amax(-1)[mask].flatten()  # proj: steps t >= 2 (their index from 1)
 
 
 @dataclass
@@ -228,7 +226,7 @@ def analyse(unit: nn.Module, calls: list[Recorded], max_pairs: int = 4096) -> Gr
         S = c.stacked_states()  # [B, T, D]
         G = c.grads().detach()
         steps = S.shape[1]
-        real = torch.arange(steps).unsqueeze(0) < c.lengths.unsqueeze(1)  # [B, T]
+        real = mask_from_lengths(c.lengths, steps)  # [B, T]
         norms = G.norm(dim=-1) * real
         norm_sum[:steps] += norms.sum(0).double().numpy()
         counts[:steps] += real.sum(0).numpy()
