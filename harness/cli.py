@@ -74,10 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except BrokenPipeError:
         return _closed_pipe()
-    except KeyboardInterrupt as exc:
-        how = "stopped by SIGTERM" if str(exc) == "SIGTERM" else "interrupted"  # harness.driver.ray_start.Terminated
+    except KeyboardInterrupt:
+        from harness.driver.ray_start import terminated
+
+        how = "stopped by SIGTERM" if terminated() else "interrupted"
         print(f"tprbench: {how}; everything finished so far is recorded, rerun the same command to resume", file=sys.stderr)
-        return 143 if str(exc) == "SIGTERM" else 130
+        return 143 if terminated() else 130
     except Exception as exc:
         if is_user_error(exc):
             print(f"tprbench {args.command}: error: {exc}", file=sys.stderr)

@@ -64,6 +64,14 @@ def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | N
     stop_on_sigterm()
 
 
+_terminated = False
+
+
+def terminated() -> bool:
+    """Whether SIGTERM stopped this process's driver (the CLI's exit message and code)."""
+    return _terminated
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that it stops the driver the same way."""
 
@@ -80,6 +88,8 @@ def stop_on_sigterm() -> None:
         return
 
     def handler(signum: int, frame: Any) -> None:
+        global _terminated
+        _terminated = True  # the exception may come out re-raised as a plain KeyboardInterrupt (Ray's waits)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         raise Terminated("SIGTERM")
 
