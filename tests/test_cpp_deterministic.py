@@ -117,9 +117,14 @@ def test_tpr3_cpp_gradcheck(ops):
     x = torch.randn(3, 3, 3, dtype=F64, generator=torch.Generator().manual_seed(6), requires_grad=True)
     F0 = torch.randn(3, 8, dtype=F64, generator=torch.Generator().manual_seed(7), requires_grad=True)
     mask = tpr3_tests._mask([2, 3, 0], 3)
-    assert torch.autograd.gradcheck(lambda x: unit(x, mask), (x,), eps=1e-6, atol=1e-6)
-    assert torch.autograd.gradcheck(lambda x: unit.memory(x, mask), (x,), eps=1e-6, atol=1e-6)
-    assert torch.autograd.gradcheck(lambda x, F0: unit.forward_carry(x, F0.view(3, 2, 2, 2)), (x, F0), eps=1e-6, atol=1e-6)
+    # gradcheck also compares two backward passes bit for bit; in full CI runs they have differed at
+    # rounding level (twice, the "wmb" and "w" cases, after hundreds of other tests; never in targeted
+    # reruns), as BLAS kernels may round differently with the buffers' alignment. This test checks
+    # the gradient; the reentrancy test above pins what is deterministic. 1e-9, no more.
+    check = dict(eps=1e-6, atol=1e-6, nondet_tol=1e-9)
+    assert torch.autograd.gradcheck(lambda x: unit(x, mask), (x,), **check)
+    assert torch.autograd.gradcheck(lambda x: unit.memory(x, mask), (x,), **check)
+    assert torch.autograd.gradcheck(lambda x, F0: unit.forward_carry(x, F0.view(3, 2, 2, 2)), (x, F0), **check)
 
 
 # -- the ungated TPRN loop (units/csrc/tprn_recurrence.cpp) ------------------------------------------------
