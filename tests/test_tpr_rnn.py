@@ -364,7 +364,9 @@ def test_whole_model_gradcheck():
         F = unit.memory(torch.func.functional_call(encoder, enc, (story,)), mask)
         return torch.func.functional_call(inference, inf, (torch.func.functional_call(encoder, enc, (question,)), F))
 
-    assert torch.autograd.gradcheck(fn, tuple(params), eps=1e-6, atol=1e-6)
+    # Rounding-level differences between two backward passes (BLAS and the buffers' alignment; seen
+    # in a full CI run, not in targeted reruns) are allowed, as in the backend gradchecks below.
+    assert torch.autograd.gradcheck(fn, tuple(params), eps=1e-6, atol=1e-6, nondet_tol=1e-9)
 
 
 # --------------------------------------------------------------------------------------------
