@@ -77,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         from harness.driver.ray_start import terminated
 
-        how = "stopped by SIGTERM" if terminated() else "interrupted"
+        by_sigterm = terminated()
+        how = "stopped by SIGTERM" if by_sigterm else "interrupted"
         print(f"tprbench: {how}; everything finished so far is recorded, rerun the same command to resume", file=sys.stderr)
-        return 143 if terminated() else 130
+        return 143 if by_sigterm else 130
     except Exception as exc:
         if is_user_error(exc):
             print(f"tprbench {args.command}: error: {exc}", file=sys.stderr)

@@ -72,10 +72,6 @@ def terminated() -> bool:
     return _terminated
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C's KeyboardInterrupt would be, so that it stops the driver the same way."""
-
-
 def stop_on_sigterm() -> None:
     """Make SIGTERM stop the driver as Ctrl-C does: in-flight runs cancelled (they resume from their
     checkpoints), live runs dropped, cell runs and the study run ended KILLED, a record snapshot.
@@ -89,9 +85,9 @@ def stop_on_sigterm() -> None:
 
     def handler(signum: int, frame: Any) -> None:
         global _terminated
-        _terminated = True  # the exception may come out re-raised as a plain KeyboardInterrupt (Ray's waits)
+        _terminated = True  # what the CLI reads: the exception may come out of Ray's waits re-raised as another
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise Terminated("SIGTERM")
+        raise KeyboardInterrupt  # where Ctrl-C's would be, so that it stops the driver the same way
 
     signal.signal(signal.SIGTERM, handler)
 
