@@ -187,7 +187,7 @@ class Tracker:
             return 0
         ids = self.retry(lambda: self.reader.source.pending(self.experiment_id), "find half-written runs")
         for run_id in ids:
-            self.retry(lambda r=run_id: self.client.delete_run(r), "delete a half-written run")
+            self.retry(lambda r=run_id: self._retire(r), "delete a half-written run")
         return len(ids)
 
     # -- parents ---------------------------------------------------------------------------
@@ -304,7 +304,7 @@ class Tracker:
                     if run.data.tags.get(Tag.STATUS) not in REPLACEABLE:
                         return None
                 else:
-                    self.client.delete_run(run.info.run_id)
+                    self._retire(run.info.run_id)
             all_tags = {**tags, Tag.RUN_KEY: run_key, Tag.KIND: Kind.RUN, Tag.STUDY: self.study, Tag.STATUS: LIVE_STATUS, MLFLOW_PARENT: cell_run_id}
             return self.client.create_run(
                 self.experiment_id, start_time=_ms(start), tags={str(k): str(v) for k, v in all_tags.items()}, run_name=run_name(label, run_key)
@@ -324,7 +324,14 @@ class Tracker:
 
     def drop_live(self, run_id: str) -> None:
         """A live run whose job will not be recorded by this driver (it stopped): the next one starts it again."""
-        self.retry(lambda: self.client.delete_run(run_id), "delete unfinished run")
+        self.retry(lambda: self._retire(run_id), "delete unfinished run")
+
+    def _retire(self, run_id: str) -> None:
+        """Delete a run that never ended (a live run given up, or one a dead driver left RUNNING),
+        ending it KILLED first: deleted runs stay in the store, and a committed or shared record
+        should not carry runs that say RUNNING forever to whoever reads it without MLflow's filter."""
+        self.client.set_terminated(run_id, "KILLED")
+        self.client.delete_run(run_id)
 
     def set_splits(self, cell_run_id: str, valid_split: str, test_splits: list[str]) -> None:
         """Name the cell's validation split and ordered test splits (known once a worker prepared the data)."""
@@ -398,7 +405,7 @@ class Tracker:
                 elif run.info.run_id == live_run_id:
                     live_ok = True
                 else:
-                    self.client.delete_run(run.info.run_id)  # half-written by a killed driver: write again
+                    self._retire(run.info.run_id)  # half-written by a killed driver: write again
         attempt = max((carried_attempt(r.data.tags.get(Tag.STATUS), r.data.tags) for r in errored), default=0) + 1
         worker = result.worker
         end_ms = _ms(worker.get("end")) or int(time.time() * 1000)
