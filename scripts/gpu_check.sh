@@ -2,68 +2,106 @@
 # The GPU checks in one short run, for a lent GPU machine whose image already has torch and Triton
 # (docs/benchmarks.md, "TPRU on a GPU"). Everything it prints also goes to $OUT/gpu.log; the
 # benchmark rows to $OUT/units_b64.csv and $OUT/units_b256.csv. Each step has its own time limit,
-# so one slow step cannot eat the others' time:
-#   1. agreement: tests/test_tpru_triton.py on the card (float64/float32 against the CPU loop,
-#      outputs and gradients, padded batches);
-#   2. `bench units --device cuda` at d = 64…1024, B 64 / T 50 and B 256 / T 100, against cuDNN
-#      GRU/LSTM, every TPRU variant and slices=8;
-#   3. determinism: the same `train` command twice on the card must give identical numbers;
-#   4. end to end: that TPRU logic run on the card against the same run on the machine's CPUs.
-# Python packages the image lacks travel as wheels in .whl/ (pydantic and its needs). The logic
-# data does not travel (../shared is outside the repo): copy $TPRBENCH_DATA/logical_entailment into an
-# ignored .gpudata/ and carry it; without it the validation/test splits are generated, which takes
-# longer than the train runs themselves (the 5,000-line `massive` split: ~70 s).
+# so one slow step cannot eat the others' time. Steps, in the order given (default: all):
+#   agree        tests/test_tpru_triton.py's CUDA tests: float64/float32 against the CPU loop,
+#                outputs and gradients, padded batches (the interpreter tests run in CI)
+#   bench64      `bench units --device cuda` at d = 64…1024, B 64 / T 50, against cuDNN GRU/LSTM,
+#                every TPRU variant and slices=8
+#   determinism  the same `train` command twice on the card must give identical numbers
+#   resume       a run SIGKILLed mid-epoch, rerun, must end as the uninterrupted run did
+#   detcost      the same run with --no-deterministic: the cost of determinism per epoch
+#   cpu          that train run on the machine's CPUs, against the card
+#   bench256     bench units at B 256 / T 100
+# Python packages the image lacks travel as wheels in .whl/ (`scripts/gpu_wheels.sh` fills it;
+# pip picks the ones for the image's Python). The logic data does not travel (../shared is outside
+# the repo): copy $TPRBENCH_DATA/logical_entailment into .gpudata/ (ignored) and carry it with .whl;
+# without it the validation/test splits are generated, which takes longer than the train runs.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
 LOG=$OUT/gpu.log
-if compgen -G ".whl/*.whl" >/dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+STEPS=${*:-agree bench64 determinism cpu bench256}
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --find-links .whl --no-compile --no-cache-dir --target /tmp/site pydantic rich 2>&1 | tail -3
     export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 step() { echo; echo "=== $* ($(date -u +%H:%M:%S))"; }
-{
-    step versions
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-    python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
-    nproc
-
-    step "1. agreement on the card"
-    timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_tpru_triton.py 2>&1 | tail -25
-
-    UNITS="gru;lstm;tpru;tpru-v1;tpru-mod1;tpru-mod2;tpru-mod3;tpru[slices=8]"
-    step "2a. bench units, B 64, T 50"
-    timeout 100 python3 -m harness.cli bench units --device cuda --dims 64,256,512,1024 --units "$UNITS" \
-        --repeats 10 --warmup 3 --csv "$OUT/units_b64.csv" 2>&1 | tail -45
-
-    step "3. determinism: the same train command twice on the card"
-    DATA=generated
-    [ -d .gpudata/logical_entailment ] && DATA=.gpudata/logical_entailment
-    # one --root for every run: the generated training pairs are cached there once
-    TRAIN=(python3 -m harness.cli train --task logic --unit tpru --dim 64 --epochs 2 --set train_size=20000
-        --data "$DATA" --root /tmp/gpu-root)
-    for i in 1 2; do
-        timeout 70 "${TRAIN[@]}" --device cuda --run-dir "/tmp/gpu-run-$i" 2>&1 | tail -4
-    done
-    python3 - <<'EOF'
-import json
-a, b = (json.load(open(f"/tmp/gpu-run-{i}/result.json")) for i in (1, 2))
+rm -rf /tmp/gpu-run-1 /tmp/gpu-run-2 /tmp/gpu-full /tmp/gpu-killed /tmp/gpu-nondet /tmp/cpu-run  # a warm machine keeps /tmp: never reuse a finished run
+DATA=generated
+[ -d .gpudata/logical_entailment ] && DATA=.gpudata/logical_entailment
+# one --root for every run: the generated training pairs are cached there once
+# GPU_CHECK_DEVICE/GPU_CHECK_TRAIN_SIZE: a dry run of the train steps on a CPU-only machine
+DEV=${GPU_CHECK_DEVICE:-cuda}
+TRAIN=(python3 -m harness.cli train --task logic --unit tpru --dim 64 --set train_size=${GPU_CHECK_TRAIN_SIZE:-20000}
+    --data "$DATA" --root /tmp/gpu-root)
+UNITS="gru;lstm;tpru;tpru-v1;tpru-mod1;tpru-mod2;tpru-mod3;tpru[slices=8]"
+# compare two runs' result.json: histories (less the timings), test scores, best epoch
+same() {
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+a, b = (json.load(open(f"{d}/result.json")) for d in sys.argv[1:3])
 def numbers(r):
     hist = [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in r["history"]]
-    return hist, r["test"], r["best_valid"]
+    return hist, r["test"], r["best_valid"], r["best_epoch"]
 print("identical" if numbers(a) == numbers(b) else "DIFFERENT", "| seconds", round(a["seconds"], 1), round(b["seconds"], 1),
-      "| best valid", a["best_valid"], b["best_valid"], "| reproducible flag", a.get("reproducible"))
-EOF
-
-    step "4. the same run on the CPUs"
-    timeout 90 "${TRAIN[@]}" --device cpu --run-dir /tmp/cpu-run 2>&1 | tail -4
+      "| best valid", a["best_valid"], b["best_valid"], "| resumed from", a.get("resumed_from_epoch"), b.get("resumed_from_epoch"),
+      "| reproducible", a.get("reproducible"), b.get("reproducible"))
+PY
+}
+epoch_seconds() {
     python3 -c "
+import json, statistics, sys
+for d in sys.argv[1:]:
+    s = [row['epoch_seconds'] for row in json.load(open(d + '/result.json'))['history']]
+    print(d, 'epoch seconds', [round(x, 2) for x in s], 'median after the first', round(statistics.median(s[1:] or s), 2))" "$@"
+}
+{
+    step "versions; steps: $STEPS"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"
+    nproc
+    for s in $STEPS; do case $s in
+    agree)
+        step "agreement on the card"
+        timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_tpru_triton.py -k cuda 2>&1 | tail -25 ;;
+    bench64)
+        step "bench units, B 64, T 50"
+        timeout 100 python3 -m harness.cli bench units --device cuda --dims 64,256,512,1024 --units "$UNITS" \
+            --repeats 10 --warmup 3 --csv "$OUT/units_b64.csv" 2>&1 | tail -45 ;;
+    bench256)
+        step "bench units, B 256, T 100"
+        timeout 80 python3 -m harness.cli bench units --device cuda --dims 64,256,512,1024 --seq 100 --batch 256 \
+            --units "$UNITS" --repeats 5 --warmup 2 --csv "$OUT/units_b256.csv" 2>&1 | tail -45 ;;
+    determinism)
+        step "determinism: the same train command twice on the card"
+        for i in 1 2; do timeout 70 "${TRAIN[@]}" --epochs 2 --device "$DEV" --run-dir "/tmp/gpu-run-$i" 2>&1 | tail -4; done
+        same /tmp/gpu-run-1 /tmp/gpu-run-2 ;;
+    resume)
+        step "resume: SIGKILL mid-epoch 2 of 3, rerun, against the uninterrupted run"
+        timeout 90 "${TRAIN[@]}" --epochs 3 --device "$DEV" --run-dir /tmp/gpu-full 2>&1 | tail -3
+        "${TRAIN[@]}" --epochs 3 --device "$DEV" --run-dir /tmp/gpu-killed >/tmp/gpu-killed.log 2>&1 &
+        pid=$!
+        for _ in $(seq 600); do [ -f /tmp/gpu-killed/checkpoint.pt ] && break; sleep 0.1; done
+        sleep 1.5; kill -9 $pid; wait $pid 2>/dev/null
+        echo "killed at $(date -u +%H:%M:%S.%N | cut -c1-12); result.json there: $([ -f /tmp/gpu-killed/result.json ] && echo yes || echo no)"
+        tail -3 /tmp/gpu-killed.log
+        timeout 90 "${TRAIN[@]}" --epochs 3 --device "$DEV" --run-dir /tmp/gpu-killed 2>&1 | tail -3
+        same /tmp/gpu-full /tmp/gpu-killed ;;
+    detcost)
+        step "the cost of determinism: the same 3-epoch run with --no-deterministic"
+        [ -f /tmp/gpu-full/result.json ] || timeout 90 "${TRAIN[@]}" --epochs 3 --device "$DEV" --run-dir /tmp/gpu-full 2>&1 | tail -3
+        timeout 90 "${TRAIN[@]}" --epochs 3 --device "$DEV" --no-deterministic --run-dir /tmp/gpu-nondet 2>&1 | tail -3
+        epoch_seconds /tmp/gpu-full /tmp/gpu-nondet
+        same /tmp/gpu-full /tmp/gpu-nondet ;;
+    cpu)
+        step "the same run on the CPUs"
+        [ -f /tmp/gpu-run-1/result.json ] || timeout 70 "${TRAIN[@]}" --epochs 2 --device "$DEV" --run-dir /tmp/gpu-run-1 2>&1 | tail -4
+        timeout 90 "${TRAIN[@]}" --epochs 2 --device cpu --run-dir /tmp/cpu-run 2>&1 | tail -4
+        python3 -c "
 import json; g = json.load(open('/tmp/gpu-run-1/result.json')); c = json.load(open('/tmp/cpu-run/result.json'))
-print('GPU', round(g['seconds'], 1), 's; CPU', round(c['seconds'], 1), 's; CPU/GPU', round(c['seconds'] / g['seconds'], 2))"
-
-    step "2b. bench units, B 256, T 100"
-    timeout 80 python3 -m harness.cli bench units --device cuda --dims 64,256,512,1024 --seq 100 --batch 256 \
-        --units "$UNITS" --repeats 5 --warmup 2 --csv "$OUT/units_b256.csv" 2>&1 | tail -45
+print('GPU', round(g['seconds'], 1), 's; CPU', round(c['seconds'], 1), 's; CPU/GPU', round(c['seconds'] / g['seconds'], 2))" ;;
+    *) echo "unknown step: $s (steps: agree bench64 bench256 determinism resume detcost cpu)" ;;
+    esac; done
     step done
 } 2>&1 | tee "$LOG"
