@@ -12,17 +12,18 @@
 #   detcost      the same run with --no-deterministic: the cost of determinism per epoch
 #   cpu          that train run on the machine's CPUs, against the card
 #   bench256     bench units at B 256 / T 100
-# Python packages the image lacks travel as wheels in .whl/ (`scripts/gpu_wheels.sh` fills it;
-# pip picks the ones for the image's Python). The logic data does not travel (../shared is outside
-# the repo): copy $TPRBENCH_DATA/logical_entailment into .gpudata/ (ignored) and carry it with .whl;
-# without it the validation/test splits are generated, which takes longer than the train runs.
+# Python packages the image lacks (pydantic) travel as wheels in .whl/, filled by
+# scripts/gpu_wheels.sh. The logic data does not travel (../shared is outside the repo): copy
+# $TPRBENCH_DATA/logical_entailment's validate and test files into .gpudata/ (ignored) and carry it
+# with .whl (the two and the committed tree must stay under the device tool's 64 MiB); without it
+# the validation/test splits are generated, which takes longer than the train runs themselves.
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
 LOG=$OUT/gpu.log
 STEPS=${*:-agree bench64 determinism cpu bench256}
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --find-links .whl --no-compile --no-cache-dir --target /tmp/site pydantic rich 2>&1 | tail -3
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -3
     export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
