@@ -332,8 +332,8 @@ def run_unit_bench(args) -> int:
         )
     console.print(table)
     console.print(
-        f"load average at the end: {end_load:.1f} (2-core machine: above ~0.5 the absolute times are not "
-        "an idle machine's; the ratios are from interleaved rounds)"
+        f"load average at the end: {end_load:.1f} on {os.cpu_count()} CPU(s) (a load near or above the CPU "
+        "count means the absolute times are not an idle machine's; the ratios are from interleaved rounds)"
     )
     meta = {
         "torch": torch.__version__,

@@ -332,7 +332,7 @@ std::vector<at::Tensor> tpru_backward(const at::Tensor& grad_in, const at::Tenso
     }
   }
   at::Tensor d_c_b;
-  if (!relu2) d_c_b = d_fx.sum({0, 1});
+  if (!relu2) d_c_b = d_fx.sum(at::IntArrayRef{0, 1});  // a braced list alone is ambiguous in torch 2.11 (IntArrayRef or DimnameList)
   else if (m.folded) d_c_b = d_pre.view({TB, rows}).narrow(1, d, kN).sum(0).view({k, N});
   else d_c_b = d_fb_all.view({k, TB, N}).sum(1);
   at::Tensor d_c_x = d_fx.sum().reshape({});
