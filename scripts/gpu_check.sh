@@ -12,6 +12,7 @@
 #   detcost      the same run with --no-deterministic: the cost of determinism per epoch
 #   cpu          that train run on the machine's CPUs, against the card
 #   bench256     bench units at B 256 / T 100
+#   profile      Nsight Compute on the TPRU kernels at d = 256 and 512 (grid, occupancy, SM throughput)
 # Python packages the image lacks (pydantic) travel as wheels in .whl/, filled by
 # scripts/gpu_wheels.sh. The logic data does not travel (../shared is outside the repo): copy
 # $TPRBENCH_DATA/logical_entailment's validate and test files into .gpudata/ (ignored) and carry it
@@ -102,7 +103,15 @@ for d in sys.argv[1:]:
         python3 -c "
 import json; g = json.load(open('/tmp/gpu-run-1/result.json')); c = json.load(open('/tmp/cpu-run/result.json'))
 print('GPU', round(g['seconds'], 1), 's; CPU', round(c['seconds'], 1), 's; CPU/GPU', round(c['seconds'] / g['seconds'], 2))" ;;
-    *) echo "unknown step: $s (steps: agree bench64 bench256 determinism resume detcost cpu)" ;;
+    profile)
+        # Nsight Compute on the third forward+backward (the first two compile): the kernels' share
+        # of the card (SM throughput, occupancy, grid size) where they miss the targets
+        for d in 256 512; do
+            step "profile: ncu on tpru, d = $d, B 64, T 50"
+            timeout 120 ncu --profile-from-start off --kernel-name regex:"(forward|backward)_(tiled|resident)" --section SpeedOfLight --section LaunchStats --section Occupancy \
+                python3 scripts/gpu_profile_tpru.py $d 64 50 2>&1 | grep -v "^==PROF==" | grep -E "^  [a-z_]+|Grid Size|Block Size|Registers|Threads|Waves|SM Busy|Compute \(SM\) Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Shared Memory Config|L2 Cache Throughput|DRAM Throughput|profiled" | head -60
+        done ;;
+    *) echo "unknown step: $s (steps: agree bench64 bench256 determinism resume detcost cpu profile)" ;;
     esac; done
     step done
 } 2>&1 | tee "$LOG"
