@@ -24,7 +24,7 @@ mkdir -p "$OUT"
 LOG=$OUT/gpu.log
 STEPS=${*:-agree bench64 determinism cpu bench256}
 if [ -d .whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl 2>&1 | tail -3
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -3 || exit 1
     export PYTHONPATH=/tmp/site
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
