@@ -1,21 +1,27 @@
-"""`tprbench record check|snapshot|snapshots|restore`: keep a SQLite record safe (docs/reliability.md)."""
+"""`tprbench record check|snapshot|snapshots|restore|save|load`: keep a SQLite record safe
+(docs/reliability.md), and carry a long study to another machine (harness/record/carry.py)."""
 
 from __future__ import annotations
 
 import argparse
 
 HELP = (
-    "the SQLite record of a run directory: check it (SQLite quick_check), snapshot it, list its snapshots, restore it from the newest good snapshot"
+    "the SQLite record of a run directory: check it (SQLite quick_check), snapshot it, list its snapshots, restore it from the newest good snapshot; "
+    "save it with its unfinished runs' checkpoints (to commit), load that into a fresh run directory"
 )
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "action",
-        choices=["check", "snapshot", "snapshots", "restore"],
+        choices=["check", "snapshot", "snapshots", "restore", "save", "load"],
         help="check: is mlflow.db sound; snapshot: take one now; snapshots: list them; restore: replace a "
-        "damaged mlflow.db by the newest good snapshot (then rerun each study: nothing is trained again)",
+        "damaged mlflow.db by the newest good snapshot (then rerun each study: nothing is trained again); "
+        "save: copy the record and the checkpoints of its paused or interrupted runs --to a folder (records/<study>); "
+        "load: put such a folder (--from) into a fresh --root, whose next `run` continues every run where it stopped",
     )
+    p.add_argument("--to", default=None, metavar="DIR", help="save: the folder to write (e.g. records/<study>)")
+    p.add_argument("--from", dest="source", default=None, metavar="DIR", help="load: a folder written by `record save`")
     p.add_argument("--root", default="runs", help="run directory holding mlflow.db and snapshots/ (default ./runs)")
     p.add_argument("--tracking-uri", default=None, help="a sqlite:/// MLflow URI (default: mlflow.db under --root)")
 
@@ -28,6 +34,8 @@ def run(args: argparse.Namespace) -> int:
     from harness.record.sources import sqlite_path
 
     root = Path(args.root).expanduser().resolve()
+    if args.action in ("save", "load"):
+        return _carry(args, root)
     uri = args.tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
     db = sqlite_path(uri)
     if db is None:
@@ -53,4 +61,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     path = guard.take_snapshot(db, root)
     print(f"snapshot: {path}")
+    return 0
+
+
+def _carry(args: argparse.Namespace, root) -> int:
+    """`record save` / `record load` (harness/record/carry.py)."""
+    from pathlib import Path
+
+    from harness.record import carry
+
+    folder = args.to if args.action == "save" else args.source
+    if folder is None:
+        raise carry.CarryError(f"record {args.action}: give {'--to DIR' if args.action == 'save' else '--from DIR'}")
+    folder = Path(folder).expanduser().resolve()
+    lines = carry.save(root, folder) if args.action == "save" else carry.load(folder, root)
+    print("\n".join(lines))
     return 0
