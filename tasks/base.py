@@ -137,6 +137,16 @@ class TaskAdapter(TaskMeta, ABC):
     @abstractmethod
     def eval_batches(self, split: str, batch_size: int) -> Iterator[Any]: ...
 
+    def train_example_count(self) -> int | None:
+        """Training examples, for a task whose batches can be built from any list of them
+        (`train_batch`): the training loop's stream of full batches (`HParams.epoch_updates`).
+        Default None: the task offers only its own epochs (`train_batches`)."""
+        return None
+
+    def train_batch(self, index: Any) -> Any:
+        """The batch of training examples `index` (a 1-d int64 tensor of positions), in that order."""
+        raise NotImplementedError(f"task {self.name!r} builds batches only a pass at a time (train_batches)")
+
     def train_batch_count(self, batch_size: int) -> int | None:
         """Batches in one training epoch, when known without building them (a progress bar's
         total and ETA; called after `prepare`). Default None: the bar counts without an ETA."""

@@ -50,6 +50,21 @@ class HParams(pydantic.BaseModel):
     eps: float | None = Field(None, gt=0, description="optimiser eps (None: torch's default for the optimiser)")
     clip: float = Field(5.0, ge=0, description="global gradient-norm clipping (0 = off)")
     batch_size: int = Field(64, ge=1, description="training batch size")
+    # what an epoch is, and the order the training examples come in
+    epoch_updates: int | None = Field(
+        None,
+        ge=1,
+        le=10_000_000,
+        description="an epoch is this many updates of ONE continuous stream of full training batches (a pass's "
+        "tail joined to the next pass's head, as TF's `dataset.repeat().batch()`) instead of one pass over the "
+        "training data; validation, checkpoint, schedule and stop rules count these epochs "
+        "(TPR-RNN's code validates every 200 updates). Tasks with `train_batch` only",
+    )
+    data_order: Literal["reshuffle", "fixed"] = Field(
+        "reshuffle",
+        description="reshuffle: a new order of the training data every pass; fixed: one order, drawn once from "
+        "the seed, for every pass (TPR-RNN's code: one np.random.permutation, then `.cache().repeat()`)",
+    )
     # learning-rate schedule
     schedule: Literal["step", "plateau", "threshold", "none"] = Field(
         "step",
@@ -145,7 +160,7 @@ def resolve_hparams(values: dict[str, Any] | HParams | None, defaults: dict[str,
 
 #: Fields added after runs were first fingerprinted: hashed only when set to something other than
 #: their default, so every run (and checkpoint) written before they existed keeps its fingerprint.
-ADDED_LATER = ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start")
+ADDED_LATER = ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start", "epoch_updates", "data_order")
 
 
 def as_params(hp: HParams) -> dict[str, Any]:

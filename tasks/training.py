@@ -231,6 +231,11 @@ def _context(
     adapter.check_arch(config.arch)
     hp = adapter.resolve_hparams(config.hparams)
     metric, direction = run_metric(adapter, config.metric, config.direction)
+    if hp.epoch_updates and adapter.train_example_count() is None:
+        raise TaskError(
+            f"epoch_updates = {hp.epoch_updates}: task {adapter.name!r} builds its training batches a pass at a time "
+            "(no train_batch), so it has no stream of updates; leave epoch_updates out"
+        )
     options = adapter.options.model_dump(mode="json")
     fps = [config.fingerprint(adapter.name, options, hp, metric, direction)]
     if config.metric in (None, f"valid_{adapter.metric}") and config.direction in (None, adapter.metric_direction(adapter.metric)):
@@ -429,7 +434,7 @@ def _train_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> d
     """One pass over the training batches; the train_* metrics, or None when the loss diverged."""
     s.model.train()
     loss_sum, aux_sum, counts, carry, n = 0.0, 0.0, {}, None, 0
-    with current_progress().task(f"epoch {epoch}/{ctx.config.epochs}", ctx.adapter.train_batch_count(ctx.hp.batch_size), "batches") as bar:
+    with current_progress().task(f"epoch {epoch}/{ctx.config.epochs}", _batches_per_epoch(ctx), "batches") as bar:
         for step, batch in enumerate(_epoch_batches(ctx, epoch)):
             check_masks(batch)
             loss, aux, stats, carry = _batch_step(ctx, s, to_device(batch, ctx.device), carry)
@@ -452,10 +457,46 @@ def _train_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> d
 
 
 def _epoch_batches(ctx: _Context, epoch: int) -> Any:
-    """The epoch's training batches, their order drawn from a generator seeded by (seed, epoch):
-    a resumed run, and a benchmark of the step, see the batches an uninterrupted run sees."""
-    generator = torch.Generator().manual_seed(ctx.config.seed * 100_003 + epoch)
-    return ctx.adapter.train_batches(ctx.hp.batch_size, generator, epoch)
+    """The epoch's training batches, their order drawn from a generator seeded by (seed, pass):
+    a resumed run, and a benchmark of the step, see the batches an uninterrupted run sees. An
+    epoch is one pass (the task's `train_batches`), or `epoch_updates` batches of one stream."""
+    if ctx.hp.epoch_updates:
+        return _stream_batches(ctx, epoch)
+    return ctx.adapter.train_batches(ctx.hp.batch_size, _pass_generator(ctx, epoch), epoch)
+
+
+def _pass_generator(ctx: _Context, pass_number: int) -> torch.Generator:
+    """The generator of pass `pass_number`'s order (1-based); `data_order = fixed`: pass 1's, always."""
+    number = 1 if ctx.hp.data_order == "fixed" else pass_number
+    return torch.Generator().manual_seed(ctx.config.seed * 100_003 + number)
+
+
+def _stream_batches(ctx: _Context, epoch: int) -> Any:
+    """Epoch `epoch` of the stream: batches (epoch − 1)·K … epoch·K − 1 (K = epoch_updates) of one
+    endless sequence of training examples, pass after pass, each pass a permutation of the data
+    (`_pass_order`); every batch is full, one that crosses a pass's end takes the next pass's head.
+    This is what the TPR-RNN authors' input pipeline feeds (`Dataset.from_tensor_slices(train[p])
+    .cache().repeat().batch(bs)`, tpr_rnn_graph.py): a stream, not epochs. Each batch is found from
+    its position alone, so a run resumed at any epoch sees what an uninterrupted one saw."""
+    n, size, per_epoch = ctx.adapter.train_example_count(), ctx.hp.batch_size, ctx.hp.epoch_updates
+    orders: dict[int, torch.Tensor] = {}
+    for b in range((epoch - 1) * per_epoch, epoch * per_epoch):
+        positions = torch.arange(b * size, (b + 1) * size)
+        index = torch.empty(size, dtype=torch.long)
+        for p in torch.unique(positions // n).tolist():
+            if p not in orders:
+                orders = {p: _pass_order(ctx, p + 1, n)}  # passes only move forward: keep one
+            take = positions // n == p
+            index[take] = orders[p][positions[take] % n]
+        yield ctx.adapter.train_batch(index)
+
+
+def _pass_order(ctx: _Context, pass_number: int, n: int) -> torch.Tensor:
+    return torch.randperm(n, generator=_pass_generator(ctx, pass_number))
+
+
+def _batches_per_epoch(ctx: _Context) -> int | None:
+    return ctx.hp.epoch_updates or ctx.adapter.train_batch_count(ctx.hp.batch_size)
 
 
 def _may_restart(ctx: _Context, s: _Session) -> bool:

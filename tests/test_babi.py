@@ -300,9 +300,63 @@ def test_stop_fields_at_their_defaults_leave_fingerprints_as_they_were(folder, t
     hp = get_task("logic").resolve_hparams({})
     assert "stop_value" in as_params(hp) and "stop_value" not in fingerprint_params(hp)
     assert fingerprint_params(hp) == {
-        k: v for k, v in as_params(hp).items() if k not in ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start")
+        k: v
+        for k, v in as_params(hp).items()
+        if k not in ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start", "epoch_updates", "data_order")
     }
     assert fingerprint_params(hp.model_copy(update={"stop_patience": 3}))["stop_patience"] == 3
+
+
+def _stream(task: BabiTask, epochs: int, **hp) -> list[torch.Tensor]:
+    """The training examples (their positions in the train split) of each batch of `epochs` epochs."""
+    from tasks.training import TrainingSteps
+
+    seen: list[torch.Tensor] = []
+    steps = TrainingSteps(task, TrainConfig("gru", "plain", 8, 8, epochs=epochs, seed=4, hparams={"batch_size": 48, **hp}))
+    build = task.train_batch
+    task.train_batch = lambda index: seen.append(index) or build(index)  # type: ignore[method-assign]
+    try:
+        for epoch in range(1, epochs + 1):
+            list(steps.batches(epoch))
+    finally:
+        del task.train_batch
+    return seen
+
+
+def test_the_stream_is_full_batches_across_passes_and_fixed_order_repeats_one_permutation(folder, tmp_path):
+    """epoch_updates: the authors' `.cache().repeat().batch()` — every batch full, a pass's tail
+    joined to the next pass's head, K batches an epoch; data_order = fixed: the same order every pass."""
+    task = adapter(folder, tmp_path)
+    n = task.train_example_count()
+    assert n % 48, "the test needs passes that end inside a batch"
+    fixed = _stream(task, 3, epoch_updates=5, data_order="fixed")
+    assert len(fixed) == 15 and all(len(b) == 48 for b in fixed)
+    flat = torch.cat(fixed)
+    first = torch.randperm(n, generator=torch.Generator().manual_seed(4 * 100_003 + 1))  # pass 1's order for seed 4
+    assert torch.equal(flat, first.repeat(len(flat) // n + 1)[: len(flat)])
+    reshuffled = torch.cat(_stream(task, 3, epoch_updates=5))
+    assert torch.equal(reshuffled[:n], first) and not torch.equal(reshuffled[n : 2 * n], first)  # a new order each pass
+    assert sorted(reshuffled[n : 2 * n].tolist()) == list(range(n))  # each pass is the whole data once
+    assert torch.equal(torch.cat(_stream(task, 2, epoch_updates=5, data_order="fixed")), flat[: 10 * 48])  # epochs are positions
+
+
+def test_a_stream_run_resumed_mid_way_ends_as_an_uninterrupted_one(folder, tmp_path):
+    task = adapter(folder, tmp_path)
+    hp = {"batch_size": 16, "epoch_updates": 3, "data_order": "fixed"}
+    cfg = TrainConfig("gru", "plain", 8, 8, epochs=4, seed=0, hparams=hp)
+    straight = train(task, cfg, tmp_path / "straight")
+    paused = train(task, cfg, tmp_path / "run", until_epoch=2)
+    assert paused.status == "paused" and len(paused.history) == 2
+    done = train(task, cfg, tmp_path / "run")
+    assert done.resumed_from_epoch == 2
+    strip = lambda h: [{k: v for k, v in r.items() if not k.endswith("seconds")} for r in h]  # noqa: E731
+    assert strip(done.history) == strip(straight.history) and done.test == straight.test
+
+
+def test_epoch_updates_on_a_task_without_train_batch_is_refused_before_training(tmp_path):
+    logic = get_task("logic")({"train_size": 64, "eval_size": 16}, "generated", tmp_path / "cache")
+    with pytest.raises(TaskError, match="epoch_updates = 5: task 'logic' builds its training batches a pass at a time"):
+        train(logic, TrainConfig("gru", "plain", 8, 8, epochs=1, hparams={"epoch_updates": 5}))
 
 
 @pytest.mark.slow

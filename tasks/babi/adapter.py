@@ -78,6 +78,12 @@ class BabiTask(BabiMeta, TaskAdapter):
         for start in range(0, len(order), batch_size):
             yield split.batch(order[start : start + batch_size])
 
+    def train_example_count(self) -> int:
+        return len(self.babi["train"])
+
+    def train_batch(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.babi["train"].batch(index)
+
     def eval_batches(self, split: str, batch_size: int) -> Iterator[dict[str, torch.Tensor]]:
         def make() -> Iterator[dict[str, torch.Tensor]]:
             data = self.babi[split]
