@@ -95,6 +95,10 @@ from .search_space import did_you_mean, is_searchable, parse_space, show
 
 ID_VERSION = 3  # bump when the hashed identity changes shape or what every cell computes (3: fidelity defaults, e.g. E ~ N(0,1), two-layer encoders)
 NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+# A study name becomes a path component with more appended (`logs/<name>-YYYYmmdd-HHMMSS.log`,
+# `locks/<name>.lock`, a writer's `.<name>.<pid>.tmp`) in a file system allowing 255 bytes, and
+# MLflow's experiment name `tprbench/<name>` (256 characters in its SQL schema): 128 leaves room.
+NAME_MAX = 128
 DIRECTIONS = ("maximize", "minimize")
 FILTER_KEYS = ("arch", "dim", "id", "input_dim", "task", "unit")
 
@@ -131,8 +135,33 @@ NonEmptyStr = Annotated[str, Field(min_length=1)]
 PosInt = Annotated[int, Field(ge=1, le=65536)]
 
 
+def study_name_problem(name: str) -> str | None:
+    """Why `name` cannot name a study, or None. The one check of a study name, for everything
+    every command does with it: it is a folder (`reports/<name>/`, `<root>/work/<name>/`), the
+    start of file names (NAME_MAX) and part of MLflow's and Optuna's names. "." and ".." match
+    the pattern but name the folder itself or its parent: the cells' run directories landed
+    beside mlflow.db, and `report` wrote into the current directory."""
+    if not re.fullmatch(NAME_PATTERN, name):
+        return f"use only letters, digits, '_', '.' and '-', got {show(name)}"
+    if name in (".", ".."):
+        itself = "the folder itself" if name == "." else "the parent folder"
+        return f"{name!r} means {itself} in a path, not a name of its own: use letters or digits too"
+    if len(name) > NAME_MAX:
+        return f"at most {NAME_MAX} characters (it names files and folders), got {len(name)}"
+    return None
+
+
 class StudySection(_Model):
-    name: str | None = Field(None, pattern=NAME_PATTERN)
+    name: str | None = None
+
+    @pydantic.field_validator("name")
+    @classmethod
+    def _name(cls, value: str | None) -> str | None:
+        problem = None if value is None else study_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
     description: str = ""
     trials: int = Field(0, ge=0, le=100_000)
     seeds: int = Field(3, ge=0, le=10_000)
@@ -601,7 +630,8 @@ def _resolve_task(
             try:
                 options = model.model_validate(dict(entry.options)).model_dump(mode="json")
             except pydantic.ValidationError as exc:
-                problems.extend(validation_problems(exc, f"{where}.options", model))
+                # the task named too: `tasks[1]` alone sends the reader counting [[tasks]] tables
+                problems.extend((key, f"{message} (task {entry.name!r})") for key, message in validation_problems(exc, f"{where}.options", model))
     data = expand_data(entry.data, f"{where}.data", problems)
     archs = tuple(getattr(cls, "archs", ()) or ())
     from tasks.errors import TaskError
@@ -753,10 +783,9 @@ def _toml(text: str, path: str) -> dict[str, Any]:
 def _check_sections(parsed: StudyFile, name: str, space: dict[str, Any], search_ok: bool, problems: list[tuple[str, str]]) -> None:
     """[study], [pruner] and [resources] against each other."""
     section, pruner = parsed.study, parsed.pruner
-    if section.name is None and not re.fullmatch(NAME_PATTERN, name):
-        problems.append(
-            ("study.name", f"missing, and the file name {name!r} is not a valid study name (letters, digits, '_', '.', '-'): set study.name")
-        )
+    problem = study_name_problem(name) if section.name is None else None
+    if problem:
+        problems.append(("study.name", f"missing, and the file name {name!r} is not a valid study name ({problem}): set study.name"))
     if section.trials > 0 and not is_searchable(space) and search_ok:
         problems.append(
             (

@@ -34,7 +34,7 @@ def resolve_study(study: str) -> tuple[str, int | None, list[str] | None, str | 
     """
     path = Path(study)
     if not (study.endswith(".toml") or path.is_file()):
-        return study, None, None, None
+        return _checked_name(study, "study name"), None, None, None
     if not path.is_file():
         raise ReportError(f"study file {study} not found (give a study file or a recorded study's name)")
     note = None
@@ -57,9 +57,20 @@ def resolve_study(study: str) -> tuple[str, int | None, list[str] | None, str | 
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ReportError(f"{study}: cannot read the study file: {exc}") from None
     section = data.get("study", {}) if isinstance(data.get("study"), dict) else {}
-    name = section.get("name") or path.stem
+    name = _checked_name(str(section.get("name") or path.stem), f"{study}: study.name")
     seeds = section.get("seeds")
-    return str(name), (int(seeds) if isinstance(seeds, int) else 3), None, note
+    return name, (int(seeds) if isinstance(seeds, int) else 3), None, note
+
+
+def _checked_name(name: str, what: str) -> str:
+    """A study name that did not come through the study schema (a name on the command line, a file
+    read without it), checked by the schema's own rule: `reports/<name>/` is written from it."""
+    from harness.study import study_name_problem
+
+    problem = study_name_problem(name)
+    if problem:
+        raise ReportError(f"{what} {name!r}: {problem}")
+    return name
 
 
 def load_record(tracking_uri: str, study_name: str, cell_ids: Iterable[str] | None = None, root: Any = None) -> tuple[Any, Any]:
