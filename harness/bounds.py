@@ -14,9 +14,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-SEED_MAX = 2**32 - 1  # numpy's and torch's largest seed
-DIM_MAX = 65536
-COUNT_MAX = 10**9
+from tasks.bounds import COUNT_MAX, DIM_MAX, FOLDS_MAX, LAYERS_MAX, SEED_MAX  # one definition: task options use them too
 
 
 def _show(x: float) -> str:
@@ -92,4 +90,5 @@ THREADS = integer(1, 1024)
 COUNT = integer(1, COUNT_MAX)
 COUNTS = integer(0, COUNT_MAX)  # a count that may be zero
 SEEDS_WANTED = integer(1, 100_000)
-LAYER = integer(1, 64)
+LAYER = integer(1, LAYERS_MAX)
+FOLDS = integer(2, FOLDS_MAX)  # cross-validation folds

@@ -12,6 +12,8 @@ import pydantic
 
 import units
 
+from .bounds import LAYERS_MAX
+
 POOLINGS = ("max", "last", "mean")
 ARCHS = ("plain", "bidaf")
 ATTENTIONS = ("dot", "trilinear")
@@ -33,7 +35,10 @@ class PairArchOptions(pydantic.BaseModel):
         "max", description="sequence → vector: max over time (the papers, the authors' rep_pooling), last state, mean"
     )
     layers: int = pydantic.Field(
-        ENCODER_LAYERS, ge=1, description="encoder layers when the unit spec does not say `layers` (2: ICLR appendix C.1, the authors' n_layers=2)"
+        ENCODER_LAYERS,
+        ge=1,
+        le=LAYERS_MAX,
+        description="encoder layers when the unit spec does not say `layers` (2: ICLR appendix C.1, the authors' n_layers=2)",
     )
     attention: Literal["dot", "trilinear"] = pydantic.Field(
         "dot", description="bidaf only: 'dot' = the TPRU authors' models/bidaf.py; 'trilinear' = Seo et al. (2017)"

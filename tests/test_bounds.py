@@ -123,3 +123,97 @@ def test_a_trial_request_larger_than_the_cluster_is_one_line(monkeypatch) -> Non
         check_fits(Resources(cpus=3))
     with pytest.raises(RunnerError, match=r"gpus = 1 per trial, but the Ray cluster has 0 in all"):
         check_fits(Resources(gpus=1))
+
+
+# -- task options (tasks/<name>/meta.py): bounded in each task's Options model ------------------
+
+#: Values past any bound the project uses (tasks/bounds.py), per numeric kind of a field.
+BEYOND = {"int": [-(10**15), 10**15], "float": [-1e300, 1e300, float("nan"), float("inf")]}
+BOUND_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "finite_number"}
+
+
+def _numeric_kinds(annotation) -> set[str]:
+    """The numeric kinds a field's annotation takes: "int", "float", and "list:int" for a list of them."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _numeric_kinds(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return set().union(*(_numeric_kinds(a) for a in args))
+    if origin in (list, tuple):
+        return {f"list:{k}" for a in args for k in _numeric_kinds(a)}
+    return {"int"} if annotation is int else {"float"} if annotation is float else set()
+
+
+def _task_option_values() -> list[tuple[str, str, object]]:
+    from tasks.registry import available_tasks, task_meta
+
+    cases = []
+    for task in available_tasks():
+        model = task_meta(task).Options
+        for name, info in model.model_fields.items():
+            for kind in sorted(_numeric_kinds(info.annotation)):
+                inner = kind.removeprefix("list:")
+                for value in BEYOND[inner]:
+                    cases.append((task, name, [value] if kind.startswith("list:") else value))
+    return cases
+
+
+def test_every_numeric_task_option_is_bounded_above_and_below() -> None:
+    """Each numeric option of every task, far below and far above any sensible value (and NaN, inf
+    for reals), is refused by the option's own bound: `train_size = 99999999999999` used to pass."""
+    import pydantic
+
+    from tasks.registry import task_meta
+
+    cases = _task_option_values()
+    assert len(cases) >= 60, len(cases)  # every task's numeric options were found
+    unbounded = []
+    for task, name, value in cases:
+        try:
+            task_meta(task).Options.model_validate({name: value})
+        except pydantic.ValidationError as exc:
+            if any(err["loc"][:1] == (name,) and err["type"] in BOUND_ERRORS for err in exc.errors()):
+                continue
+        unbounded.append(f"{task}.{name} = {value!r}")
+    assert not unbounded, f"task options without a bound (tasks/bounds.py): {unbounded}"
+
+
+OPTIONS_THAT_CANNOT_WORK = {
+    # an empty validation split: every trial errored 3 times (KeyError 'validate'), `run` exited 0
+    "eval_size = 0": ("eval_size = 40", "eval_size = 0", "must be >= 1, got 0"),
+    "train_size = 99999999999999": ("train_size = 200", "train_size = 99999999999999", "must be <= 1000000000"),
+}
+
+
+@pytest.mark.parametrize("case", list(OPTIONS_THAT_CANNOT_WORK))
+def test_a_task_option_that_cannot_work_is_refused_before_anything_starts(case, tmp_path) -> None:
+    """Through the real `tprbench run`: one line naming the study file, the task and the option,
+    exit 2, and no run directory (nothing started)."""
+    import subprocess
+
+    from tests.ray_helpers import TPRBENCH
+
+    good, bad, why = OPTIONS_THAT_CANNOT_WORK[case]
+    text = study_text("opts", ["gru"], trials=0)
+    assert good in text, good
+    path = tmp_path / "opts.toml"
+    path.write_text(text.replace(good, bad, 1))
+    root = tmp_path / "runs"
+    proc = subprocess.run([TPRBENCH, "run", str(path), "--root", str(root), "--quiet"], capture_output=True, text=True, timeout=300, env=_env())
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    option = bad.split(" ")[0]
+    assert lines[0].startswith(f"tprbench run: error: {path}: tasks[0].options.{option}: {why}"), lines[0]
+    assert lines[0].endswith("(task 'logic')"), lines[0]
+    assert not root.exists()
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    from tests.ray_helpers import ray_environ
+
+    return {**os.environ, **ray_environ()}

@@ -20,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--root", default="runs", help="run directory (default ./runs)")
     p.add_argument("--tracking-uri", default=None, help="MLflow tracking URI holding the runs (default: sqlite under --root)")
     p.add_argument("--task-path", default=None, help="SentEval data/downstream folder (default <run data>/senteval)")
-    p.add_argument("--kfold", type=bounds.integer(2, 1000), default=10, help="cross-validation folds for tasks without a test split (default 10)")
+    p.add_argument("--kfold", type=bounds.FOLDS, default=10, help="cross-validation folds for tasks without a test split (default 10)")
     p.add_argument("--out", default=None, help="also write table.md/table.csv here")
     p.add_argument("--no-log", action="store_true", help="do not record the results in MLflow")
 

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 import pydantic
 
+from ..bounds import LENGTH_MAX
 from ..errors import TaskError
 from ..hparams import HParams
 from ..meta import ReportLayout, TaskMeta
@@ -47,7 +48,9 @@ class BabiOptions(pydantic.BaseModel):
     valid_fraction: float = pydantic.Field(
         0.1, gt=0, lt=1, description="validation = the last fraction of each task's train stories (no en-valid split here)"
     )
-    max_story: int | None = pydantic.Field(None, ge=1, description="statements kept per question (default: the authors' 70, and 130 for qa3)")
+    max_story: int | None = pydantic.Field(
+        None, ge=1, le=LENGTH_MAX, description="statements kept per question (default: the authors' 70, and 130 for qa3)"
+    )
     fallback_1k: bool = pydantic.Field(
         False,
         description="train a task whose 10k train file is missing (qa3 in ../shared/data) on its 1k file; "

@@ -3,28 +3,30 @@ what a study file is checked against (tasks/meta.py). The adapter is tasks/lm/ad
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import pydantic
 
+from ..bounds import BATCH_MAX, COUNT_MAX, DIM_MAX, LAYERS_MAX, LENGTH_MAX, SCALE_MAX
 from ..meta import ReportLayout, TaskMeta
 from ..registry import register_task_meta
 
 # lingvo's role-annealing steps (lingvo/tasks/lm/params/ptb_word_level.py): `HRRify` sets 15000 and the
 # contiguous PTB config keeps it; the sentence-level configs set 3000.
 HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES = 15000, 3000
+Steps = Annotated[int, pydantic.Field(ge=0, le=COUNT_MAX)]  # updates (0 = off)
 
 
 class LMOptions(pydantic.BaseModel):
     model_config = pydantic.ConfigDict(extra="forbid")
 
     corpus: Literal["wikitext2", "wikitext103", "ptb"] = "wikitext2"
-    bpe_vocab_size: int | None = pydantic.Field(None, ge=64, description="train a BPE vocabulary of this size (None: words)")
-    bptt: int = pydantic.Field(35, ge=2, description="truncated-BPTT window length")
-    layers: int = pydantic.Field(2, ge=1, description="unit layers when the unit spec does not say")
-    max_train_tokens: int | None = pydantic.Field(None, ge=1000, description="use only the first N train tokens (CPU runs)")
-    max_eval_tokens: int | None = pydantic.Field(None, ge=1000, description="use only the first N valid/test tokens")
-    eval_batch_size: int = pydantic.Field(10, ge=1)
+    bpe_vocab_size: int | None = pydantic.Field(None, ge=64, le=COUNT_MAX, description="train a BPE vocabulary of this size (None: words)")
+    bptt: int = pydantic.Field(35, ge=2, le=LENGTH_MAX, description="truncated-BPTT window length")
+    layers: int = pydantic.Field(2, ge=1, le=LAYERS_MAX, description="unit layers when the unit spec does not say")
+    max_train_tokens: int | None = pydantic.Field(None, ge=1000, le=COUNT_MAX, description="use only the first N train tokens (CPU runs)")
+    max_eval_tokens: int | None = pydantic.Field(None, ge=1000, le=COUNT_MAX, description="use only the first N valid/test tokens")
+    eval_batch_size: int = pydantic.Field(10, ge=1, le=BATCH_MAX)
     projection: bool = pydantic.Field(
         True, description="Linear(d, d_embed) before the tied decoder, as the authors' lm.py (false: none, allowed only when d = d_embed)"
     )
@@ -36,24 +38,26 @@ class LMOptions(pydantic.BaseModel):
     embedding: Literal["plain", "hrr"] = pydantic.Field(
         "plain", description="plain: nn.Embedding with a tied decoder; hrr: Luo et al.'s HRR embedding and readout (word level)"
     )
-    hrr_roles: int = pydantic.Field(2, ge=1, description="hrr: roles N (the paper: 2)")
-    hrr_fillers: int | None = pydantic.Field(None, ge=1, description="hrr: basis fillers per role d' (required with hrr)")
+    hrr_roles: int = pydantic.Field(2, ge=1, le=DIM_MAX, description="hrr: roles N (the paper: 2)")
+    hrr_fillers: int | None = pydantic.Field(None, ge=1, le=DIM_MAX, description="hrr: basis fillers per role d' (required with hrr)")
     hrr_basis: Literal["fixed", "isometric"] = pydantic.Field(
         "fixed", description="hrr: fixed = frozen N(0, 1/d) bases; isometric = trained bases with the isometry loss (N·d' <= d)"
     )
     hrr_beta: float = pydantic.Field(
         100.0,
         ge=0,
+        le=SCALE_MAX,
+        allow_inf_nan=False,
         description="hrr isometric: β against the cross-entropy summed over each sequence's tokens (lingvo's "
         "loss); applied as β·B/tokens against the per-token mean loss",
     )
-    hrr_anneal_steps: int | list[int] | None = pydantic.Field(
+    hrr_anneal_steps: Steps | list[Steps] | None = pydantic.Field(
         None,
         description="hrr: updates over which role i > 1 fades in (N − 1 values for N > 2; 0 = off; "
         f"None = the authors': {HRR_ANNEAL_CONTIGUOUS} contiguous, {HRR_ANNEAL_SENTENCES} per sentence)",
     )
     hrr_filler_dropout: float = pydantic.Field(
-        0.5, ge=0, lt=1, description="hrr: dropout on the decoded fillers (the authors' code, not in the paper)"
+        0.5, ge=0, lt=1, allow_inf_nan=False, description="hrr: dropout on the decoded fillers (the authors' code, not in the paper)"
     )
 
     @pydantic.model_validator(mode="after")

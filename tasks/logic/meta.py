@@ -8,16 +8,19 @@ from typing import Literal
 import pydantic
 
 from ..arch_options import ARCHS, PairArchOptions
+from ..bounds import COUNT_MAX, LENGTH_MAX, SEED_MAX
 from ..meta import ReportLayout, TaskMeta
 from ..registry import register_task_meta
 
 
 class LogicOptions(PairArchOptions):
-    train_size: int = pydantic.Field(100_000, ge=4, description="generated training pairs (when the data has no train.txt)")
-    eval_size: int = pydantic.Field(5_000, ge=0, description="pairs per generated validate/test split (data = generated)")
-    data_seed: int = pydantic.Field(0, description="seed of the data generator")
+    train_size: int = pydantic.Field(100_000, ge=4, le=COUNT_MAX, description="generated training pairs (when the data has no train.txt)")
+    eval_size: int = pydantic.Field(
+        5_000, ge=1, le=COUNT_MAX, description="pairs per generated validate/test split (data = generated; an empty one leaves no best epoch)"
+    )
+    data_seed: int = pydantic.Field(0, ge=0, le=SEED_MAX, description="seed of the data generator")
     svp: bool = pydantic.Field(True, description="Symbolic Vocabulary Permutation during training")
-    max_len: int | None = pydantic.Field(None, ge=1, description="drop training pairs with a formula longer than this")
+    max_len: int | None = pydantic.Field(None, ge=1, le=LENGTH_MAX, description="drop training pairs with a formula longer than this")
     preset: Literal["easy", "hard", "big", "massive", "exam"] = pydantic.Field(
         "easy",
         description="generator preset for train (and, with generated data, validate/test_easy); easy matches the real train/validate distribution",

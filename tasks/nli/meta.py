@@ -8,6 +8,7 @@ from typing import Any
 import pydantic
 
 from ..arch_options import ARCHS, PairArchOptions
+from ..bounds import COUNT_MAX, LENGTH_MAX
 from ..meta import ReportLayout, TaskMeta
 from ..registry import register_task_meta
 from . import data as nli_data
@@ -25,12 +26,15 @@ class NLIOptions(PairArchOptions):
         description=("validation split(s): the best epoch maximises their MEAN accuracy; the papers: ['mnli:dev_matched', 'mnli:dev_mismatched']"),
     )
     test: list[str] = pydantic.Field(["mnli:dev_matched", "mnli:dev_mismatched"], description="test splits")
-    max_len: int | None = pydantic.Field(64, ge=1, description="truncate sentences to this many tokens")
-    vocab_size: int | None = pydantic.Field(30000, ge=10, description="most frequent training words kept")
-    min_count: int = pydantic.Field(1, ge=1)
-    max_train: int | None = pydantic.Field(None, ge=10, description="use only the first N training pairs")
+    max_len: int | None = pydantic.Field(64, ge=1, le=LENGTH_MAX, description="truncate sentences to this many tokens")
+    vocab_size: int | None = pydantic.Field(30000, ge=10, le=COUNT_MAX, description="most frequent training words kept")
+    min_count: int = pydantic.Field(1, ge=1, le=COUNT_MAX)
+    max_train: int | None = pydantic.Field(None, ge=10, le=COUNT_MAX, description="use only the first N training pairs")
     max_eval: int | None = pydantic.Field(
-        None, ge=10, description=("use only the first N pairs of every validation and test split (CPU-sized studies; reports must say so)")
+        None,
+        ge=10,
+        le=COUNT_MAX,
+        description=("use only the first N pairs of every validation and test split (CPU-sized studies; reports must say so)"),
     )
     vectors: str | None = pydantic.Field(None, description="GloVe/fastText text file of pretrained word vectors")
     freeze_vectors: bool = False

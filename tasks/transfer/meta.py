@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pydantic
 
+from ..bounds import FOLDS_MAX
 from ..meta import ReportLayout
 from ..nli.meta import NLIMeta, NLIOptions
 from ..registry import register_task_meta
@@ -34,7 +35,7 @@ class TransferOptions(NLIOptions):
         ["MR", "CR", "SUBJ", "MPQA", "TREC", "SICKEntailment", "STSBenchmark"], description="SentEval tasks evaluated on the best model"
     )
     senteval_path: str | None = pydantic.Field(None, description="SentEval data/downstream folder (default <data>/senteval)")
-    kfold: int = pydantic.Field(10, ge=2, description="folds of the cross-validated SentEval tasks")
+    kfold: int = pydantic.Field(10, ge=2, le=FOLDS_MAX, description="folds of the cross-validated SentEval tasks")
 
     @pydantic.field_validator("senteval_tasks")
     @classmethod
