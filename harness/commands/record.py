@@ -16,7 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "action",
         choices=["check", "snapshot", "snapshots", "restore", "save", "load"],
         help="check: is mlflow.db sound; snapshot: take one now; snapshots: list them; restore: replace a "
-        "damaged mlflow.db by the newest good snapshot (then rerun each study: nothing is trained again); "
+        "damaged mlflow.db by the newest good snapshot (then rerun each study: nothing is trained again; it refuses a "
+        "record that passes its check unless --force, and a record a driver is working on); "
         "save: copy the record and the checkpoints of its paused or interrupted runs --to a folder (records/<study>); "
         "load: put such a folder (--from) into a fresh --root, whose next `run` continues every run where it stopped",
     )
@@ -24,6 +25,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--from", dest="source", default=None, metavar="DIR", help="load: a folder written by `record save`")
     p.add_argument("--root", default="runs", help="run directory holding mlflow.db and snapshots/ (default ./runs)")
     p.add_argument("--tracking-uri", default=None, help="a sqlite:/// MLflow URI (default: mlflow.db under --root)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="restore: replace mlflow.db even though it passes its check (it is set aside, not deleted); without it a "
+        "sound record is never replaced. Never overrides the refusal while a driver works on the record",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -44,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
             "is checked and backed up by its database (docs/reliability.md)"
         )
     if args.action == "restore":
-        print(guard.restore(db, root))
+        print(guard.restore(db, root, force=args.force))
         return 0
     if args.action == "snapshots":
         print(guard.describe(root))

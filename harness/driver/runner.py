@@ -124,6 +124,7 @@ class StudyRunner:
         # exits, if it covered them all: the closing table prints it instead of reading again.
         self.closing_aggregate: Any = None
         self._preflight_done = False
+        self._close_full: Exception | None = None  # the close ran out of disk space (`_close_failed`)
 
     # -- setup -----------------------------------------------------------------------------
     def _optuna_name(self, cell: Any) -> str:
@@ -585,12 +586,14 @@ class StudyRunner:
         finally:
             fault_point("closing")
             self._close_record(states, outcome)
+        self._stop_if_close_full()  # reached only when the dispatch itself ended well
 
     def _close_left_open(self, states: list[CellState]) -> None:
         """Close what a driver killed while closing left RUNNING (its cell runs, the study run)
         as a finished driver closes them: summary metrics, end status; a snapshot follows."""
-        self._touched = set(self.left_open)
+        self._touched |= self.left_open  # with the cells opening the record touched (a cell run it created)
         self._close_record(states, MlflowStatus.FINISHED)
+        self._stop_if_close_full()
         self.snapshots.changed()
         what = [f"{len(self.left_open)} cell run(s)"] if self.left_open else []
         what += ["the study run"] if self.study_left_open else []
@@ -628,7 +631,7 @@ class StudyRunner:
         try:
             summary = self._cell_summaries([st.cell.id for st in states if st.cell.id in self._touched])
         except Exception as exc:  # a summary is a convenience: ending the runs matters more
-            self._say(f"cell summaries not logged ({type(exc).__name__}: {str(exc)[:200]})")
+            self._close_failed("cell summaries not logged", exc)
             summary = {}
         try:
             ends = []
@@ -642,7 +645,21 @@ class StudyRunner:
             paused = outcome == MlflowStatus.FINISHED and all(st.status in (CellStatus.DONE, CellStatus.PAUSED) for st in states)
             self.tracker.end(self.study_run_id, _ended(study_ok, outcome == MlflowStatus.KILLED or paused))
         except Exception as exc:  # the store is down: the runs stay RUNNING until the next driver ends them
-            self._say(f"study and cell runs not ended ({type(exc).__name__}: {str(exc)[:200]})")
+            self._close_failed("study and cell runs not ended", exc)
+
+    def _close_failed(self, what: str, exc: Exception) -> None:
+        """A write of the close that failed, said in one line — except out of disk space, which is
+        kept for `_stop_if_close_full`: the driver then ends with harness.diskfull's one line and
+        nothing else (the next driver ends what this one left RUNNING)."""
+        if is_disk_full(exc):
+            self._close_full = self._close_full or exc
+            return
+        self._say(f"{what} ({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]})")
+
+    def _stop_if_close_full(self) -> None:
+        """A close that ran out of disk space after the work ended well: the one line (exit 2)."""
+        if self._close_full is not None:
+            raise disk_full_error(self._close_full, self.root, "the end of the study and cell runs")
 
     def _cell_summaries(self, cell_ids: list[str]) -> dict[str, dict[str, float]]:
         """Per cell: best validation score of the search, mean and std of the counted seeds per
@@ -709,6 +726,7 @@ class StudyRunner:
         )
         states = [self._cell_state(c, by_cell[c.id], trials.get(name, []), tags.get(c.id, {})) for c, name in zip(self.cells, names)]
         self.snapshots = Snapshots(sqlite_path(self.tracking_uri), self.root, note=self._say)
+        self.snapshots.remove_leftovers()  # temporary files of killed processes (harness.record.leftovers)
         if not self.force:
             for st, name in zip(states, names):
                 self._recover_trials(st, trials.get(name, []))

@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..diskfull import is_disk_full
 from .contract import Tag
 
 ENV_SECONDS = "TPRBENCH_LEASE_SECONDS"
@@ -78,6 +79,15 @@ def describe(holder: dict[str, Any]) -> str:
     return f"host {holder.get('host')}, pid {holder.get('pid')}, started {started}, root {holder.get('root')}, last heartbeat {ago:.0f} s ago"
 
 
+def holder_alive(holder: dict[str, Any], seconds: float | None = None) -> bool:
+    """Whether the driver that wrote lease `holder` is alive: on this host its process says it at
+    once (pid and start time), elsewhere its heartbeat is younger than `seconds`."""
+    if holder.get("host") == socket.gethostname():
+        pid = int(holder.get("pid") or 0)
+        return pid > 0 and process_start(pid) is not None and process_start(pid) == holder.get("pid_start")
+    return time.time() - float(holder.get("heartbeat") or 0) < (lease_seconds() if seconds is None else seconds)
+
+
 class DriverLease:
     """The lease of one study in one record, for one driver (`tracker` writes the study run's tags)."""
 
@@ -109,10 +119,7 @@ class DriverLease:
         """Whether `holder` is a live driver other than this one."""
         if holder is None or holder.get("token") == self.mine["token"]:
             return False
-        if holder.get("host") == self.host:  # the same machine: its process says it at once
-            pid = int(holder.get("pid") or 0)
-            return pid > 0 and process_start(pid) is not None and process_start(pid) == holder.get("pid_start")
-        return time.time() - float(holder.get("heartbeat") or 0) < self.seconds
+        return holder_alive(holder, self.seconds)
 
     def check(self, what: str) -> None:
         """Refuse (DriverBusy) if another live driver holds the lease; writes nothing."""
@@ -151,7 +158,7 @@ class DriverLease:
             try:
                 self._write()
             except Exception as exc:  # the store is down: the driver's own writes will say so
-                self._tell(f"driver lease heartbeat not written ({type(exc).__name__}: {str(exc)[:200]})")
+                self._tell("driver lease heartbeat not written", exc)
 
     def release(self) -> None:
         """Stop the heartbeat and remove the lease (if it is still ours)."""
@@ -165,9 +172,15 @@ class DriverLease:
             if (self.holder() or {}).get("token") == self.mine["token"]:
                 self.tracker.retry(lambda: self.tracker.client.delete_tag(self.run_id, Tag.DRIVER), "remove the driver lease")
         except Exception as exc:  # the store is down: the lease expires by itself
-            self._tell(f"driver lease not removed ({type(exc).__name__}: {str(exc)[:200]}); it expires {self.seconds:.0f} s after its last heartbeat")
+            self._tell("driver lease not removed", exc, f"; it expires {self.seconds:.0f} s after its last heartbeat")
 
-    def _tell(self, text: str) -> None:
+    def _tell(self, what: str, exc: Exception, then: str = "") -> None:
+        """One line on a failed lease write. Not out of disk space: the driver's own write stops it
+        with harness.diskfull's one line, and on this host a lease ends with its process anyway."""
+        if is_disk_full(exc):
+            log.info("%s (out of disk space): %s", what, exc)
+            return
+        text = f"{what} ({type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}){then}"
         if self.note is not None:
             self.note(text)
         else:

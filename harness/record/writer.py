@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from tasks.result import REPLACEABLE, RunResult
 
+from . import leftovers
 from .contract import (
     LIVE_STATUS,
     MLFLOW_ENDED,
@@ -610,7 +611,7 @@ def create_sqlite_store(path: Path) -> None:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.creating-{os.getpid()}")
+    tmp = leftovers.own(path, "creating")  # a killed creator's is removed by the next driver
     tmp.unlink(missing_ok=True)
     for name in ("mlflow", "alembic"):  # schema-creation chatter
         if logging.getLogger(name).level < logging.WARNING:
