@@ -27,7 +27,7 @@ def _state(i: int, epochs: int = 90, paused_at: int | None = None) -> CellState:
     st.tags = {Tag.FINAL_PARAMS_HASH: H, Tag.FINAL_PARAMS: "{}", Tag.FINAL_TRIALS: "0"}  # as the driver records a plan
     if paused_at is not None:
         tags = {Tag.REASON: paused_reason(paused_at, epochs, paused_at)}
-        st.records = {_key(st): SimpleNamespace(status=RunStatus.PAUSED, tags=tags)}
+        st.records = {_key(st): SimpleNamespace(status=RunStatus.PAUSED, tags=tags, metrics={})}
     return st
 
 
@@ -118,7 +118,7 @@ def test_cells_done_or_planned_count_only_what_is_left() -> None:
     """A cell whose seed ended (recorded before this driver) is not left, planned or not; a cell
     still searching counts its trials to ask and every seed; a failed cell counts nothing."""
     ended = _state(0)
-    ended.records = {_key(ended): SimpleNamespace(status=RunStatus.FINISHED, tags={})}
+    ended.records = {_key(ended): SimpleNamespace(status=RunStatus.FINISHED, tags={}, metrics={})}
     searching = _state(1, epochs=10)
     searching.trials_wanted, searching.to_ask, searching.seeds_wanted = 4, 3, 2
     failed = _state(2)

@@ -104,6 +104,13 @@ def _same_as_straight(root: Path, straight_root: Path, study: str) -> None:
     assert len(keys) == len(set(keys)), keys
 
 
+def _attempts(root: Path) -> int:
+    """Workers started on the study's runs so far (each appends a line to its run's attempts.jsonl)."""
+    from harness.worker import ATTEMPTS
+
+    return sum(len(f.read_text().splitlines()) for f in root.glob(f"work/*/*/*/{ATTEMPTS}"))
+
+
 def _metrics(rec) -> dict[str, float]:
     return {k: v for k, v in rec.metrics.items() if k not in TIMING_METRICS and not k.endswith("_seconds")}
 
@@ -143,6 +150,10 @@ def test_paused_seed_runs_are_reported_then_continued(ray_up, tmp_path: Path, ca
     assert "gru§" in md and "2 of 2 seeds paused, their numbers the best so far" in md, md
     assert "paused after epoch 2 of 3" in md and "| 2/2 |" in md, md
 
+    before = _attempts(root)
+    _, summary = run_study(path, root, until_epoch=2)  # already at the stage's epoch: not dispatched again
+    assert summary["states"][cell.id] == "paused" and _attempts(root) == before == 2
+
     runner, summary = run_study(path, root)  # the paused seeds continue from their checkpoints
     assert summary["states"][cell.id] == "done", summary
     assert any(e.startswith("resuming:") and "2 paused run(s) continue from their checkpoints" in e for e in runner.events), runner.events
@@ -157,8 +168,9 @@ def test_a_paused_search_trial_is_not_told_until_it_ends(ray_up, tmp_path: Path)
     (trial,) = optuna_trials(root, "pausetrial", cell.id)
     assert trial.state.name == "RUNNING"  # not told: the search is not over, no final seed starts
     assert [r.status for r in records(root, "pausetrial").values()] == ["paused"]
-    _, summary = run_study(path, root, until_epoch=1)  # a second pass at the same epoch trains nothing
-    assert summary["states"][cell.id] == "paused"
+    before = _attempts(root)
+    _, summary = run_study(path, root, until_epoch=1)  # a second pass at the same epoch dispatches nothing
+    assert summary["states"][cell.id] == "paused" and _attempts(root) == before
 
     runner, summary = run_study(path, root)
     assert summary["states"][cell.id] == "done", summary

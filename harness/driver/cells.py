@@ -173,6 +173,7 @@ class CellState:
     errored_reason: str = ""
     retried: int = 0  # errored records this driver dispatches again
     continued: int = 0  # paused records this driver continues from their checkpoints
+    started_over: int = 0  # paused records whose checkpoint is not in this root: trained again from epoch 1
     paused: int = 0  # runs this driver paused (`--until-epoch`), and paused ones it found and left
 
     @property

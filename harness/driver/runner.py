@@ -26,7 +26,7 @@ from typing import Any
 from tasks.errors import DataError
 from tasks.progress import ConsoleReporter, Reporter, reporting
 from tasks.registry import get_task
-from tasks.result import BEST_WEIGHTS, CHECKPOINT, RESULT, RunStatus, is_diverged, is_failure
+from tasks.result import BEST_WEIGHTS, CHECKPOINT, RESULT, RunStatus, is_diverged, is_failure, paused_epoch
 
 from ..diskfull import disk_full_error, is_disk_full
 from ..faults import fault_point
@@ -238,6 +238,9 @@ class StudyRunner:
         st.retried += sum(self._errored(st, RunKey.trial(cell.id, number)) is not None for number, _ in st.stale)
         st.to_ask = max(st.trials_wanted - st.trials_done - len(st.stale), 0)
         st.trials_wanted = max(st.trials_wanted, st.trials_done + len(st.stale))
+        at_stage = [t for t in st.stale if self._paused_at_stage(st.records.get(str(RunKey.trial(cell.id, t[0]))))]
+        st.paused += len(at_stage)  # unfinished in Optuna, but at this stage's epoch: left as they are
+        st.stale = [t for t in st.stale if t not in at_stage]
         return st
 
     @staticmethod
@@ -327,8 +330,23 @@ class StudyRunner:
             if recorded[s].status == RunStatus.ERRORED:
                 st.note_errored(recorded[s].tags.get(Tag.REASON, ""))
         st.final_todo = [s for s in range(st.seeds_wanted) if s not in done]
+        at_stage = [s for s in st.final_todo if self._paused_at_stage(recorded[s])]
+        st.paused += len(at_stage)
+        st.final_todo = [s for s in st.final_todo if s not in at_stage]
         st.retried += sum(recorded[s] is not None and recorded[s].status == RunStatus.ERRORED for s in st.final_todo)
-        st.continued += sum(recorded[s] is not None and recorded[s].status == RunStatus.PAUSED for s in st.final_todo)
+        paused = [s for s in st.final_todo if recorded[s] is not None and recorded[s].status == RunStatus.PAUSED]
+        saved = sum((RunKey.seed(st.cell.id, s, h).run_dir(self.work_dir) / CHECKPOINT).exists() for s in paused)
+        st.continued += saved
+        st.started_over += len(paused) - saved
+
+    def _paused_at_stage(self, rec: Any) -> bool:
+        """A run recorded paused at this stage's epoch (`--until-epoch`) or later is not dispatched
+        again: a worker would load its checkpoint only to pause it at once (~30 s a run on this
+        project's machine; thousands of worker-minutes in a study of thousands of cells)."""
+        if rec is None or rec.status != RunStatus.PAUSED or self.until_epoch is None:
+            return False
+        epoch = paused_epoch(rec.tags.get(Tag.REASON))
+        return epoch is not None and epoch >= self.until_epoch
 
     @property
     def storage(self) -> Any:
@@ -619,6 +637,9 @@ class StudyRunner:
         continued = sum(st.continued for st in states)
         if continued:
             parts.append(f"{continued} paused run(s) continue from their checkpoints")
+        started_over = sum(st.started_over for st in states)
+        if started_over:
+            parts.append(f"{started_over} paused run(s) start over (no checkpoint in this root: `tprbench record load` brings a saved one)")
         parts.append(f"{recorded} run(s) already recorded")
         self._say("resuming: " + ", ".join(parts))
 
@@ -782,9 +803,9 @@ class StudyRunner:
         self._capacity, self._capacity_checked = slots(res), time.monotonic()
         self._say(f"{len(states)} cells, {self._capacity} trial slot(s); tracking {self.tracking_uri}")
         in_flight: dict[Any, tuple[CellState, Job]] = {}
-        order = deque(partly_trained_first(states, self.work_dir))
-        self.dispatch_started = time.time()
         self.eta.start(states)
+        order = deque(self.eta.longest_first(partly_trained_first(states, self.work_dir)))
+        self.dispatch_started = time.time()
         self._live = LiveRuns(self.tracker, start_sink(), self._say, on_epoch=self.eta.epoch)
         try:
             with self._live_view(states) as view:
