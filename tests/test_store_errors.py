@@ -50,13 +50,74 @@ class _Refusing(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _NotFound(_Refusing):
+    """A server answering 404 to everything (a wrong port of a web server, a proxy without the route)."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        self.send_response(404)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(b"not found")
+
+
+class _LikeMlflow(_Refusing):
+    """MLflow's REST API as `mlflow server` answers it (bodies copied from MLflow 3.17)."""
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if "experiment_name=Default" in self.path:  # as if Default had been deleted
+            body, code = b'{"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "Could not find experiment"}', 404
+        else:
+            body, code = b"", 404
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _serve(handler: type[http.server.BaseHTTPRequestHandler]):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"
+
+
 @pytest.fixture(scope="module")
 def refusing_server():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refusing)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server, url = _serve(_Refusing)
+    yield url
     server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def not_found_server():
+    server, url = _serve(_NotFound)
+    yield url
+    server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def plain_web_server(tmp_path_factory):
+    """A real `python -m http.server` (a web server, not MLflow) on 127.0.0.1, in its own process."""
+    import subprocess
+    import sys
+    import urllib.request
+
+    port = _closed_port()
+    folder = tmp_path_factory.mktemp("www")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(url + "/", timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 CASES = {
@@ -69,6 +130,18 @@ CASES = {
     "tracking: refused connection (server)": ("--tracking-uri", "http://127.0.0.1:{port}", "Connection refused"),
     "tracking: refused connection (database)": ("--tracking-uri", "postgresql://u:p@127.0.0.1:{port}/db", "Connection refused"),
     "tracking: authentication": ("--tracking-uri", "{refusing}", "authentication refused (HTTP 401)"),
+    # issue 43 item 4: these three went through, and failed 10-13 s later in MLflow with a traceback
+    "tracking: not a URL": ("--tracking-uri", "not a url", "not a tracking URI: a path is MLflow's file store"),
+    "tracking: a web server that is not MLflow": (
+        "--tracking-uri",
+        "{plain}",
+        "not as an MLflow tracking server (GET /api/2.0/mlflow/experiments/get-by-name: HTTP 404, text/html)",
+    ),
+    "tracking: a server answering 404": (
+        "--tracking-uri",
+        "{not_found}",
+        "not as an MLflow tracking server (GET /api/2.0/mlflow/experiments/get-by-name: HTTP 404, text/plain)",
+    ),
 }
 
 
@@ -83,16 +156,60 @@ def _run_once(tmp_path: Path, option: str, value: str, capsys) -> tuple[int, str
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_a_store_that_never_answers_is_one_line_at_once(case, tmp_path, capsys, refusing_server) -> None:
+def test_a_store_that_never_answers_is_one_line_at_once(case, tmp_path, capsys, refusing_server, not_found_server, plain_web_server) -> None:
     option, value, why = CASES[case]
-    value = value.format(port=_closed_port(), refusing=refusing_server)
+    value = value.format(port=_closed_port(), refusing=refusing_server, not_found=not_found_server, plain=plain_web_server)
     rc, err, seconds, root = _run_once(tmp_path, option, value, capsys)
     lines = [line for line in err.splitlines() if line.strip()]
     print(f"\n{case}: rc {rc} in {seconds:.1f} s: {lines[-1] if lines else ''}")
     assert rc == 2 and len(lines) == 1, err
     assert lines[0].startswith(f"tprbench run: error: {option} ") and why in lines[0], lines[0]
     assert "Traceback" not in err and seconds < QUICK
-    assert not root.exists() or not any(root.iterdir()), sorted(p.name for p in root.iterdir())  # nothing created
+    assert not root.exists(), sorted(p.name for p in root.iterdir())  # nothing created: no root, no locks/ or logs/ in it
+
+
+def test_a_server_answering_as_mlflow_does_passes_the_check() -> None:
+    """MLflow's own 404 for a missing experiment is an answer of MLflow's (a JSON `error_code`)."""
+    from harness.record.store_check import check_tracking
+
+    server, url = _serve(_LikeMlflow)
+    try:
+        check_tracking(url)
+        check_tracking(url + "/")
+    finally:
+        server.shutdown()
+
+
+READERS = {
+    "study show": ["study", "show", "{study}", "--root", "{root}"],
+    "report": ["report", "{study}", "--root", "{root}", "--out", "{root}/out"],
+    "compare": ["compare", "{study}", "{study}", "--root", "{root}", "--tracking-uri-b"],
+}
+
+
+@pytest.mark.parametrize("command", list(READERS))
+def test_every_reader_checks_the_store_first_and_says_it_in_one_line(command, tmp_path) -> None:
+    """Issue 43 item 3: `study show --tracking-uri http://127.0.0.1:1` returned after 248 s with five
+    chained tracebacks, `report` after 290 s: the real `tprbench`, against a closed port, now says it
+    in one line within seconds, as `run` does, and creates nothing."""
+    import os
+    import subprocess
+
+    from tests.ray_helpers import TPRBENCH, ray_environ
+
+    study = write_study(tmp_path, "readers", ["gru"], trials=0, seeds=1, epochs=1)
+    root = tmp_path / "root"
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    argv = [a.format(study=study, root=root) for a in READERS[command]] + (["--tracking-uri"] if command != "compare" else []) + [dead]
+    t0 = time.monotonic()
+    proc = subprocess.run([TPRBENCH, *argv], capture_output=True, text=True, timeout=600, env={**os.environ, **ray_environ()})
+    seconds = time.monotonic() - t0
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    print(f"\n{command}: rc {proc.returncode} in {seconds:.1f} s: {lines[-1] if lines else ''}")
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    option = "--tracking-uri-b" if command == "compare" else "--tracking-uri"
+    assert lines[0].startswith(f"tprbench {command.split()[0]}: error: {option} {dead}: no answer (Connection refused)"), lines[0]
+    assert seconds < QUICK and not root.exists()
 
 
 def test_a_wrong_password_is_one_line_at_once(tmp_path, capsys) -> None:

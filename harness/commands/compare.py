@@ -30,6 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
     from harness.commands.report import tracking_uri
+    from harness.record.store_check import check_stores
     from harness.report import compare_studies, print_comparison
 
     console = Console()
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
             commit=getattr(args, f"commit_{key}"),
             root=root,
         )
+        check_stores(getattr(args, f"tracking_uri_{key}"), reading=True, option=f"--tracking-uri-{key}")
     result = compare_studies(side["a"], side["b"], seeds_wanted=args.seeds)
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}")

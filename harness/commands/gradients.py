@@ -47,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.analysis import gradients as grad
     from harness.analysis.sources import AnalysisError, from_run, from_spec, parse_pairs, study_runs, tracking
+    from harness.record.store_check import check_stores
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if not (args.run_ids or args.study or args.unit):
@@ -57,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
     cache = root / "cache"
     console = Console()
     uri = tracking(args.root, args.tracking_uri)
+    if args.run_ids or args.study:
+        check_stores(args.tracking_uri, reading=True)
     runs = [(r, None) for r in args.run_ids]
     if args.study:
         runs += study_runs(uri, args.study, parse_pairs(args.only, "--only"))

@@ -62,11 +62,13 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.analysis import interpret as ip
     from harness.analysis.sources import load_source, tracking
+    from harness.record.store_check import check_stores
 
     console = Console()
     root = Path(args.root).expanduser().resolve()
     cache = root / "cache"
     uri = tracking(args.root, args.tracking_uri)
+    check_stores(args.tracking_uri, reading=True)
     treebank = Path(args.treebank) if args.treebank else Path(os.environ.get("TPRBENCH_DATA", "../shared/data")) / "ud_english_ewt"
     adapters: dict = {}
     main = load_source(args.run_id, uri, cache, trained=True, adapters=adapters)

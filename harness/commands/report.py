@@ -51,8 +51,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
+    from harness.record.store_check import check_stores
+
     console = Console()
     uri = tracking_uri(args.root, args.tracking_uri)
+    check_stores(args.tracking_uri, reading=True)  # a dead server: one line, not minutes of retries
     # A first line before pandas and MLflow load (tens of seconds on a busy machine).
     console.print(f"report {args.study}: reading the record in {uri}", markup=False, highlight=False, soft_wrap=True)
     from harness.report import print_sections, resolve_study, write_report

@@ -95,10 +95,12 @@ def run(args: argparse.Namespace) -> int:
     from harness.driver.runner import StudyRunner
     from harness.logs import route_library_logs
     from harness.quiet import log_path, quiet_libraries, stderr_to
+    from harness.record.store_check import check_stores
 
     quiet_libraries()
     console = Console()
     study, cells = load_cells(args)
+    check_stores(args.tracking_uri, args.storage)  # a wrong address: one line, before --root is made
     root = check_root(args.root)
     route_library_logs(root)  # SQLAlchemy tracebacks of a failing store go to <root>/logs, not the terminal
     runner = StudyRunner(study, cells, root, args.tracking_uri, args.storage, force=args.force, console=console, until_epoch=args.until_epoch)

@@ -23,8 +23,10 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from harness.commands.run import load_cells
     from harness.driver.status import study_status
+    from harness.record.store_check import check_stores
 
     study, cells = load_cells(args)
+    check_stores(args.tracking_uri, args.storage, reading=True)  # a dead server: one line, not minutes of retries
     rows = study_status(study, cells, args.root, args.tracking_uri, args.storage)
     if args.json:
         # A cell a line, each through json's C encoder (indent= takes the pure-Python one: ~0.5 s

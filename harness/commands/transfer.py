@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from harness.record.sources import default_tracking_uri
+    from harness.record.store_check import check_stores
     from harness.transfer import TransferError, evaluate_run
     from tasks.transfer.senteval_data import TASKS
 
@@ -45,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         raise TransferError(f"--tasks: unknown SentEval task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}")
     root = Path(args.root).resolve()
     uri = args.tracking_uri or default_tracking_uri(root)
+    check_stores(args.tracking_uri, reading=True)
     console = Console()
     rows = []
     for run_id in args.run_ids:
