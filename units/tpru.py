@@ -25,8 +25,9 @@ input projections for all steps in one matmul each), Uᵀ V_b is folded into the
 matrix once per forward, and the loop itself runs in `tpru_fused.TPRURecurrence`, whose
 backward computes all weight gradients after the loop as single large matmuls. On CUDA tensors
 `impl=fused` runs the same Function's Triton kernels instead (`tpru_triton`: one launch for the
-forward loop, one for the backward loop) when Triton is installed; `impl=triton` forces them
-(CPU tensors then run in Triton's interpreter: for tests only).
+forward loop, one for the backward loop; by shape, a kernel with a program per 16 sequences or the
+persistent one of `tpru_persist` spread over every SM) when Triton is installed; `impl=triton` forces
+them (CPU tensors then run in Triton's interpreter: for tests only).
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
         self.b_Wx = vector(code)  # W_x x + b_Wx        (x2fg's bias)
         self.b_Vx = vector(code)  # V_x x + b_Vx
         self.reset_parameters()
+        # Which recurrence the last forward ran ("cpp", "triton/persistent", …: tpru_triton.recurrence_name;
+        # "cpp-slices", "loop"): `tprbench bench units` shows it. Diagnostic only; not saved.
+        self.last_recurrence: str | None = None
 
     def reset_parameters(self) -> None:
         """nn.Linear's default init, as the authors' code (every matrix there is an nn.Linear):
@@ -214,6 +218,7 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
             gx, zx = self.input_linear(x)
             W_fused = self.W_b if self.V_b is None else torch.cat([self.W_b, self.V_b], 0)
             args = (gx.transpose(0, 1), zx.transpose(0, 1), W_fused, R_slices, self._slice_T(U), c_b, self.c_x, b0)
+            self.last_recurrence = "cpp-slices"
             return TPRUSlicesRecurrence.apply(*args, self.tanh_candidate).transpose(0, 1), None
         gx, fx = self.input_projections(x, U)
         if self.impl != "loop" and not return_fillers:
@@ -227,9 +232,11 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
             # fused: the Triton kernel on CUDA when it can run, else the autograd Function (CPU path)
             recurrence = tpru_triton.select_recurrence(self.impl, *args)
             outputs = recurrence.apply(*args, self.norm, self.tanh_candidate).transpose(0, 1)
+            self.last_recurrence = tpru_triton.recurrence_name(recurrence, *args, self.norm, self.tanh_candidate)
             fillers = None
         else:
             outputs, fillers = self._loop(gx, fx, self.recurrent_matrix(U), R_slices, c_b, b0)
+            self.last_recurrence = "loop"
         return outputs, fillers
 
     def _loop(self, gx, fx, W_rec, R_slices, c_b, b):

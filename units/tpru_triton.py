@@ -49,7 +49,9 @@ set), which is how CI tests them; it is slow and only for tests.
 
 Speed, measured on an H200 (docs/benchmarks.md, "TPRU on a GPU"): 1.6-1.7x cuDNN GRU at d = 64,
 but 4-54x at d >= 256, where a step's d^2 work falls on only B/16 programs; the tile sizes in
-`TritonConfig` are untuned starting points. Exactness on the card: float64 equal to the CPU loop
+`TritonConfig` are untuned starting points. There `kernel_for` now picks the persistent kernel of
+units/tpru_persist.py instead: each step split into tiles over every SM, with a grid-wide barrier
+between its phases (a cooperative launch, checked to be co-resident first); not yet measured. Exactness on the card: float64 equal to the CPU loop
 to 2e-14.
 """
 
@@ -59,6 +61,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +69,7 @@ from types import ModuleType
 
 import torch
 
+from . import tpru_ext
 from .tpru_fused import NORM_EPS, TPRURecurrence
 
 log = logging.getLogger(__name__)
@@ -82,6 +86,22 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
 
 @dataclass(frozen=True)
+class PersistentConfig:
+    """Tiles and grid of the persistent kernel (units/tpru_persist.py; untuned, no card has run it yet)."""
+
+    block_c: int = 16  # state columns per column tile
+    block_n: int = 16  # roles per role tile
+    block_k: int = 64  # reduction chunk
+    programs_per_sm: int = 1
+    num_warps: int = 4
+    programs: int | None = None  # None: SMs × programs_per_sm on a card (one per tile in the interpreter)
+    grid_sync: bool | None = None  # None: a grid barrier on a card; False: one program plays every program in turn
+
+
+KERNELS = ("auto", "batch", "persistent")  # TritonConfig.kernel / TPRBENCH_TRITON_KERNEL: see kernel_for
+
+
+@dataclass(frozen=True)
 class TritonConfig:
     """Tile sizes and launch settings (untuned: docs/benchmarks.md has the first GPU timings)."""
 
@@ -93,6 +113,8 @@ class TritonConfig:
     num_warps: int = 8  # with num_stages=1: no register spills at d <= 1024 when compiled for sm_90
     num_stages: int = 1  # no software pipelining: the time loop is latency-bound, not bandwidth-bound
     force_tiled: bool = False  # tests: exercise the tiled kernels on small shapes
+    kernel: str | None = None  # one of KERNELS; None: the environment's TPRBENCH_TRITON_KERNEL, else auto
+    persistent: PersistentConfig = PersistentConfig()
 
 
 DEFAULT_CONFIG = TritonConfig()
@@ -106,23 +128,42 @@ def _pow2(n: int) -> int:
     return max(16, 1 << (max(1, n) - 1).bit_length())
 
 
-_KERNELS: dict[bool, ModuleType] = {}
+KERNEL_MODULES = ("tpru_triton_kernels", "tpru_persist_kernels")  # the second imports helpers from the first
+_KERNELS: dict[tuple[str, bool], ModuleType] = {}
 
 
-def kernels(interpret: bool) -> ModuleType:
-    """The kernel module, compiled (CUDA tensors) or interpreted (CPU tensors)."""
-    if interpret not in _KERNELS:
-        if not interpret:
-            _KERNELS[False] = importlib.import_module(f"{__package__}.tpru_triton_kernels")
+def kernels(interpret: bool, name: str = "tpru_triton_kernels") -> ModuleType:
+    """A kernel module of KERNEL_MODULES, compiled (CUDA tensors) or interpreted (CPU tensors)."""
+    if (name, interpret) not in _KERNELS:
+        if interpret:
+            _KERNELS[name, True] = _load_interpreted(name)
         else:
-            path = Path(__file__).with_name("tpru_triton_kernels.py")
-            spec = importlib.util.spec_from_file_location(f"{__package__}._tpru_triton_kernels_interpreted", path)
-            module = importlib.util.module_from_spec(spec)
-            with triton.knobs.runtime.scope():  # restores TRITON_INTERPRET afterwards: nothing leaks
-                triton.knobs.runtime.interpret = True
-                spec.loader.exec_module(module)
-            _KERNELS[True] = module
-    return _KERNELS[interpret]
+            _KERNELS[name, False] = importlib.import_module(f"{__package__}.{name}")
+    return _KERNELS[name, interpret]
+
+
+def _load_interpreted(name: str) -> ModuleType:
+    """A second copy of kernel module `name`, its @triton.jit functions made in interpreter mode.
+    The interpreter cannot call compiled @triton.jit functions, so while the copy loads, its imports of
+    the kernel modules before it in KERNEL_MODULES resolve to their interpreted copies; sys.modules
+    and TRITON_INTERPRET are restored afterwards, so nothing leaks into the compiled modules."""
+    earlier = {f"{__package__}.{m}": kernels(True, m) for m in KERNEL_MODULES[: KERNEL_MODULES.index(name)]}
+    saved = {key: sys.modules.get(key) for key in earlier}
+    path = Path(__file__).with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"{__package__}._{name}_interpreted", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        sys.modules.update(earlier)
+        with triton.knobs.runtime.scope():
+            triton.knobs.runtime.interpret = True
+            spec.loader.exec_module(module)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                sys.modules.pop(key, None)
+            else:
+                sys.modules[key] = value
+    return module
 
 
 def _dot_precision(dtype: torch.dtype) -> str:
@@ -213,6 +254,34 @@ class Layout:
         return name, constants
 
 
+def _persistent() -> ModuleType:
+    """units/tpru_persist.py, the persistent kernel's host side; it builds on this module, so it is
+    imported on first use (no import cycle)."""
+    from . import tpru_persist
+
+    return tpru_persist
+
+
+KERNEL_ENV = "TPRBENCH_TRITON_KERNEL"
+
+
+def kernel_for(layout: Layout, batch: int, device: torch.device) -> str:
+    """The kernel a call runs: "resident" or "tiled" (the batch kernels above: a program per 16
+    sequences) or "persistent" (units/tpru_persist.py: every step spread over the card). Asked by
+    `TritonConfig.kernel`, else by TPRBENCH_TRITON_KERNEL in the environment, else "auto", which takes
+    the persistent kernel where `tpru_persist.preferred` says (a CUDA device, weights too large for the
+    resident kernel, fewer batch tiles than SMs); "batch" never takes it, "persistent" always does.
+    A persistent grid found unable to be co-resident on the device falls back to the batch kernel."""
+    asked = layout.config.kernel or os.environ.get(KERNEL_ENV) or "auto"
+    if asked not in KERNELS:
+        raise ValueError(f"unknown Triton kernel {asked!r} (TritonConfig.kernel or {KERNEL_ENV}): one of {', '.join(KERNELS)}")
+    batch_kernel = "resident" if layout.resident else "tiled"
+    persistent = _persistent()
+    if asked == "batch" or (asked == "auto" and not persistent.preferred(layout, batch, device)):
+        return batch_kernel
+    return batch_kernel if persistent.unfit_reason(layout, batch, device) else "persistent"
+
+
 def forward_recurrence(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2: bool, tanh_candidate: bool, config: TritonConfig = DEFAULT_CONFIG):
     """One launch for all T steps. Returns states [T+1,B,d] (states[0] = b0) and what backward needs."""
     L = Layout.of(W_rec, R_slices, U_slices, relu2, tanh_candidate, config)
@@ -225,6 +294,12 @@ def forward_recurrence(gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, relu2: b
     zs = gx.new_empty(T, B, d) if not L.folded else None
     relu_b = fx.new_empty(T, B, k, N) if relu2 else None
     sums = fx.new_empty(T, B, k) if relu2 else None
+    if kernel_for(L, B, gx.device) == "persistent":
+        try:
+            _persistent().forward(L, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, states, gates, cands, fills, zs, relu_b, sums)
+            return states, gates, cands, fills, zs, relu_b, sums
+        except _persistent().NotCoResident as why:
+            _notice_once(str(why), "the batch kernel, not the persistent one")
     dummy = gx.new_empty(1)  # pointer for buffers a variant does not use
     opt = lambda t: t if t is not None else dummy  # noqa: E731
     name, constants = L.kernel_constants("forward")
@@ -300,6 +375,12 @@ def backward_recurrence(
     d_scores = fills.new_empty(T, B, k, N)
     d_fb = None if L.folded else fills.new_empty(T, B, k, N)
     d_cand = torch.empty_like(gates)
+    if kernel_for(L, B, gates.device) == "persistent":
+        try:
+            args = (grad_out, states, gates, cands, fills, relu_b, sums, fx, W_rec, R_slices, U_slices, c_x, d_pre, d_scores, d_fb, d_cand)
+            return d_pre, d_scores, d_fb, d_cand, _persistent().backward(L, *args)
+        except _persistent().NotCoResident as why:
+            _notice_once(str(why), "the batch kernel, not the persistent one")
     dummy = gates.new_empty(1)
     opt = lambda t: t if t is not None else dummy  # noqa: E731
     name, constants = L.kernel_constants("backward")
@@ -365,6 +446,13 @@ def compile_report(layout: Layout, direction: str, arch: int = 90, dtype: str = 
     what ptxas says: registers per thread, spill stores, and the shared memory the launch needs.
     This is how the kernels were checked to build for an H100 (sm_90) in a session without one;
     it says nothing about speed."""
+    name, constants = layout.kernel_constants(direction)
+    options = dict(num_warps=layout.config.num_warps, num_stages=layout.config.num_stages)
+    return dict(kernel=name, **ptxas_report(getattr(kernels(False), name), constants, {"T": "i32", "B": "i32"}, options, arch, dtype))
+
+
+def ptxas_report(fn, constants: dict, types: dict, options: dict, arch: int = 90, dtype: str = "fp32") -> dict:
+    """`compile_report` for any kernel: arguments not in `constants` or `types` are pointers to `dtype`."""
     import re
     import subprocess
     import tempfile
@@ -373,14 +461,8 @@ def compile_report(layout: Layout, direction: str, arch: int = 90, dtype: str = 
     from triton.backends.nvidia.compiler import get_ptxas
     from triton.compiler import ASTSource
 
-    name, constants = layout.kernel_constants(direction)
-    fn = getattr(kernels(False), name)
-    signature = {a: "constexpr" if a in constants else "i32" if a in ("T", "B") else f"*{dtype}" for a in fn.arg_names}
-    compiled = triton.compile(
-        ASTSource(fn, signature, constexprs=constants),
-        target=GPUTarget("cuda", arch, 32),
-        options=dict(num_warps=layout.config.num_warps, num_stages=layout.config.num_stages),
-    )
+    signature = {a: "constexpr" if a in constants else types.get(a, f"*{dtype}") for a in fn.arg_names}
+    compiled = triton.compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", arch, 32), options=options)
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
         ptx.write(compiled.asm["ptx"])
         ptx.flush()
@@ -391,7 +473,6 @@ def compile_report(layout: Layout, direction: str, arch: int = 90, dtype: str = 
     registers = re.search(r"Used (\d+) registers", log)
     spills = re.search(r"(\d+) bytes spill stores", log)
     return dict(
-        kernel=name,
         registers=int(registers.group(1)) if registers else None,
         spill_stores=int(spills.group(1)) if spills else None,
         shared_bytes=compiled.metadata.shared,
@@ -440,10 +521,10 @@ class TPRUTritonRecurrence(torch.autograd.Function):
 _NOTICES: set[str] = set()
 
 
-def _notice_once(reason: str) -> None:
+def _notice_once(reason: str, instead: str = "the autograd-Function path, not the Triton kernel") -> None:
     if reason not in _NOTICES:
         _NOTICES.add(reason)
-        log.warning("TPRU on CUDA uses the autograd-Function path, not the Triton kernel: %s", reason)
+        log.warning("TPRU on CUDA uses %s: %s", instead, reason)
 
 
 def select_recurrence(impl: str, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0):
@@ -462,3 +543,13 @@ def select_recurrence(impl: str, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0
             return TPRUTritonRecurrence
         _notice_once(reason)
     return TPRURecurrence
+
+
+def recurrence_name(recurrence, gx, fx, W_rec, R_slices, U_slices, c_b, c_x, b0, norm: str, tanh_candidate: bool) -> str:
+    """What a call of `recurrence` (select_recurrence's choice) runs, as `bench units` shows it:
+    "triton/resident", "triton/tiled", "triton/persistent", or the autograd Function's "cpp" (its C++
+    loop, CPU tensors) or "python" loop."""
+    if recurrence is TPRUTritonRecurrence:
+        layout = Layout.of(W_rec, R_slices, U_slices, norm == "relu2", tanh_candidate, DEFAULT_CONFIG)
+        return f"triton/{kernel_for(layout, gx.shape[1], gx.device)}"
+    return "cpp" if gx.device.type == "cpu" and tpru_ext.ops() is not None else "python"

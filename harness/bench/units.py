@@ -16,6 +16,9 @@ formula then equals GRU's 6d²); TPRN with symbol/role counts that give it GRU's
 TPR-RNN (tpr3), whose state is vec(F) = E·R·E, with E, R chosen so E·R·E ≈ d; TPGN, whose hidden
 size is a square p², with the square whose parameter count is nearest GRU's. The table shows each
 unit's hidden size and its parameter count next to GRU's. A unit that cannot be built at a size is listed as skipped, with why.
+The `recurrence` column names what each TPRU row ran (its C++ or Python loop on CPU; on CUDA the Triton
+kernel chosen by shape — `triton/resident`, `triton/tiled` or `triton/persistent`, units/tpru_triton.py's
+`kernel_for`, overridable with TPRBENCH_TRITON_KERNEL=auto|batch|persistent).
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ class BenchRow:
     params_total: int | None = None
     params_to_gru: float | None = None
     skipped: str | None = None
+    recurrence: str | None = None  # which TPRU recurrence ran (units' `last_recurrence`: cpp, triton/persistent, …)
 
 
 def _sync(device: str) -> None:
@@ -196,6 +200,13 @@ def _interleaved(cases: list, x, mask, device: str, warmup: int, repeats: int, f
     return times
 
 
+def recurrence_of(module) -> str | None:
+    """The recurrence(s) a TPRU module's last forward ran — "cpp", "triton/tiled", "triton/persistent", …
+    (units/tpru_triton.py, `recurrence_name`) — joined over its layers; None for other units."""
+    names = sorted({m.last_recurrence for m in module.modules() if getattr(m, "last_recurrence", None)})
+    return ", ".join(names) or None
+
+
 def _summarise(row: BenchRow, samples: list[tuple[float, float]], gru: list[tuple[float, float]], gru_params: int) -> None:
     """Medians, spread, and the ratios to GRU (per round, and of the minima) into `row`."""
     totals = [f + b for f, b in samples]
@@ -241,9 +252,10 @@ def bench(
                 raise RuntimeError(f"the baseline {BASELINE!r} could not be built at d={dim}")
             x, mask = _batch(batch, seq, dim, padded, device)
             times = _interleaved(cases, x, mask, device, warmup, repeats, forward_only, tick)
-            for (row, _), samples in zip(cases, times):
+            for (row, module), samples in zip(cases, times):
                 if not row.skipped and samples:
                     _summarise(row, samples, times[0], cases[0][0].params_total)
+                    row.recurrence = recurrence_of(module)
                     if progress:
                         progress(row)
                 rows.append(row)
@@ -282,7 +294,7 @@ def run_unit_bench(args) -> int:
     if getattr(args, "python_loop", False):
         tpru_ext.set_enabled(False)
     backend = tpru_ext.backend() if args.device == "cpu" else args.device
-    console = Console(width=160)
+    console = Console(width=180)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     what = "forward only (no_grad)" if args.forward_only else "forward+backward"
     console.print(
@@ -308,12 +320,29 @@ def run_unit_bench(args) -> int:
         )
     end_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     table = Table()
-    cols = ["thr", "d", "unit", "hidden", "params", "× gru params", "fwd ms", "bwd ms", "median ms", "min ms", "IQR ms", "× gru", "× gru (min)"]
+    cols = [
+        "thr",
+        "d",
+        "unit",
+        "hidden",
+        "params",
+        "× gru params",
+        "fwd ms",
+        "bwd ms",
+        "median ms",
+        "min ms",
+        "IQR ms",
+        "× gru",
+        "× gru (min)",
+        "recurrence",
+    ]
     for col in cols:
-        table.add_column(col, justify="left" if col == "unit" else "right")
+        table.add_column(col, justify="left" if col in ("unit", "recurrence") else "right")
     for r in rows:
         if r.skipped:
-            table.add_row(str(r.threads), str(r.dim), escape(r.spec), str(r.hidden), "", "", "", "", "", "", "", "", f"skipped: {escape(r.skipped)}")
+            table.add_row(
+                str(r.threads), str(r.dim), escape(r.spec), str(r.hidden), "", "", "", "", "", "", "", "", f"skipped: {escape(r.skipped)}", ""
+            )
             continue
         table.add_row(
             str(r.threads),
@@ -329,6 +358,7 @@ def run_unit_bench(args) -> int:
             _fmt(r.iqr_ms),
             _fmt(r.ratio_to_gru),
             _fmt(r.min_ratio_to_gru),
+            r.recurrence or "",
         )
     console.print(table)
     console.print(
