@@ -13,6 +13,13 @@
 #   cpu          that train run on the machine's CPUs, against the card
 #   bench256     bench units at B 256 / T 100
 #   profile      Nsight Compute on the TPRU kernels at d = 256 and 512 (grid, occupancy, SM throughput)
+#   persist      the persistent kernel (units/tpru_persist.py, issue 46): its CUDA tests, then `bench units
+#                --json` at d = 256, 512, 1024 for B 64 / T 50 and B 256 / T 100 against cuDNN GRU, every TPRU
+#                variant and slices=8; the JSON (meta: card, driver, CUDA, torch, Triton) goes to
+#                $OUT/persist_b64_t50.json and $OUT/persist_b256_t100.json, to be committed under docs/gpu/
+#   crossover    where the persistent kernel starts to win: `bench units --json` at d = 64, 128, 256 with
+#                TPRBENCH_TRITON_KERNEL=batch and =persistent (gru, tpru, slices=8), for the selection rule
+#                ($OUT/crossover_<kernel>_b<B>.json)
 # Python packages the image lacks (pydantic) travel as wheels in .whl/, filled by
 # scripts/gpu_wheels.sh. The logic data does not travel (../shared is outside the repo): copy
 # $TPRBENCH_DATA/logical_entailment's validate and test files into .gpudata/ (ignored) and carry it
@@ -33,7 +40,8 @@ rm -rf /tmp/gpu-run-1 /tmp/gpu-run-2 /tmp/gpu-full /tmp/gpu-killed /tmp/gpu-nond
 DATA=generated
 [ -d .gpudata/logical_entailment ] && DATA=.gpudata/logical_entailment
 # one --root for every run: the generated training pairs are cached there once
-# GPU_CHECK_DEVICE/GPU_CHECK_TRAIN_SIZE: a dry run of the train steps on a CPU-only machine
+# GPU_CHECK_DEVICE/GPU_CHECK_TRAIN_SIZE: a dry run of the train steps on a CPU-only machine;
+# GPU_CHECK_DEVICE=cpu also dry-runs persist and crossover (with GPU_CHECK_DIMS, e.g. 16, for their sizes)
 DEV=${GPU_CHECK_DEVICE:-cuda}
 TRAIN=(python3 -m harness.cli train --task logic --unit tpru --dim 64 --set train_size=${GPU_CHECK_TRAIN_SIZE:-20000}
     --data "$DATA" --root /tmp/gpu-root)
@@ -50,6 +58,32 @@ print("identical" if numbers(a) == numbers(b) else "DIFFERENT", "| seconds", rou
       "| best valid", a["best_valid"], b["best_valid"], "| resumed from", a.get("resumed_from_epoch"), b.get("resumed_from_epoch"),
       "| reproducible", a.get("reproducible"), b.get("reproducible"))
 PY
+}
+# a bench JSON's meta gets the card's identity and the command (docs/gpu/ keeps these files as data)
+annotate() {
+    python3 - "$@" <<'PY'
+import json, os, subprocess, sys
+import torch, triton
+path, command = sys.argv[1:3]
+record = json.load(open(path))
+meta = dict(command=command, torch=torch.__version__, cuda=torch.version.cuda, triton=triton.__version__, python=sys.version.split()[0],
+            tpru_triton_kernel=os.environ.get("TPRBENCH_TRITON_KERNEL", "auto"))
+if torch.cuda.is_available():
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], capture_output=True, text=True)
+    card, driver, memory = (s.strip() for s in smi.stdout.splitlines()[0].split(","))
+    meta.update(card=card, driver=driver, memory=memory, sms=torch.cuda.get_device_properties(0).multi_processor_count)
+else:
+    meta.update(card="none (a dry run on the CPU)")
+record["meta"].update(meta)
+json.dump(record, open(path, "w"), indent=1)
+print("meta of", path, {k: meta[k] for k in ("card", "torch", "triton")})
+PY
+}
+# bench units --json into $OUT/$1.json, annotated; the remaining arguments go to bench units
+bench_json() {
+    local name=$1; shift
+    timeout 240 python3 -m harness.cli bench units --device "$DEV" --json "$OUT/$name.json" "$@" 2>&1 | tail -40
+    [ -f "$OUT/$name.json" ] && annotate "$OUT/$name.json" "bench units --device $DEV --json $name.json $(printf '%q ' "$@")"
 }
 epoch_seconds() {
     python3 -c "
@@ -108,10 +142,22 @@ print('GPU', round(g['seconds'], 1), 's; CPU', round(c['seconds'], 1), 's; CPU/G
         # of the card (SM throughput, occupancy, grid size) where they miss the targets
         for d in 256 512; do
             step "profile: ncu on tpru, d = $d, B 64, T 50"
-            timeout 120 ncu --profile-from-start off --kernel-name regex:"(forward|backward)_(tiled|resident)" --section SpeedOfLight --section LaunchStats --section Occupancy \
+            timeout 120 ncu --profile-from-start off --kernel-name regex:"(forward|backward)_(tiled|resident|persistent)" --section SpeedOfLight --section LaunchStats --section Occupancy \
                 python3 scripts/gpu_profile_tpru.py $d 64 50 2>&1 | grep -v "^==PROF==" | grep -E "^  [a-z_]+|Grid Size|Block Size|Registers|Threads|Waves|SM Busy|Compute \(SM\) Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Shared Memory Config|L2 Cache Throughput|DRAM Throughput|profiled" | head -60
         done ;;
-    *) echo "unknown step: $s (steps: agree bench64 bench256 determinism resume detcost cpu profile)" ;;
+    persist)
+        step "persistent kernel: its CUDA tests (realistic sizes, determinism, barrier, co-residency)"
+        timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_tpru_persist.py -k cuda 2>&1 | tail -25
+        step "persistent kernel: bench units, B 64 / T 50 and B 256 / T 100 (the recurrence column names the kernel)"
+        bench_json persist_b64_t50 --dims "${GPU_CHECK_DIMS:-256,512,1024}" --seq 50 --batch 64 --units "$UNITS" --repeats 10 --warmup 3
+        bench_json persist_b256_t100 --dims "${GPU_CHECK_DIMS:-256,512,1024}" --seq 100 --batch 256 --units "$UNITS" --repeats 5 --warmup 2 ;;
+    crossover)
+        for kernel in batch persistent; do for b in 64 256; do
+            step "crossover: TPRBENCH_TRITON_KERNEL=$kernel, B $b / T 50"
+            TPRBENCH_TRITON_KERNEL=$kernel bench_json "crossover_${kernel}_b$b" --dims "${GPU_CHECK_DIMS:-64,128,256}" --seq 50 --batch $b \
+                --units "gru;tpru;tpru[slices=8]" --repeats 5 --warmup 2
+        done; done ;;
+    *) echo "unknown step: $s (steps: agree bench64 bench256 determinism resume detcost cpu profile persist crossover)" ;;
     esac; done
     step done
 } 2>&1 | tee "$LOG"
