@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.report.papers import HELD, IN_PROGRESS, NOT_HELD, NOT_REACHABLE, NOT_RUN, PapersError, evaluate, load_claims, write_papers
+from harness.report.papers import HELD, IN_PROGRESS, NOT_HELD, NOT_REACHABLE, NOT_READ, NOT_RUN, PapersError, evaluate, load_claims, write_papers
 from tasks.result import paused_reason
 
 REPO = Path(__file__).resolve().parents[1]
@@ -217,3 +217,54 @@ def test_a_claim_names_a_unit_as_its_study_file_does():
     assert _matches(cell, {"unit": "lstm[bidirectional=true,layers=1]"})
     assert not _matches(cell, {"unit": "lstm[layers=2,bidirectional=true]"})
     assert _matches(cell, {"unit": "lstm*"}) and not _matches(cell, {"unit": "gru*"})
+
+
+PLANNED = """
+[[claims]]
+id = "planned"
+seed = "004"
+paper = "P"
+where = "Table 3"
+claim = "c"
+paper_value = "8"
+plan = { study = "studies/quickstart.toml", cost = "35 core-hours (measured)", budget = { data = 1.0, epochs = 0.02, size = 1.0, note = "2% of the authors' steps" } }
+
+[[claims]]
+id = "unread"
+seed = "003"
+paper = "P"
+where = "Table 5"
+claim = "c"
+paper_value = "not quoted"
+unread = "the paper's text is not readable here"
+"""
+
+
+def test_a_planned_claim_is_not_yet_run_with_its_study_cost_and_budget(record, tmp_path):
+    """A claim this machine can run but no record measures yet names no record: its verdict is
+    "not yet run" with the study file and the measured cost; its plan's budget fills the column. A
+    table whose text was not read is listed with why, and nothing is measured for it."""
+    path = _claims(tmp_path, PLANNED)
+    rows, files = write_papers(path, tmp_path / "out", record, "tprbench papers")
+    verdicts = {r.claim.id: r.verdict for r in rows}
+    assert verdicts == {"planned": NOT_RUN, "unread": NOT_READ}
+    readme = (tmp_path / "out" / "README.md").read_text()
+    assert "not yet run: [studies/quickstart.toml](../../studies/quickstart.toml), 35 core-hours (measured)" in readme
+    assert "| 2% (data 1 × epochs 0.02 × size 1) |" in readme and "Budget: 2% of the authors' steps" in readme
+    assert "paper table not read here: the paper's text is not readable here" in readme
+    csv_rows = (tmp_path / "out" / "claims.csv").read_text().splitlines()
+    assert csv_rows[1].startswith("planned,") and ",0.02,not yet run,,studies/quickstart.toml," in csv_rows[1]
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("", "a plan, a cluster plan or `unread`"),
+        ('plan = { study = "s", cost = "c" }\ncluster = { estimate = "e" }\n', "excludes a measure and a cluster plan"),
+    ],
+)
+def test_a_claim_needs_something_to_say_and_a_plan_stands_alone(tmp_path, extra, message):
+    body = '[[claims]]\nid = "x"\nseed = "000"\npaper = "P"\nwhere = "W"\nclaim = "c"\npaper_value = "1"\n' + extra
+    with pytest.raises(PapersError, match="claim x") as err:
+        load_claims(_claims(tmp_path, body))
+    assert message in str(err.value)

@@ -8,11 +8,14 @@ deterministically — the same records give the same bytes, so the report is reg
 edited by hand.
 
 Verdicts, in the order a claim moves through them:
-  not yet run      the study runs here but its record has none of the claim's runs yet
+  not yet run      the study runs here but its record has none of the claim's runs yet, or the claim
+                   names a `plan` (a study file this machine can run, its measured cost) and no record
   in progress      some of the runs the measure needs are recorded, not all (counts shown)
   held / did not hold   every run is recorded; the rule decides
   not reachable on this machine   the claim names a `cluster` plan (a study file and its cost)
                    and no record here measures it
+  paper table not read here   the claim lists a table whose text could not be read here (`unread`:
+                   why); nothing is quoted or measured for it
 
 Why a measure is a small closed vocabulary (one cell over its seeds, a mean over cells, a count
 of cells over a threshold) and not free code: the claims file is data a researcher edits, and
@@ -118,6 +121,16 @@ class Cluster(_Strict):
     estimate: str
 
 
+class Plan(_Strict):
+    """A claim this machine can run but no committed record measures yet (verdict "not yet run"):
+    the study file that runs it, its cost (from a measurement, and how it was scaled), and the budget
+    it would run at, as a fraction of the authors' own code's."""
+
+    study: str
+    cost: str
+    budget: Budget | None = None
+
+
 class Claim(_Strict):
     id: str = pydantic.Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
     seed: str = pydantic.Field(pattern=r"^\d{3}$")
@@ -133,6 +146,8 @@ class Claim(_Strict):
     verdict: Verdict | None = None
     budget: Budget | None = None
     cluster: Cluster | None = None
+    plan: Plan | None = None
+    unread: str = ""
     note: str = ""
 
     @pydantic.model_validator(mode="after")
@@ -140,8 +155,10 @@ class Claim(_Strict):
         measured = [self.study, self.record, self.measure, self.verdict, self.budget]
         if any(v is not None for v in measured) and not all(v is not None for v in measured):
             raise ValueError("a measured claim needs all of study, record, measure, verdict and budget")
-        if self.measure is None and self.cluster is None:
-            raise ValueError("a claim needs a measure (study, record, measure, verdict, budget) or a cluster plan")
+        if self.measure is None and self.cluster is None and self.plan is None and not self.unread:
+            raise ValueError("a claim needs a measure (study, record, measure, verdict, budget), a plan, a cluster plan or `unread`")
+        if self.plan is not None and (self.measure is not None or self.cluster is not None):
+            raise ValueError("a plan (not yet run here) excludes a measure and a cluster plan")
         if self.verdict is not None and self.verdict.rule == "within" and self.paper_number is None:
             raise ValueError("rule 'within' compares with paper_number: give it")
         return self
@@ -343,13 +360,14 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
 # -- verdicts -------------------------------------------------------------------------------------
 
 HELD, NOT_HELD, NOT_REACHABLE, NOT_RUN, IN_PROGRESS = ("held", "did not hold", "not reachable on this machine", "not yet run", "in progress")
+NOT_READ = "paper table not read here"
 
 
 def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> str:
     """The verdict of one claim (module docstring), from its measure and, for a comparison, the
     other claim's measure (which must be complete too)."""
     if ours is None:
-        return NOT_REACHABLE
+        return NOT_RUN if claim.plan is not None else NOT_REACHABLE if claim.cluster is not None else NOT_READ
     if ours.value is None:  # nothing finished: not run yet, or every seed diverged
         return NOT_HELD if ours.complete else (IN_PROGRESS if ours.runs else NOT_RUN)
     v = claim.verdict
@@ -403,12 +421,18 @@ def evaluate(claims: ClaimsFile, base: Path) -> list[Row]:
     return [Row(c, measured.get(c.id), decide(c, measured.get(c.id), measured)) for c in claims.claims]
 
 
+def _claim_budget(c: Claim) -> Budget | None:
+    """The claim's budget, or its plan's (the budget a not-yet-run claim would run at)."""
+    return c.budget if c.budget is not None else c.plan.budget if c.plan is not None else None
+
+
 def _budget(c: Claim) -> str:
-    if c.budget is None:
+    b = _claim_budget(c)
+    if b is None:
         return "–"
-    pct = 100 * c.budget.fraction
+    pct = 100 * b.fraction
     text = f"{pct:.0f}%" if pct >= 1 else f"{pct:.2g}%"
-    return f"{text} (data {c.budget.data:g} × epochs {c.budget.epochs:g} × size {c.budget.size:g})"
+    return f"{text} (data {b.data:g} × epochs {b.epochs:g} × size {b.size:g})"
 
 
 def _md(text: str) -> str:
@@ -434,6 +458,10 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
         if c.cluster is not None and r.verdict in (NOT_REACHABLE, NOT_RUN):
             plan = f"[{c.cluster.study}](../../{c.cluster.study}), " if c.cluster.study else ""
             verdict += f": {plan}{c.cluster.estimate}"
+        elif c.plan is not None and r.verdict == NOT_RUN:
+            verdict += f": [{c.plan.study}](../../{c.plan.study}), {c.plan.cost}"
+        elif r.verdict == NOT_READ:
+            verdict += f": {c.unread}"
         out.append([c.seed, f"**{c.paper}**, {c.where}: {c.claim}", c.paper_value, ours, _budget(c), verdict, commits, where])
     return out
 
@@ -449,19 +477,17 @@ def markdown(claims: ClaimsFile, rows: list[Row], command: str, source: str) -> 
         "",
         f"Generated from the committed records by `{command}` (claims: `{source}`); do not edit by hand.",
         "Each number under *tprbench* is read from the record of the study it links (mean ± std over seeds,",
-        "or over tasks where it says so); the budget is ours as a fraction of the paper's (data × epochs ×",
-        "size). Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".",
+        "or over tasks where it says so); the budget is ours as a fraction of what the authors' own code runs",
+        "(data × epochs or updates × size; the notes cite the line of their training loop). Verdicts: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        + ".",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join(":---" for _ in COLUMNS) + "|",
     ]
     for row in table_rows(rows):
         lines.append("| " + " | ".join(_md(x) for x in row) + " |")
-    notes = [
-        (r.claim.id, r.claim.note, r.claim.budget.note if r.claim.budget else "")
-        for r in rows
-        if r.claim.note or (r.claim.budget and r.claim.budget.note)
-    ]
+    notes = [(r.claim.id, r.claim.note, b.note if b else "") for r in rows for b in [_claim_budget(r.claim)] if r.claim.note or (b and b.note)]
     if notes:
         lines += ["", "## Notes", ""]
         for cid, note, bnote in notes:
@@ -494,6 +520,7 @@ def csv_text(rows: list[Row]) -> str:
     for r in rows:
         c = r.claim
         value = "" if r.ours is None or r.ours.value is None else repr(r.ours.value)
+        b = _claim_budget(c)
         w.writerow(
             [
                 c.id,
@@ -505,10 +532,10 @@ def csv_text(rows: list[Row]) -> str:
                 r.ours.text if r.ours else "",
                 value,
                 "" if r.ours is None else str(r.ours.complete).lower(),
-                "" if c.budget is None else repr(c.budget.fraction),
+                "" if b is None else repr(b.fraction),
                 r.verdict,
                 " ".join(r.ours.commits) if r.ours else "",
-                c.study or "",
+                c.study or (c.plan.study if c.plan is not None else ""),
                 c.record or "",
             ]
         )
