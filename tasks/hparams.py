@@ -82,6 +82,13 @@ class HParams(pydantic.BaseModel):
     )
     factor: float = Field(0.5, gt=0, description="plateau/threshold schedules: decay factor")
     patience: int = Field(10, ge=0, description="plateau schedule: epochs without improvement before a decay")
+    min_lr: float = Field(
+        0.0,
+        ge=0,
+        description="plateau schedule: the lr never decays below this (torch ReduceLROnPlateau's min_lr; 0 = no floor). "
+        "The HRR authors' DevBasedSchedule keeps its default min_factor 0.01: a floor of 0.01 x the initial lr "
+        "(j-luo93/lingvo lingvo/core/lr_schedule.py, DevBasedSchedule.Params)",
+    )
     threshold_metric: str = Field("valid_loss", description="threshold schedule: the per-epoch metric watched")
     threshold_value: float = Field(0.1, description="threshold schedule: decay once when the metric crosses this value")
     threshold_mode: Literal["below", "above"] = Field("below", description="threshold schedule: crossing downwards or upwards")
@@ -160,7 +167,7 @@ def resolve_hparams(values: dict[str, Any] | HParams | None, defaults: dict[str,
 
 #: Fields added after runs were first fingerprinted: hashed only when set to something other than
 #: their default, so every run (and checkpoint) written before they existed keeps its fingerprint.
-ADDED_LATER = ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start", "epoch_updates", "data_order")
+ADDED_LATER = ("stop_value", "stop_patience", "grad_log_batches", "lr_decay_start", "epoch_updates", "data_order", "min_lr")
 
 
 def as_params(hp: HParams) -> dict[str, Any]:

@@ -44,7 +44,9 @@ class Schedule:
 
     step: torch StepLR (×lr_gamma every lr_step epochs), or with lr_decay_start > 0 the same decays
     starting after that many epochs (a LambdaLR: Zaremba et al.'s PTB schedule); plateau: torch ReduceLROnPlateau on the
-    run's metric (×factor after `patience` epochs without a strictly better value); threshold:
+    run's metric (×factor after `patience` epochs without a strictly better value, never below `min_lr`;
+    patience 0, factor 0.9, min_lr 0.01·lr is lingvo's DevBasedSchedule as the HRR authors' PTB configs
+    use it when validation comes less often than its window, e.g. once an epoch); threshold:
     ×factor once, the first epoch `threshold_metric` is below (or above) `threshold_value`; none.
     """
 
@@ -60,7 +62,12 @@ class Schedule:
             self.torch = torch.optim.lr_scheduler.StepLR(optimizer, step_size=hp.lr_step, gamma=hp.lr_gamma)
         elif hp.schedule == "plateau":
             self.torch = torch.optim.lr_scheduler.ReduceLROnPlateau(
-                optimizer, mode="min" if direction == "minimize" else "max", factor=hp.factor, patience=hp.patience, threshold=0.0
+                optimizer,
+                mode="min" if direction == "minimize" else "max",
+                factor=hp.factor,
+                patience=hp.patience,
+                threshold=0.0,
+                min_lr=hp.min_lr,
             )
 
     def step(self, row: dict[str, float]) -> None:
