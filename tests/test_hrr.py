@@ -197,6 +197,36 @@ def test_isometry_loss_by_hand():
     assert one.isometry_loss().item() == 0.0
 
 
+def test_orthonormal_start_is_isometric_and_its_loss_zero():
+    """basis_init="orthonormal" (a deviation from the authors' U(±0.05)): R Rᵀ = I, the Gram of all N·d'
+    basis fillers = I, so the isometry loss and its weighted aux loss are 0 at step 0 (the paper's d' = 320,
+    N·d' = 640 <= d = 650 included); the bases still train; the coefficients are drawn as before."""
+    for dim, fillers in ((8, 4), (650, 320)):
+        torch.manual_seed(0)
+        emb = HRRWordEmbedding(20, dim, fillers=fillers, roles=2, basis="isometric", basis_init="orthonormal").train()
+        R, F = emb.role_basis.detach().double(), emb.filler_basis.detach().double().reshape(2 * fillers, dim)
+        torch.testing.assert_close(R @ R.T, torch.eye(2, dtype=torch.float64), atol=1e-5, rtol=0)
+        torch.testing.assert_close(F @ F.T, torch.eye(2 * fillers, dtype=torch.float64), atol=1e-5, rtol=0)
+        assert emb.isometry_loss().item() < 1e-8
+        emb.embed(torch.tensor([[1, 2]]))
+        assert emb.aux_loss.item() < 1e-6  # β = 100 × ~0
+        assert emb.role_basis.requires_grad and emb.filler_basis.requires_grad
+    torch.manual_seed(0)
+    uniform = HRRWordEmbedding(20, 8, fillers=4, roles=2, basis="isometric")
+    torch.manual_seed(0)
+    ortho = HRRWordEmbedding(20, 8, fillers=4, roles=2, basis="isometric", basis_init="orthonormal")
+    assert torch.equal(uniform.coefficients, ortho.coefficients)  # drawn first, unchanged
+    assert uniform.isometry_loss().item() > 1.0  # the authors' start: far from isometric
+    assert "basis_init=orthonormal" in repr(ortho) and "basis_init" not in repr(uniform)
+
+
+def test_orthonormal_start_is_for_trained_bases_only():
+    with pytest.raises(ValueError, match="isometric"):
+        HRRWordEmbedding(V, 8, fillers=3, basis="fixed", basis_init="orthonormal")
+    with pytest.raises(ValueError, match="basis_init"):
+        HRRWordEmbedding(V, 8, fillers=3, basis="isometric", basis_init="gaussian")
+
+
 def test_isometric_needs_n_times_dprime_at_most_d():
     with pytest.raises(ValueError, match=r"N·d' <= d.*roles=2 × fillers=5 = 10 > dim=8"):
         HRRWordEmbedding(V, 8, fillers=5, roles=2, basis="isometric")

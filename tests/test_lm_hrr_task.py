@@ -73,7 +73,7 @@ def test_default_annealing_is_the_authors_for_each_mode(lm_root, tmp_path):
         ({**HRR, "hrr_basis": "orthogonal"}, "hrr_basis"),
         ({**HRR, "hrr_roles": 4, "hrr_anneal_steps": 100}, "a list of 3"),
         ({**HRR, "hrr_roles": 3, "hrr_anneal_steps": [1, 2, 3]}, "need 2 step counts"),
-        ({**HRR, "hrr_anneal_steps": -1}, ">= 0"),
+        ({**HRR, "hrr_anneal_steps": -1}, ">= 0|greater than or equal to 0"),  # the field's bound (tasks/bounds.py) or ours
         ({**HRR, "hrr_filler_dropout": 1.0}, "hrr_filler_dropout"),
     ],
 )
@@ -229,3 +229,185 @@ def test_tprbench_units_prints_the_embedding_counts(capsys):
     assert "6,500,000" in out and "6,400,000" in out and "V·N·d'" in out
     assert main(["units", "lstm", "--dim", "200", "--hrr-fillers", "100", "--hrr-basis", "isometric", "--vocab", "100"]) == 0
     assert f"{100 * 200 + 200 * 200 + 2 * 200:,}" in capsys.readouterr().out
+
+
+# -- the authors' lingvo configuration (studies/hrr-ptb-authors.toml) --------------------------------
+
+
+def test_options_added_later_leave_the_fingerprinted_dump_unchanged(tmp_path):
+    """`loss`, `dropout_between_layers` and `hrr_basis_init` at their default are not in the options' dump
+    (what a run's fingerprint hashes): every lm run trained before them keeps its fingerprint."""
+    from tasks.lm.meta import ADDED_LATER, LMOptions
+
+    for options in ({}, HRR, {**HRR, "hrr_basis": "isometric", "contiguous": False}):
+        dump = get_task("lm")({"corpus": "ptb", **options}, None, tmp_path).options.model_dump(mode="json")
+        assert set(dump) == set(LMOptions.model_fields) - set(ADDED_LATER)
+    changed = {**HRR, "hrr_basis": "isometric", "hrr_basis_init": "orthonormal", "loss": "sequence_sum", "dropout_between_layers": True}
+    task = get_task("lm")({"corpus": "ptb", **changed}, None, tmp_path)
+    dump = task.options.model_dump(mode="json")
+    assert {k: dump[k] for k in ADDED_LATER} == {"loss": "sequence_sum", "dropout_between_layers": True, "hrr_basis_init": "orthonormal"}
+    assert get_task("lm")(dump, None, tmp_path).options == task.options  # validates again
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({**HRR, "hrr_basis_init": "orthonormal"}, 'needs hrr_basis = "isometric"'),
+        ({"hrr_basis_init": "orthonormal"}, "hrr_basis_init: HRR options need embedding"),
+        ({"loss": "sum"}, "loss"),
+    ],
+)
+def test_bad_authors_options_are_one_clear_error(tmp_path, options, message):
+    with pytest.raises(TaskError, match=message) as err:
+        get_task("lm")({"corpus": "ptb", **options}, None, tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_orthonormal_start_reaches_the_embedding(lm_root, tmp_path):
+    task = _task(lm_root, tmp_path, embedding="hrr", hrr_fillers=4, hrr_basis="isometric", hrr_basis_init="orthonormal", projection=False)
+    task.prepare()
+    model = task.build_model("lstm", "lm", 16, 16, task.resolve_hparams({}))
+    assert model.embed.basis_init == "orthonormal" and model.embed.isometry_loss().item() < 1e-9
+    assert any("orthonormal (a deviation" in n for n in task.report_notes("lm"))
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_sequence_sum_is_lingvos_gradient_with_the_per_token_value(lm_root, tmp_path, contiguous):
+    """loss = "sequence_sum": the gradient is that of Σ tokens xent / rows (lingvo, sum_loss_across_tokens_in_batch
+    then ÷ batch size) and β weighs the isometry loss unscaled; the value (what train_loss logs) is the per-token
+    mean; evaluation is unchanged."""
+    common = {**HRR, "hrr_basis": "isometric", "hrr_beta": 3.0, "hrr_filler_dropout": 0.0, "contiguous": contiguous, "bptt": 6}
+    mean_task, sum_task = _task(lm_root, tmp_path, **common), _task(lm_root, tmp_path, **common, loss="sequence_sum")
+    for t in (mean_task, sum_task):
+        t.prepare()
+    batch = next(iter(sum_task.train_batches(4, torch.Generator().manual_seed(0), 1)))
+    rows = batch["target"].shape[0]
+    tokens = int(batch["mask"].sum()) if "mask" in batch else batch["target"].numel()
+    losses, grads = {}, {}
+    for name, t in (("mean", mean_task), ("sum", sum_task)):
+        torch.manual_seed(0)
+        model = t.build_model("lstm", "lm", 12, 12, t.resolve_hparams({"dropout": 0.0})).train()
+        loss, stats, _ = t.loss_with_carry(model, batch, None)
+        model.zero_grad()
+        loss.backward()
+        losses[name], grads[name] = loss.detach(), _grads(model)
+        assert stats["count"] == tokens
+        beta = 3.0 if name == "sum" else 3.0 * rows / tokens  # β as written against lingvo's loss
+        torch.testing.assert_close(model.embed.aux_loss, beta * model.embed.isometry_loss())
+    assert torch.equal(losses["sum"], losses["mean"])  # the logged value: per token
+    for n, g in grads["mean"].items():  # the cross-entropy's gradient alone (the aux loss is the trainer's to add)
+        torch.testing.assert_close(grads["sum"][n], g * (tokens / rows), rtol=1e-4, atol=1e-6)
+
+
+def test_sequence_sum_leaves_evaluation_per_token(lm_root, tmp_path):
+    mean_task, sum_task = _task(lm_root, tmp_path, contiguous=False), _task(lm_root, tmp_path, contiguous=False, loss="sequence_sum")
+    for t in (mean_task, sum_task):
+        t.prepare()
+    torch.manual_seed(0)
+    model = mean_task.build_model("lstm", "lm", 12, 12, mean_task.resolve_hparams({}))
+    assert mean_task.evaluate(model, "valid", 0) == sum_task.evaluate(model, "valid", 0)
+
+
+class _Counting(torch.nn.Dropout):
+    def __init__(self, p):
+        super().__init__(p)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_dropout_between_layers(lm_root, tmp_path, contiguous):
+    """lingvo's StackedCuDNNLSTM drops after every layer: with the option the dropout runs on the embedding,
+    between the 3 layers (twice) and on the top output; without it, on the embedding and the top only. The
+    same weights give the same outputs in eval mode, and the carry is one state per layer either way."""
+    calls, outputs = {}, {}
+    for between in (False, True):
+        task = _task(lm_root, tmp_path, contiguous=contiguous, layers=3, bptt=5, dropout_between_layers=between)
+        task.prepare()
+        torch.manual_seed(0)
+        model = task.build_model("lstm", "lm", 12, 12, task.resolve_hparams({"dropout": 0.5}))
+        model.dropout = _Counting(0.5)
+        batch = next(iter(task.train_batches(4, torch.Generator().manual_seed(0), 1)))
+        model.train()
+        logits, carry = model(batch["input"], mask=batch.get("mask"))
+        calls[between] = model.dropout.calls
+        assert (carry is None) if not contiguous else (len(carry) == 3)
+        model.eval()
+        outputs[between] = model(batch["input"], mask=batch.get("mask"))[0]
+    assert calls == {False: 2, True: 4}
+    torch.testing.assert_close(outputs[True], outputs[False])
+
+
+def test_plateau_schedule_decays_by_09_per_bad_epoch_to_the_floor():
+    """lingvo's DevBasedSchedule(decay=0.9) with validation once an epoch (≥ its window of 100 updates apart):
+    ×0.9 after every evaluation without a better dev perplexity, never below min_factor 0.01 × lr."""
+    from tasks.hparams import HParams
+    from tasks.optim import Schedule
+
+    hp = HParams(optimizer="sgd", lr=1.0, schedule="plateau", factor=0.9, patience=0, min_lr=0.01)
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([param], lr=hp.lr)
+    sched = Schedule(opt, hp, "valid_ppl", "minimize")
+    lrs = []
+    for ppl in [100.0, 90.0, 95.0, 91.0, 89.0, 89.0]:
+        sched.step({"valid_ppl": ppl})
+        lrs.append(opt.param_groups[0]["lr"])
+    assert lrs == pytest.approx([1.0, 1.0, 0.9, 0.81, 0.81, 0.729])  # 89 ties 89: not better
+    for _ in range(60):
+        sched.step({"valid_ppl": 1000.0})
+    assert opt.param_groups[0]["lr"] == pytest.approx(0.01)  # 0.9^44 < 0.01: the floor holds
+    state = sched.state_dict()
+    again = Schedule(torch.optim.SGD([param], lr=hp.lr), hp, "valid_ppl", "minimize")
+    again.load_state_dict(state)
+    assert again.torch.min_lrs == [0.01]
+
+
+def test_min_lr_is_fingerprinted_only_when_set():
+    from tasks.hparams import HParams, fingerprint_params
+
+    assert "min_lr" not in fingerprint_params(HParams())
+    assert fingerprint_params(HParams(min_lr=0.01))["min_lr"] == 0.01
+
+
+def test_the_authors_configuration_trains_and_stops(lm_root, tmp_path):
+    """The study's hyperparameters end to end on the tiny corpus: per sentence, lingvo's loss, SGD, ×0.9 on
+    every epoch without a better validation perplexity down to the floor, stop after `stop_patience` such epochs."""
+    task = _task(
+        lm_root,
+        tmp_path,
+        **HRR,
+        hrr_basis="isometric",
+        hrr_basis_init="orthonormal",
+        contiguous=False,
+        loss="sequence_sum",
+        dropout_between_layers=True,
+    )
+    hp = {
+        "optimizer": "sgd",
+        "lr": 1.0,
+        "clip": 5.0,
+        "batch_size": 16,
+        "dropout": 0.5,
+        "schedule": "plateau",
+        "factor": 0.9,
+        "patience": 0,
+        "min_lr": 0.85,
+        "stop_patience": 3,
+    }
+    result = train(task, TrainConfig("lstm", "lm", 16, 16, epochs=40, seed=0, hparams=hp))
+    assert result.status == "finished"
+    h = result.history
+    best = math.inf
+    for prev, row in zip(h, h[1:]):  # each row's lr is the one its epoch trained at
+        expected = prev["lr"] if prev["valid_ppl"] < best else max(prev["lr"] * 0.9, 0.85)
+        best = min(best, prev["valid_ppl"])
+        assert row["lr"] == pytest.approx(expected)
+    assert min(r["lr"] for r in h) == pytest.approx(0.85)  # reached, and held
+    assert len(h) < 40 and len(h) - result.best_epoch == 3

@@ -14,6 +14,11 @@ zero for every sentence: the non-contiguous rows of Luo et al.'s Table 1.
 `embedding="hrr"` replaces the embedding and the tied decoder by Luo et al.'s HRR word embedding
 and its readout (tasks/lm/hrr.py), around any registered unit; the unit's output is projected to
 the embedding width d (the `projection` Linear, or none when the widths agree) before the readout.
+
+Two options for the HRR authors' lingvo configuration (both off by default): `loss="sequence_sum"`
+trains on the cross-entropy summed over each row's tokens and averaged over the rows (their lr 1,
+clip 5 and β = 100 then apply as written), and `dropout_between_layers` adds the run's dropout
+between the stacked unit's layers (lingvo's StackedCuDNNLSTM drops after every layer).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 
 import units
+from units.wrappers import Stacked
 
 from ..base import TaskAdapter
 from ..errors import TaskError
@@ -48,9 +54,19 @@ class LanguageModel(nn.Module):
     and the decoder its tied readout `logits(h)`, h being the projected unit output."""
 
     def __init__(
-        self, unit: str, vocab_size: int, dim: int, input_dim: int, dropout: float, projection: bool = True, hrr: dict[str, Any] | None = None
+        self,
+        unit: str,
+        vocab_size: int,
+        dim: int,
+        input_dim: int,
+        dropout: float,
+        projection: bool = True,
+        hrr: dict[str, Any] | None = None,
+        sequence_sum: bool = False,
+        dropout_between_layers: bool = False,
     ) -> None:
         super().__init__()
+        self.sequence_sum = sequence_sum  # the training loss is per sequence: β weighs against it unscaled
         if hrr is None:
             self.embed = nn.Embedding(vocab_size, input_dim)
             nn.init.orthogonal_(self.embed.weight)
@@ -73,6 +89,7 @@ class LanguageModel(nn.Module):
             self.decoder = nn.Linear(input_dim, vocab_size)
             self.decoder.weight = self.embed.weight  # tied input/output embeddings
         self.dropout = nn.Dropout(dropout)
+        self.between_layers = dropout_between_layers and isinstance(self.encoder, Stacked)
 
     @property
     def hrr(self) -> HRRWordEmbedding | None:
@@ -84,16 +101,35 @@ class LanguageModel(nn.Module):
         hrr = self.hrr
         if hrr is None:
             x = self.embed(tokens)
+        elif self.sequence_sum:  # the loss is lingvo's already (summed per sequence): β as written
+            x = hrr.embed(tokens)
         else:  # lingvo's loss is summed over each sequence's tokens: β weighs against that (ARCHITECTURE.md)
             tokens_per_row = (mask.sum() if mask is not None else tokens.numel()) / max(tokens.shape[0], 1)
             x = hrr.embed(tokens, loss_scale=1.0 / max(float(tokens_per_row), 1.0))
-        if mask is None:
-            outputs, carry = self.encoder.forward_carry(self.dropout(x), carry)
-        else:
-            outputs, _ = self.encoder(self.dropout(x), mask)
-            carry = None
+        outputs, carry = self._encode(self.dropout(x), carry, mask)
         h = self.dropout(self.project(outputs))
         return (self.decoder(h) if hrr is None else hrr.logits(h)), carry
+
+    def _encode(self, x: torch.Tensor, carry: Any, mask: torch.Tensor | None) -> tuple[torch.Tensor, Any]:
+        """The unit over x: from `carry` (None with `mask`: whole sentences from a zero state). With
+        `between_layers` the stacked layers run one by one, the dropout after each but the top one
+        (the top's output is dropped by `forward`, after the projection)."""
+        if not self.between_layers:
+            if mask is None:
+                return self.encoder.forward_carry(x, carry)
+            return self.encoder(x, mask)[0], None
+        layers = self.encoder.layers
+        carries = carry if carry is not None else [None] * len(layers)
+        out = []
+        for i, layer in enumerate(layers):
+            if mask is None:
+                x, c = layer.forward_carry(x, carries[i])
+                out.append(c)
+            else:
+                x, _ = layer(x, mask)
+            if i < len(layers) - 1:
+                x = self.dropout(x)
+        return x, (out if mask is None else None)
 
 
 def detach(carry: Any) -> Any:
@@ -173,7 +209,15 @@ class LMTask(LMMeta, TaskAdapter):
         spec = resolved.spec if "layers" in resolved.spec.option_dict else resolved.spec.with_options(layers=self.options.layers)
         try:
             model = LanguageModel(
-                str(spec), self.corpus.vocab_size, dim, input_dim, hparams.dropout, projection=self.options.projection, hrr=self.hrr_kwargs()
+                str(spec),
+                self.corpus.vocab_size,
+                dim,
+                input_dim,
+                hparams.dropout,
+                projection=self.options.projection,
+                hrr=self.hrr_kwargs(),
+                sequence_sum=self.options.loss == "sequence_sum",
+                dropout_between_layers=self.options.dropout_between_layers,
             )
         except ValueError as exc:  # HRRWordEmbedding's checks that need d (e.g. isometric N·d' <= d)
             if isinstance(exc, TaskError) or self.options.embedding != "hrr":
@@ -195,6 +239,7 @@ class LMTask(LMMeta, TaskAdapter):
             "beta": o.hrr_beta,
             "anneal_steps": o.hrr_anneal(),
             "filler_dropout": o.hrr_filler_dropout,
+            "basis_init": o.hrr_basis_init,
         }
 
     def loss_with_carry(self, model: nn.Module, batch: dict[str, Any], carry: Any) -> tuple[torch.Tensor, dict[str, float], Any]:
@@ -206,10 +251,20 @@ class LMTask(LMMeta, TaskAdapter):
             logits, _ = model(batch["input"], mask=mask)
             target = target.masked_fill(~mask, -100)  # cross_entropy's ignore_index
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1), ignore_index=-100)
-            return loss, {"count": int(mask.sum())}, None
+            return self._training_loss(model, loss, int(mask.sum()), target.shape[0]), {"count": int(mask.sum())}, None
         logits, carry = model(batch["input"], None if batch["first"] else carry)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
-        return loss, {"count": int(target.numel())}, detach(carry)
+        return self._training_loss(model, loss, int(target.numel()), target.shape[0]), {"count": int(target.numel())}, detach(carry)
+
+    def _training_loss(self, model: nn.Module, mean: torch.Tensor, tokens: int, rows: int) -> torch.Tensor:
+        """The per-token mean, or with `loss="sequence_sum"` in training a loss whose gradient is that of
+        lingvo's Σ tokens xent / rows (= mean · tokens/rows) and whose value stays the per-token mean
+        (exactly: x − x is 0): the logged train loss/perplexity and the token counts are per token as
+        always, while the gradient (what the clip and the optimiser see) is the authors'."""
+        if not (model.training and self.options.loss == "sequence_sum"):
+            return mean
+        summed = mean * (tokens / max(rows, 1))
+        return mean.detach() + (summed - summed.detach())
 
     def loss(self, model: nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
         loss, stats, _ = self.loss_with_carry(model, batch, None)
@@ -230,11 +285,16 @@ class LMTask(LMMeta, TaskAdapter):
         o = self.options
         mode = "contiguous (one stream, truncated BPTT, state carried)" if o.contiguous else "per sentence (padded, state reset for each sentence)"
         notes = [f"lm: {mode}"]
+        if o.loss == "sequence_sum":
+            notes.append("lm: trained on the cross-entropy summed over each row's tokens, averaged over the rows (lingvo's)")
+        if o.dropout_between_layers:
+            notes.append("lm: dropout also between the stacked unit's layers")
         if o.embedding == "hrr":
             notes.append(
                 f"lm: HRR embedding (Luo et al.), N = {o.hrr_roles} roles, d' = {o.hrr_fillers}, {o.hrr_basis} "
                 f"bases, annealing {o.hrr_anneal()}, decoded-filler dropout {o.hrr_filler_dropout}"
                 + (f", β = {o.hrr_beta} (per sequence)" if o.hrr_basis == "isometric" else "")
+                + (", bases started orthonormal (a deviation from the authors)" if o.hrr_basis_init == "orthonormal" else "")
             )
         return notes
 

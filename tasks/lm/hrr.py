@@ -15,7 +15,9 @@ authors' code). α_1 = 1 and α_{i+1} = min(step, T_i)/T_i (role annealing, ling
 only when annealing is off (N = 1 or `anneal_steps=0`).
 
 Bases: "fixed" draws r_i and f_{i,k} from N(0, 1/d) once and keeps them as buffers (saved with
-the weights, never trained); "isometric" trains them from U(±init_scale) and `isometry_loss()`
+the weights, never trained); "isometric" trains them from U(±init_scale) (`basis_init="uniform"`, the
+authors'; `"orthonormal"`: R Rᵀ = I and the N·d' basis fillers orthonormal, the isometry loss 0 at the
+start, a deviation from the authors) and `isometry_loss()`
 = β(‖G_F − I‖² + ‖R Rᵀ − I‖²), G_F the Gram matrix of all N·d' basis fillers (the R term only for
 N > 1, as lingvo/tasks/lm/model.py), which needs N·d' ≤ d. It is set as `aux_loss` by `embed` in
 training for the training loop's auxiliary-loss hook.
@@ -86,6 +88,7 @@ class HRRWordEmbedding(nn.Module):
         filler_dropout: float = 0.5,
         init_scale: float = 0.05,
         basis_seed: int | None = None,
+        basis_init: Literal["uniform", "orthonormal"] = "uniform",
     ) -> None:
         super().__init__()
         if min(vocab_size, dim, fillers, roles) < 1:
@@ -98,12 +101,16 @@ class HRRWordEmbedding(nn.Module):
                 f"roles={roles} × fillers={fillers} = {roles * fillers} > dim={dim}; lower fillers to <= {dim // roles} "
                 "or use basis='fixed'"
             )
+        if basis_init not in ("uniform", "orthonormal"):
+            raise ValueError(f"basis_init must be 'uniform' or 'orthonormal', got {basis_init!r}")
+        if basis_init == "orthonormal" and basis != "isometric":
+            raise ValueError("basis_init='orthonormal' is for trained (isometric) bases; fixed bases are N(0, 1/d) draws")
         if not 0 <= filler_dropout < 1:
             raise ValueError(f"filler_dropout must be in [0, 1), got {filler_dropout}")
         if beta < 0:
             raise ValueError(f"beta must be >= 0, got {beta}")
         self.vocab_size, self.dim, self.fillers, self.roles = vocab_size, dim, fillers, roles
-        self.basis, self.beta = basis, float(beta)
+        self.basis, self.beta, self.basis_init = basis, float(beta), basis_init
         self.anneal_steps = _anneal_schedule(roles, anneal_steps)
 
         # s_i^w: lingvo's PTB configs initialise every weight U(±0.05) (params/ptb_word_level.py `iter_iter`).
@@ -112,9 +119,12 @@ class HRRWordEmbedding(nn.Module):
             gen = torch.Generator().manual_seed(basis_seed) if basis_seed is not None else None
             self.register_buffer("role_basis", torch.randn(roles, dim, generator=gen) / math.sqrt(dim))
             self.register_buffer("filler_basis", torch.randn(roles, fillers, dim, generator=gen) / math.sqrt(dim))
-        else:  # trainable bases take the layer's params_init, U(±0.05) in the PTB configs
+        elif basis_init == "uniform":  # trainable bases take the layer's params_init, U(±0.05) in the PTB configs
             self.role_basis = nn.Parameter(torch.empty(roles, dim).uniform_(-init_scale, init_scale))
             self.filler_basis = nn.Parameter(torch.empty(roles, fillers, dim).uniform_(-init_scale, init_scale))
+        else:  # orthonormal rows (N·d' <= d checked above): R Rᵀ = I, G_F = I, the isometry loss exactly at its minimum
+            self.role_basis = nn.Parameter(nn.init.orthogonal_(torch.empty(roles, dim)))
+            self.filler_basis = nn.Parameter(nn.init.orthogonal_(torch.empty(roles * fillers, dim)).reshape(roles, fillers, dim))
         self.bias = None if self.anneal_steps else nn.Parameter(torch.zeros(vocab_size))
         self.filler_dropout = nn.Dropout(filler_dropout)
         self.register_buffer("step", torch.zeros((), dtype=torch.long))  # training-mode `logits` calls so far
@@ -199,4 +209,5 @@ class HRRWordEmbedding(nn.Module):
         return (
             f"vocab={self.vocab_size}, dim={self.dim}, roles={self.roles}, fillers={self.fillers}, basis={self.basis}, "
             f"beta={self.beta}, anneal_steps={list(self.anneal_steps)}, bias={self.bias is not None}"
+            + (f", basis_init={self.basis_init}" if self.basis_init != "uniform" else "")
         )

@@ -3,7 +3,7 @@ what a study file is checked against (tasks/meta.py). The adapter is tasks/lm/ad
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 
@@ -15,6 +15,10 @@ from ..registry import register_task_meta
 # contiguous PTB config keeps it; the sentence-level configs set 3000.
 HRR_ANNEAL_CONTIGUOUS, HRR_ANNEAL_SENTENCES = 15000, 3000
 Steps = Annotated[int, pydantic.Field(ge=0, le=COUNT_MAX)]  # updates (0 = off)
+
+#: Options added after lm runs were first fingerprinted: left out of the options' dump (what a run's
+#: fingerprint hashes, tasks/training.py) while at their default, so every earlier run keeps its fingerprint.
+ADDED_LATER = ("loss", "dropout_between_layers", "hrr_basis_init")
 
 
 class LMOptions(pydantic.BaseModel):
@@ -59,6 +63,37 @@ class LMOptions(pydantic.BaseModel):
     hrr_filler_dropout: float = pydantic.Field(
         0.5, ge=0, lt=1, allow_inf_nan=False, description="hrr: dropout on the decoded fillers (the authors' code, not in the paper)"
     )
+    hrr_basis_init: Literal["uniform", "orthonormal"] = pydantic.Field(
+        "uniform",
+        description="hrr isometric: how the trained bases start. uniform: U(±0.05), the authors' (lingvo "
+        "params/ptb_word_level.py `iter_iter` sets every params_init to U(±0.05); layers.py `get_basis_init` "
+        "gives trainable bases the layer's params_init); orthonormal: R Rᵀ = I and the N·d' basis fillers "
+        "orthonormal, so the isometry loss starts at 0 (a DEVIATION from the authors, not in their code or paper)",
+    )
+    loss: Literal["token_mean", "sequence_sum"] = pydantic.Field(
+        "token_mean",
+        description="the training loss: token_mean = the cross-entropy averaged over every predicted token of the "
+        "batch (PyTorch's word_language_model); sequence_sum = summed over each row's tokens, averaged over the rows "
+        "(the HRR authors' lingvo: `sum_loss_across_tokens_in_batch = True`, params/ptb_word_level.py, then "
+        "÷ batch size, model.py `AdjustEvalMetrics`), so their lr, clip and β apply as written. Evaluation and "
+        "the logged train loss/perplexity are per token either way",
+    )
+    dropout_between_layers: bool = pydantic.Field(
+        False,
+        description="apply the run's dropout between the stacked unit's layers too, not only on the embedding and the "
+        "top layer's output (lingvo's StackedCuDNNLSTM: dropout after every layer, `drop_last` True; the HRR "
+        "authors' PTB configs: keep 0.5, params/ptb_word_level.py `get_lm_params`; Zaremba et al.'s medium/large LSTMs)",
+    )
+
+    @pydantic.model_serializer(mode="wrap")
+    def _dump(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Every option, less the `ADDED_LATER` ones at their default (runs fingerprinted before them keep their fingerprint)."""
+        data = handler(self)
+        fields = type(self).model_fields
+        for name in ADDED_LATER:
+            if getattr(self, name) == fields[name].default:
+                data.pop(name, None)
+        return data
 
     @pydantic.model_validator(mode="after")
     def _hrr_options(self) -> LMOptions:
@@ -82,6 +117,10 @@ class LMOptions(pydantic.BaseModel):
             )
         if steps is not None and any(s < 0 for s in (steps if isinstance(steps, list) else [steps])):
             raise ValueError(f"hrr_anneal_steps: step counts must be >= 0, got {steps}")
+        if self.hrr_basis_init != "uniform" and self.hrr_basis != "isometric":
+            raise ValueError(
+                f'hrr_basis_init = "{self.hrr_basis_init}" needs hrr_basis = "isometric" (fixed bases are N(0, 1/d) draws, never trained)'
+            )
         return self
 
     def hrr_anneal(self) -> int | list[int]:
