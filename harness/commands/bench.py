@@ -123,6 +123,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.output_path import check_output_path
+
+    for option in ("--csv", "--json"):  # before anything is timed
+        path = getattr(args, option[2:], None)
+        if path and path != "-":
+            check_output_path(path, option, folder=False)
     if args._bench == "record":
         from harness.bench.record import run_record_bench
 

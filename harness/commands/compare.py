@@ -26,6 +26,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from harness.output_path import check_output_path
+
+    if args.csv:
+        check_output_path(args.csv, "--csv", folder=False)  # before pandas is loaded and both records are read
     from rich.console import Console
     from rich.markup import escape
 

@@ -47,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.analysis import gradients as grad
     from harness.analysis.sources import AnalysisError, from_run, from_spec, parse_pairs, study_runs, tracking
+    from harness.output_path import check_output_path
     from harness.record.store_check import check_stores
 
+    check_output_path(args.out, "--out")  # before any model is built or measured
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if not (args.run_ids or args.study or args.unit):
         raise AnalysisError("name what to analyse: RUN_ID(s), --study NAME or --unit SPEC (with --task)")

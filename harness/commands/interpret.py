@@ -62,8 +62,11 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.analysis import interpret as ip
     from harness.analysis.sources import load_source, tracking
+    from harness.output_path import check_output_path
     from harness.record.store_check import check_stores
 
+    out = Path(args.out) if args.out else Path("reports") / "interpret" / Path(args.run_id).name[:8]
+    check_output_path(out, "--out")  # before any model is loaded
     console = Console()
     root = Path(args.root).expanduser().resolve()
     cache = root / "cache"
@@ -83,7 +86,6 @@ def run(args: argparse.Namespace) -> int:
     majority = ip.majority_baseline(tokens)
     command = shlex.join(["tprbench", *sys.argv[1:]]) if sys.argv[1:2] == ["interpret"] else "tprbench interpret ..."
     header = ["tprbench interpret", f"Regenerate with: {command}"]
-    out = Path(args.out) if args.out else Path("reports") / "interpret" / Path(args.run_id).name[:8]
     out.mkdir(parents=True, exist_ok=True)
     files = [out / "interpret.md", out / "interpret.json", out / "roles.md"]
     files[0].write_text(

@@ -50,6 +50,11 @@ def run(args: argparse.Namespace) -> int:
             f"record {args.action}: {uri} is not a SQLite file; a PostgreSQL store or a tracking server "
             "is checked and backed up by its database (docs/reliability.md)"
         )
+    from harness.output_path import check_output_path
+
+    if args.action in ("snapshot", "restore"):  # they write snapshots/ under --root, and mlflow.db in its folder
+        check_output_path(root, "--root")
+        check_output_path(db.parent, "--tracking-uri" if args.tracking_uri else "--root")
     if args.action == "restore":
         print(guard.restore(db, root, force=args.force))
         return 0
@@ -81,6 +86,12 @@ def _carry(args: argparse.Namespace, root) -> int:
     if folder is None:
         raise carry.CarryError(f"record {args.action}: give {'--to DIR' if args.action == 'save' else '--from DIR'}")
     folder = Path(folder).expanduser().resolve()
+    from harness.output_path import check_output_path
+
+    if args.action == "save":  # where each writes
+        check_output_path(folder, "--to")
+    else:
+        check_output_path(root, "--root")
     lines = carry.save(root, folder) if args.action == "save" else carry.load(folder, root)
     print("\n".join(lines))
     return 0

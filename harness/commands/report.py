@@ -51,8 +51,11 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
+    from harness.output_path import check_output_path
     from harness.record.store_check import check_stores
 
+    if args.out:  # before the record is read (the default folder is known once the study's name is)
+        check_output_path(args.out, "--out")
     console = Console()
     uri = tracking_uri(args.root, args.tracking_uri)
     check_stores(args.tracking_uri, reading=True)  # a dead server: one line, not minutes of retries
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     name, seeds, cell_ids, note = resolve_study(args.study)
     if note:
         console.print(f"[yellow]note:[/] {escape(note)}")
-    out = Path(args.out) if args.out else Path("reports") / name
+    out = Path(args.out) if args.out else check_output_path(Path("reports") / name, "--out (default reports/<study>)")
     result = write_report(
         uri,
         name,

@@ -40,6 +40,10 @@ def run(args: argparse.Namespace) -> int:
     from harness.transfer import TransferError, evaluate_run
     from tasks.transfer.senteval_data import TASKS
 
+    if args.out:
+        from harness.output_path import check_output_path
+
+        check_output_path(args.out, "--out")  # before any encoder is evaluated
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     unknown = [t for t in tasks if t not in TASKS]
     if unknown:
