@@ -228,14 +228,18 @@ def test_interpreted_copies_leave_the_compiled_modules_alone():
 @pytest.mark.slow
 def test_persistent_kernels_compile_for_sm90(monkeypatch):
     """Both directions at d = 1024 with 8 slices and V_b (the three- and four-barrier steps), through
-    Triton and ptxas for sm_90 with no GPU: they build, spill nothing, and a grid of one program per
-    SM passes the co-residency check on an H100 (registers and shared memory: docs/benchmarks.md)."""
+    Triton and ptxas for sm_90 with no GPU: they build, spill nothing, a grid of one program per SM
+    passes the co-residency check on an H100 (registers and shared memory: docs/benchmarks.md), and
+    the barrier's atomics keep their memory order in the PTX."""
     monkeypatch.setattr(tpru_persist, "sm_limits", lambda device: H100)
     plan = tpru_persist.Plan.of(layout(1024, 1024, 8, folded=False), 64, torch.device("cuda"))
     assert plan.has_vb and plan.programs == 132
     for direction in ("forward", "backward"):
         report = tpru_persist.compile_report(plan, direction, limits=H100)
+        ptx = report.pop("ptx")
         assert report["spill_stores"] == 0 and report["co_resident"] and report["blocks_per_sm"] >= 1, report
+        # the barrier: a release arrival and an acquire spin at GPU scope (`_grid_barrier`)
+        assert "red.global.gpu.release.add" in ptx and "ld.global.gpu.acquire" in ptx
 
 
 # --------------------------------------------------------------------------------------------

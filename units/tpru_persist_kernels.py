@@ -50,6 +50,9 @@ def _grid_barrier(counter, target, GRID_SYNC: tl.constexpr):
       it sees every arrival, all stores released before them are visible to the reading thread, and
       the SM's L1 holds no stale line of them;
     - tl.debug_barrier() last: the other threads of the program wait for that acquire before loading.
+    For sm_90 Triton 3.9 lowers this to `red.global.gpu.release.add` and a spin on
+    `ld.global.gpu.acquire`, both on one thread, its value passed on through shared memory between two
+    bar.syncs — cooperative groups' grid.sync (tests/test_tpru_persist.py checks the PTX).
     Deadlock-free only if all NPROG programs are resident at once: the launch is cooperative and is
     checked against the SM count and the kernel's occupancy first (tpru_persist.check_co_resident).
     Without GRID_SYNC (one program plays all of them in turn) there is nothing to wait for."""

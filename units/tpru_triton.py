@@ -476,6 +476,7 @@ def ptxas_report(fn, constants: dict, types: dict, options: dict, arch: int = 90
         registers=int(registers.group(1)) if registers else None,
         spill_stores=int(spills.group(1)) if spills else None,
         shared_bytes=compiled.metadata.shared,
+        ptx=compiled.asm["ptx"],
     )
 
 
