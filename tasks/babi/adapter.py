@@ -21,6 +21,15 @@ Nadam with constant momentum as tf.contrib.opt.NadamOptimizer (`nadam-tf`), lr 0
 global-norm clipping at 5, lr × 0.5 once when the validation loss falls below 0.1, best epoch by
 validation accuracy. The all-task setting (lr 1e-3, β = (0.9, 0.999), batch 32) is set in its
 study's [search] (studies/babi-paper.toml).
+
+How the authors' loop feeds and validates — not in the paper, so from their code — is two
+hyperparameters a study sets: `data_order = "fixed"` (one permutation drawn once and repeated,
+`Dataset.from_tensor_slices(train[p]).cache().repeat()`) and `epoch_updates = 200` (one stream of
+full batches, validated every 200 updates, `train(validate_every=200)`): studies/babi-authors-rule.toml
+and reports/babi-qa17-isolate. They are not the task's defaults, so that the earlier studies'
+"epochs" (a pass over the data each) still mean what their files say. Their code also undoes the
+lr × 0.5 at the next step (each step first sets the lr back when i > warm_up_steps), so their runs
+keep lr 0.008; the decay here is the paper's rule.
 """
 
 from __future__ import annotations
