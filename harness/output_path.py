@@ -51,7 +51,8 @@ def _existing_ancestor(path: Path) -> Path:
 
 def check_output_path(path: str | os.PathLike, option: str, folder: bool = True) -> Path:
     """`path` can receive the command's output: a folder (`folder=True`: files are written into it)
-    or one file (`folder=False`: it is created or replaced). It either exists as that, writable, or
+    or one file (`folder=False`: it is created or replaced; /dev/null and a pipe take it as a
+    stream, as every Unix tool's output does). It either exists as that, writable, or
     can be created: its nearest existing ancestor is a writable folder. Returns the path as given,
     user-expanded; raises OutputPathError (one line naming `option`) otherwise. Creates nothing."""
     given = Path(path).expanduser()
@@ -69,8 +70,8 @@ def check_output_path(path: str | os.PathLike, option: str, folder: bool = True)
     if st is not None:
         if folder and not stat.S_ISDIR(st.st_mode):
             raise refuse(f"is {_kind(st.st_mode)}, not a folder")
-        if not folder and not stat.S_ISREG(st.st_mode):
-            raise refuse(f"is {_kind(st.st_mode)}, not a file")
+        if not folder and not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            raise refuse(f"is {_kind(st.st_mode)}, not a file")  # a character device or a pipe takes a stream: /dev/null, /dev/stdout
         if folder and not _writable(given):
             raise refuse("the folder is not writable (its permissions, or a read-only file system)")
         if not folder and not (os.access(given, os.W_OK) and _writable(given.parent)):

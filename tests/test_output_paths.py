@@ -2,8 +2,9 @@
 nothing created.
 
 `report --out`, `compare --csv`, `papers --out`, `record snapshot` and `record restore` pointed at
-an existing file, a path under a file, a read-only folder or /dev/null ended in a Python
-traceback (exit 1), `report` after reading the whole record. Each case runs on the golden record
+an existing file (a folder, for `--csv`), a path under a file, a read-only folder or /dev/null (as
+a folder) ended in a Python traceback (exit 1), `report` after reading the whole record, or in a
+line blaming something else (`snapshot --root FILE`: "mlflow.db does not exist"). Each case runs on the golden record
 (tests/fixtures/record-v1); the read-only folder is a real read-only bind mount (as root; permission
 bits as an ordinary user). One case per command goes through the real `tprbench` (what the user
 sees); the whole matrix runs in this process.
@@ -65,7 +66,6 @@ FILE = {
     "a folder": ("{base}", "is a folder, not a file"),
     "a path under a file": ("{file}/out.csv", "cannot be created: {file} is a file, not a folder"),
     "a read-only folder": ("{ro}/out.csv", "cannot be created: the folder {ro} is not writable"),
-    "/dev/null": ("/dev/null", "is a device, not a file"),
 }
 COMMANDS = {
     "report --out": (["report", "golden", "--root", "{root}", "--no-figures", "--out"], FOLDER),
@@ -131,4 +131,5 @@ def test_a_writable_place_passes_and_nothing_is_created(tmp_path) -> None:
     assert check_output_path(tmp_path, "--out") == tmp_path
     assert check_output_path(tmp_path / "old.csv", "--csv", folder=False) == tmp_path / "old.csv"
     assert check_output_path(tmp_path / "sub" / "new.csv", "--csv", folder=False) == tmp_path / "sub" / "new.csv"
+    assert check_output_path("/dev/null", "--csv", folder=False) == Path("/dev/null")  # a stream, as for any Unix tool
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.csv"]
