@@ -68,6 +68,19 @@ def claim(id: str, measure: str, verdict: str, pn: float = 0.7, record: str = ".
     return CLAIM.format(id=id, pv=pn, pn=pn, record=record, measure=measure, verdict=verdict)
 
 
+def _other_study_record(tmp: Path) -> Path:
+    """A record folder holding another study's runs only (the golden record): there the claim's study
+    is "not yet run". A record path that is no record folder at all is an error (test_papers_input.py)."""
+    import gzip
+    import shutil
+
+    folder = tmp / "other-record"
+    folder.mkdir()
+    with gzip.open(REPO / "tests" / "fixtures" / "record-v1" / "mlflow.db.gz", "rb") as src, open(folder / "mlflow.db", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return folder
+
+
 def test_measures_and_verdicts(record, tmp_path):
     gru, lstm = _seed_values(record, "gru"), _seed_values(record, "lstm")
     assert len(gru) == 3 and len(lstm) == 3
@@ -94,7 +107,12 @@ def test_measures_and_verdicts(record, tmp_path):
         + claim(
             "needs-more", '{ select = { unit = "gru" }, metric = "best_valid_acc", over = "cells", cells = 2 }', '{ rule = "at_most", value = 1.0 }'
         )
-        + claim("no-record", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "at_most", value = 1.0 }', record="missing")
+        + claim(
+            "no-record",
+            '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
+            '{ rule = "at_most", value = 1.0 }',
+            record=str(_other_study_record(tmp_path)),
+        )
         + '\n[[claims]]\nid = "cluster"\nseed = "004"\npaper = "P"\nwhere = "T"\nclaim = "c"\npaper_value = "1"\n'
         'cluster = { study = "studies/quickstart.toml", estimate = "1,000 core-hours" }\n'
     )

@@ -27,10 +27,11 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 
@@ -44,16 +45,45 @@ class PapersError(ReportError):
     """A claims file that does not validate (one line: the file, the claim, the field)."""
 
 
+#: The largest magnitude of a claim's number (a paper's value, a tolerance, a threshold): finite and
+#: far above any score, error or count a paper reports, so 1e309 (inf in TOML) or a typo is refused.
+NUMBER_MAX = 1e12
+FACTOR_MAX = 1e6  # a measure's scale, a budget's fraction: 1e6 times the paper's is no budget
+Number = Annotated[float, pydantic.Field(ge=-NUMBER_MAX, le=NUMBER_MAX)]
+#: Characters a claims file's text may not hold: control characters (NUL, escape, carriage return...;
+#: a tab and a newline are text) and Unicode's line and paragraph separators, which break a table row.
+_UNPRINTABLE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _printable(value: Any) -> Any:
+    """Text (also inside a table, as `measure.select`) without control characters: they went into
+    README.md and claims.csv as they were (a NUL among them)."""
+    texts = value.values() if isinstance(value, dict) else [value]
+    for text in texts:
+        bad = _UNPRINTABLE.search(text) if isinstance(text, str) else None
+        if bad:
+            raise ValueError(f"contains the control character U+{ord(bad.group()):04X} (character {bad.start() + 1}); write it as text")
+    return value
+
+
 class _Strict(pydantic.BaseModel):
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    """Every model of a claims file: unknown keys refused, every number finite (NaN and ±inf, also
+    1e309, which TOML reads as inf, made verdicts and "nan (2 seeds)"), every text printable."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @pydantic.field_validator("*", mode="after")
+    @classmethod
+    def _no_control_characters(cls, value: Any) -> Any:
+        return _printable(value)
 
 
 class Budget(_Strict):
     """Our budget as fractions of the paper's: training data, epochs (or updates), model size."""
 
-    data: float = pydantic.Field(gt=0)
-    epochs: float = pydantic.Field(gt=0)
-    size: float = pydantic.Field(gt=0)
+    data: float = pydantic.Field(gt=0, le=FACTOR_MAX)
+    epochs: float = pydantic.Field(gt=0, le=FACTOR_MAX)
+    size: float = pydantic.Field(gt=0, le=FACTOR_MAX)
     note: str = ""
 
     @property
@@ -72,10 +102,10 @@ class Measure(_Strict):
 
     select: dict[Literal["task_label", "arch", "unit", "dim"], str]
     metric: str
-    scale: float = 1.0
+    scale: float = pydantic.Field(1.0, gt=0, le=FACTOR_MAX)
     over: Literal["seeds", "cells", "count_above"] = "seeds"
-    above: float | None = None
-    cells: int | None = pydantic.Field(None, ge=1, description="cells the measure needs (default: what the study file has)")
+    above: Number | None = None
+    cells: int | None = pydantic.Field(None, ge=1, le=1_000_000, description="cells the measure needs (default: what the study file has)")
     digits: int = pydantic.Field(2, ge=0, le=6)
 
     @pydantic.model_validator(mode="after")
@@ -94,8 +124,8 @@ class Verdict(_Strict):
     """
 
     rule: Literal["within", "at_most", "at_least", "below_claim", "above_claim", "within_claim"]
-    tolerance: float | None = pydantic.Field(None, ge=0)
-    value: float | None = None
+    tolerance: float | None = pydantic.Field(None, ge=0, le=NUMBER_MAX)
+    value: Number | None = None
     claim: str | None = None
 
     @pydantic.model_validator(mode="after")
@@ -138,7 +168,7 @@ class Claim(_Strict):
     where: str
     claim: str
     paper_value: str
-    paper_number: float | None = None
+    paper_number: Number | None = None
     study: str | None = None
     record: str | None = None
     report: str | None = None
@@ -185,9 +215,13 @@ def load_claims(path: str | Path) -> ClaimsFile:
     """The claims file, validated; errors name the file, the claim and the field."""
     path = Path(path)
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise PapersError(f"claims file {path} not found") from None
+    except UnicodeDecodeError as exc:  # a binary file, or another encoding
+        raise PapersError(
+            f"claims file {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); give the TOML claims file"
+        ) from None
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise PapersError(f"claims file {path}: cannot read it ({exc})") from None
     try:
@@ -203,7 +237,8 @@ def load_claims(path: str | Path) -> ClaimsFile:
                 where = f"claim {cid or '#' + str(loc[1] + 1)!s}"
                 loc = loc[2:]
             field_ = ".".join(str(p) for p in loc)
-            problems.append(f"{where}{': ' if where and field_ else ''}{field_}: {err['msg']}" if (where or field_) else err["msg"])
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(f"{where}{': ' if where and field_ else ''}{field_}: {msg}" if (where or field_) else msg)
         raise PapersError(f"claims file {path}: " + "; ".join(problems)) from None
 
 
@@ -250,6 +285,19 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
     # give their best-so-far values but have not ended: a measure over them is in progress.
     done = [r for r in records(counted) if r.get("status") in (RunStatus.FINISHED, RunStatus.DIVERGED, RunStatus.PAUSED)]
     return StudyRuns(name, seeds, cell_rows, done, recorded=True)
+
+
+def record_problem(record: Path) -> str | None:
+    """Why `record` is not a study's record folder (one holding its `mlflow.db`), or None. A claim
+    whose record has none of its runs yet is "not yet run"; a record path that is not a record is
+    an error, never that verdict."""
+    if not record.exists():
+        return "no such folder"
+    if not record.is_dir():
+        return "is a file, not a record folder"
+    if not (record / "mlflow.db").is_file():
+        return "holds no record (no mlflow.db file; `tprbench record save` writes one)"
+    return None
 
 
 # -- measures -------------------------------------------------------------------------------------
@@ -413,7 +461,11 @@ def evaluate(claims: ClaimsFile, base: Path) -> list[Row]:
             study_file = base / str(c.study)
             if not study_file.is_file():
                 raise PapersError(f"claim {c.id}: study file {c.study} not found (relative to {base})")
-            studies[key] = read_study(study_file, base / str(c.record))
+            record = base / str(c.record)
+            problem = record_problem(record)
+            if problem:  # a typo in a path read as "not yet run" and hid the claim
+                raise PapersError(f"claim {c.id}: record {c.record}: {problem} (relative to {base})")
+            studies[key] = read_study(study_file, record)
         try:
             measured[c.id] = measure(c.measure, studies[key])
         except PapersError as exc:
@@ -435,8 +487,21 @@ def _budget(c: Claim) -> str:
     return f"{text} (data {b.data:g} × epochs {b.epochs:g} × size {b.size:g})"
 
 
+#: What Markdown would read as raw HTML or a character reference (CommonMark): `<` opening a tag,
+#: comment or declaration, `&` starting an entity.
+_RAW_HTML = re.compile(r"<(?=[A-Za-z/!?])|&(?=#?[A-Za-z0-9]+;)")
+
+
+def _html(text: str) -> str:
+    """Text that Markdown shows as written: raw HTML in a claims file (`<script>`, `<img …>`) went
+    into README.md as markup. Only what Markdown reads as markup is escaped: a `<` between numbers
+    (`1.12 < 36.4`) is text there, and the committed report keeps its bytes."""
+    return _RAW_HTML.sub(lambda m: "&lt;" if m.group() == "<" else "&amp;", text)
+
+
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A table cell: HTML escaped, pipes escaped, on one line."""
+    return _html(text).replace("|", "\\|").replace("\n", " ")
 
 
 COLUMNS = ["seed", "claim", "paper", "tprbench", "budget", "verdict", "commit", "record"]
@@ -473,7 +538,7 @@ def markdown(claims: ClaimsFile, rows: list[Row], command: str, source: str) -> 
     for r in rows:
         counts[r.verdict] = counts.get(r.verdict, 0) + 1
     lines = [
-        f"# {claims.title}",
+        f"# {_html(claims.title)}",
         "",
         f"Generated from the committed records by `{command}` (claims: `{source}`); do not edit by hand.",
         "Each number under *tprbench* is read from the record of the study it links (mean ± std over seeds,",
@@ -492,7 +557,7 @@ def markdown(claims: ClaimsFile, rows: list[Row], command: str, source: str) -> 
         lines += ["", "## Notes", ""]
         for cid, note, bnote in notes:
             text = " ".join(t for t in (note, f"Budget: {bnote}" if bnote else "") if t)
-            lines.append(f"- `{cid}`: {text}")
+            lines.append(f"- `{cid}`: {_html(text)}")
     return "\n".join(lines) + "\n"
 
 
