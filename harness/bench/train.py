@@ -212,7 +212,8 @@ def bench_train(
     from tasks.registry import get_task
 
     specs = check_specs(specs)
-    adapter = get_task("logic")({"train_size": train_size, "eval_size": 0}, "generated", cache_dir)
+    # eval_size 1, the task's least (a run needs a validation split; training steps are timed, not evaluated)
+    adapter = get_task("logic")({"train_size": train_size, "eval_size": 1}, "generated", cache_dir)
     adapter.prepare()
     adapter.check_arch(arch)
     cases = _logic_cases(adapter, specs, dim, arch, batch_size, repeats)
