@@ -6,7 +6,10 @@ when it reaches that point: the state it leaves is the state a kill at that mome
 time. Unset (always, outside tests) a point costs one dictionary lookup.
 
 Points: `closing` — the driver has recorded its last run and is about to close the record
-(end the cell runs with their summary metrics, end the study run, take the snapshot).
+(end the cell runs with their summary metrics, end the study run, take the snapshot);
+`snapshot` — a snapshot's copy is written, not yet checked and renamed (harness.record.guard);
+`restore` — `record restore` has built and checked its copy, and moved nothing yet;
+`creating` — a new SQLite store is built on its temporary file, not yet renamed (harness.record.writer).
 """
 
 from __future__ import annotations

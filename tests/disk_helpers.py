@@ -42,7 +42,7 @@ def fill(disk: Path, leave: int) -> Path:
     return filler
 
 
-def tprbench(*argv: str, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+def tprbench(*argv: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """`tprbench ARGV...` in its own process (its output captured)."""
     return subprocess.run(
         [TPRBENCH, *argv],

@@ -58,7 +58,7 @@ def test_restore_refuses_while_a_driver_holds_the_study(tmp_path: Path) -> None:
     log = tmp_path / "driver.log"
     driver = start_driver(study, db.parent, log, "--num-cpus", "1")
     try:
-        deadline = time.time() + 120
+        deadline = time.time() + 600  # a loaded machine takes minutes to start a driver
         while "opening the record" not in log.read_text(errors="replace"):  # said once its study lock is held
             assert driver.poll() is None and time.time() < deadline, log.read_text(errors="replace")
             time.sleep(0.2)

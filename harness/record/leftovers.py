@@ -29,9 +29,10 @@ from .lease import process_start
 HOST = socket.gethostname()
 LEGACY_IDLE = 600.0
 CHANGED = "changed"  # a driver's "record changed since the last snapshot" mark (harness.record.guard)
-_OWNED = re.compile(r"^\.(?P<target>.+)\.(?P<what>creating|restore|snapshot|changed)-(?P<host>.+)-(?P<pid>\d+)$")
-_OLD_CREATING = re.compile(r"^\.(?P<target>.+)\.creating-(?P<pid>\d+)$")
-_OLD_NO_PID = re.compile(r"^\.(.+\.restore|mlflow-.+\.db)\.tmp$")
+_SIDE = r"(?:-journal|-wal|-shm)?"  # SQLite's files beside a database being written
+_OWNED = re.compile(rf"^\.(?P<target>.+)\.(?P<what>creating|restore|snapshot|changed)-(?P<host>.+)-(?P<pid>\d+){_SIDE}$")
+_OLD_CREATING = re.compile(rf"^\.(?P<target>.+)\.creating-(?P<pid>\d+){_SIDE}$")
+_OLD_NO_PID = re.compile(rf"^\.(.+\.restore|mlflow-.+\.db)\.tmp{_SIDE}$")
 
 
 def own(path: Path, what: str) -> Path:
@@ -40,7 +41,8 @@ def own(path: Path, what: str) -> Path:
 
 
 def owner(path: Path) -> tuple[str, str, int] | None:
-    """(what, host, pid) of a file named by `own` (or by the older `.X.creating-PID`), else None."""
+    """(what, host, pid) of a file named by `own` (or by the older `.X.creating-PID`), or of SQLite's
+    journal beside one, else None."""
     found = _OWNED.match(path.name)
     if found:
         return found["what"], found["host"], int(found["pid"])

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from tasks.result import REPLACEABLE, RunResult
 
+from ..faults import fault_point
 from . import leftovers
 from .contract import (
     LIVE_STATUS,
@@ -619,6 +620,7 @@ def create_sqlite_store(path: Path) -> None:
     try:
         MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments()
         _dispose_engine(f"sqlite:///{tmp}")
+        fault_point("creating")  # a kill here leaves the new store unrenamed (tests/test_record_leftovers.py)
         if path.exists() and path.stat().st_size > 0:  # another process created it meanwhile
             return
         os.replace(tmp, path)
