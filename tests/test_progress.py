@@ -143,7 +143,12 @@ def test_resume_names_trials_without_a_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "c1" / "trial-0000" / "checkpoint.pt").write_bytes(b"x")
     events: list[str] = []
     st = SimpleNamespace(
-        cell=SimpleNamespace(id="c1"), records={"c1/trial/2": SimpleNamespace(status="FINISHED")}, stale=[(0, 10), (1, 11)], retried=0, continued=0
+        cell=SimpleNamespace(id="c1"),
+        records={"c1/trial/2": SimpleNamespace(status="FINISHED")},
+        stale=[(0, 10), (1, 11)],
+        retried=0,
+        continued=0,
+        started_over=0,
     )
     fake = SimpleNamespace(work_dir=tmp_path, _errored=StudyRunner._errored, _say=events.append)
     StudyRunner._say_resume(fake, [st])

@@ -25,7 +25,8 @@ from harness.bench import units as bench_units  # noqa: E402
 from tests.test_tpru_triton import DIN, compare_functions, compare_units, function_inputs, padded_batch, run_unit  # noqa: E402
 from units import tpru_persist, tpru_triton  # noqa: E402
 from units.tpru_fused import TPRURecurrence  # noqa: E402
-from units.tpru_triton import Layout, PersistentConfig, TPRUTritonRecurrence, TritonConfig  # noqa: E402
+from units.tpru_triton import TPRUTritonRecurrence  # noqa: E402
+from units.tpru_triton_layout import Layout, PersistentConfig, TritonConfig  # noqa: E402
 
 pytestmark = pytest.mark.triton
 

@@ -48,9 +48,8 @@ from dataclasses import dataclass
 import torch
 import triton
 
-from . import tpru_triton
 from .tpru_fused import NORM_EPS
-from .tpru_triton import Layout, _interpreting, _pow2
+from .tpru_triton_layout import Layout, _interpreting, _pow2, kernels, ptxas_report
 
 
 class NotCoResident(RuntimeError):
@@ -196,7 +195,7 @@ class Plan:
         return dict(common, BK_N=min(block_k, _pow2(L.roles)), BK_R=min(block_k, _pow2(L.rows)))
 
     def launch(self, direction: str, device: torch.device, args: tuple) -> None:
-        fn = getattr(tpru_triton.kernels(_interpreting(device), "tpru_persist_kernels"), f"{direction}_persistent")
+        fn = getattr(kernels(_interpreting(device), "tpru_persist_kernels"), f"{direction}_persistent")
         constants = self.constants(direction)
         options = dict(num_warps=self.layout.config.persistent.num_warps, num_stages=1)
         if self.grid_sync and not _interpreting(device):
@@ -293,10 +292,10 @@ H100 = SMLimits(sms=132)  # an H100 SXM's SM count, for reports made without a c
 def compile_report(plan: Plan, direction: str, arch: int = 90, dtype: str = "fp32", limits: SMLimits = H100) -> dict:
     """Compile one persistent kernel for an NVIDIA target with no GPU (tpru_triton.ptxas_report) and
     say whether its grid would pass the co-residency check on a card with these limits (an H100's)."""
-    fn = getattr(tpru_triton.kernels(False, "tpru_persist_kernels"), f"{direction}_persistent")
+    fn = getattr(kernels(False, "tpru_persist_kernels"), f"{direction}_persistent")
     ints = ("T", "B", "D", "N", "K", "S", "NB", "CT", "NT", "ROWS", "NPROG")
     types = dict({name: "i32" for name in ints}, counter="*i32")
     options = dict(num_warps=plan.layout.config.persistent.num_warps, num_stages=1)
-    report = tpru_triton.ptxas_report(fn, plan.constants(direction), types, options, arch, dtype)
+    report = ptxas_report(fn, plan.constants(direction), types, options, arch, dtype)
     per_sm = blocks_per_sm(report["registers"], report["shared_bytes"], options["num_warps"], limits)
     return dict(report, kernel=f"{direction}_persistent", blocks_per_sm=per_sm, co_resident=plan.programs <= per_sm * limits.sms)
