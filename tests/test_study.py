@@ -622,6 +622,15 @@ def test_docs_example_is_a_valid_study(stand_in_logic: None, monkeypatch: pytest
     assert expand(study)
 
 
+def test_docs_name_every_trainer_hyperparameter() -> None:
+    """docs/study-files.md's `[search]` section names every field of `HParams` (min_lr, epoch_updates
+    and data_order were added to the trainer without it)."""
+    from tasks.hparams import HParams
+
+    section = (ROOT / "docs" / "study-files.md").read_text().split("### `[search]`", 1)[1].split("| written |", 1)[0]
+    assert [name for name in HParams.model_fields if f"`{name}`" not in section] == []
+
+
 # -- the metric and the search names are checked when the study is read ---------------------
 
 
