@@ -11,7 +11,20 @@ from pathlib import Path
 
 import pytest
 
-from harness.report.papers import HELD, IN_PROGRESS, NOT_HELD, NOT_REACHABLE, NOT_READ, NOT_RUN, PapersError, evaluate, load_claims, write_papers
+from harness.report.papers import (
+    HELD,
+    IN_PROGRESS,
+    NOT_HELD,
+    NOT_REACHABLE,
+    NOT_READ,
+    NOT_RUN,
+    SHORT,
+    UNCHECKED,
+    PapersError,
+    evaluate,
+    load_claims,
+    write_papers,
+)
 from tasks.result import paused_reason
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,12 +132,12 @@ def test_measures_and_verdicts(record, tmp_path):
     rows = {r.claim.id: r for r in evaluate(load_claims(_claims(tmp_path, body)), record)}
 
     assert rows["gru-near"].ours.value == pytest.approx(100 * statistics.mean(gru))
-    assert rows["gru-near"].verdict == HELD and rows["gru-far"].verdict == NOT_HELD
+    assert rows["gru-near"].verdict == HELD and rows["gru-far"].verdict == UNCHECKED
     sd = 100 * statistics.stdev(gru)
     assert rows["gru-near"].ours.text == f"{100 * statistics.mean(gru):.2f} ± {sd:.2f} (3 seeds)"
-    assert rows["gru-vs-lstm"].verdict == (HELD if statistics.mean(gru) > statistics.mean(lstm) else NOT_HELD)
+    assert rows["gru-vs-lstm"].verdict == (HELD if statistics.mean(gru) > statistics.mean(lstm) else UNCHECKED)
     assert rows["gru-near-lstm"].verdict == HELD  # accuracies differ by less than 1
-    assert rows["gru-far-lstm"].verdict == (HELD if statistics.mean(gru) == statistics.mean(lstm) else NOT_HELD)
+    assert rows["gru-far-lstm"].verdict == (HELD if statistics.mean(gru) == statistics.mean(lstm) else UNCHECKED)
     tpru_units = ["tpru-mod1[roles=8]", "tpru-mod2[roles=8]", "tpru-mod3[roles=8]", "tpru[roles=16]", "tpru[roles=8,slices=8]", "tpru[roles=8]"]
     cell_means = [statistics.mean(_seed_values(record, u)) for u in tpru_units]
     assert rows["all-tpru"].ours.value == pytest.approx(statistics.mean(cell_means))
@@ -133,6 +146,71 @@ def test_measures_and_verdicts(record, tmp_path):
     assert rows["needs-more"].verdict == IN_PROGRESS and "1 of 2 cells" in rows["needs-more"].ours.progress
     assert rows["no-record"].verdict == NOT_RUN and rows["no-record"].ours.value is None
     assert rows["cluster"].verdict == NOT_REACHABLE
+
+
+def _with_authors(body: str, authors: str) -> str:
+    """A claim body with an `authors_code` line added after its budget."""
+    return body.replace("budget = {", authors + "\nbudget = {", 1)
+
+
+def test_did_not_hold_is_a_verdict_only_where_the_authors_code_fails_too(record, tmp_path):
+    """Ours fails every claim below. With the authors' code at the same budget failing too: "did not
+    hold"; meeting it: "short of the authors' code" (a reproduction fault); not run: unchecked. A
+    count of failed cells from their code on some cells only is a lower bound: it decides an at_most
+    count once past it, nothing else."""
+    (record / "authors.md").write_text("their runs\n")
+    gru = '{ select = { unit = "gru" }, metric = "best_valid_acc" }'
+    far = '{ rule = "within", tolerance = 0.001 }'
+    count = '{ select = { unit = "*" }, metric = "best_valid_acc", over = "count_above", above = 0.0 }'
+    body = (
+        _with_authors(claim("both-fail", gru, far, pn=5.0), 'authors_code = { value = 4.0, text = "4.0", source = "authors.md" }')
+        + _with_authors(claim("theirs-holds", gru, far, pn=5.0), 'authors_code = { value = 5.0, text = "5.0", source = "authors.md" }')
+        + claim("unchecked", gru, far, pn=5.0)
+        + _with_authors(
+            claim("count-bound-past", count, '{ rule = "at_most", value = 1 }'),
+            'authors_code = { value = 2, text = "2 of 3 run", source = "authors.md", covers = "some" }',
+        )
+        + _with_authors(
+            claim("count-bound-short", count, '{ rule = "at_most", value = 1 }'),
+            'authors_code = { value = 1, text = "1 of 3 run", source = "authors.md", covers = "some" }',
+        )
+        + _with_authors(
+            claim("some-within", gru, far, pn=5.0), 'authors_code = { value = 5.0, text = "5.0", source = "authors.md", covers = "some" }'
+        )
+        + _with_authors(
+            claim("ours-holds", gru, '{ rule = "at_most", value = 1.0 }'), 'authors_code = { value = 9.0, text = "9", source = "authors.md" }'
+        )
+    )
+    rows = {r.claim.id: r for r in evaluate(load_claims(_claims(tmp_path, body)), record)}
+    assert rows["both-fail"].verdict == NOT_HELD
+    assert rows["theirs-holds"].verdict == SHORT
+    assert rows["unchecked"].verdict == UNCHECKED
+    assert rows["count-bound-past"].verdict == NOT_HELD  # 8 cells over 0 here; theirs: at least 2 > 1
+    assert rows["count-bound-short"].verdict == UNCHECKED  # theirs: at least 1, may be more
+    assert rows["some-within"].verdict == UNCHECKED
+    assert rows["ours-holds"].verdict == HELD  # their number does not matter where ours holds
+
+
+def test_the_authors_code_column_and_its_errors(record, tmp_path):
+    gru = '{ select = { unit = "gru" }, metric = "best_valid_acc" }'
+    body = _with_authors(
+        claim("c", gru, '{ rule = "within", tolerance = 0.001 }', pn=5.0),
+        'authors_code = { value = 4.0, text = "4.0 ± 0.1 (6 seeds)", source = "authors-column.md" }',
+    )
+    (record / "authors-column.md").write_text("their runs\n")
+    out = tmp_path / "out"
+    write_papers(_claims(tmp_path, body), out, record, "tprbench papers")
+    readme = (out / "README.md").read_text()
+    assert "| authors' code |" in readme and "4.0 ± 0.1 (6 seeds) ([runs](../../authors-column.md))" in readme
+    assert "4.0 ± 0.1 (6 seeds),4.0" in (out / "claims.csv").read_text()
+    (record / "authors-column.md").unlink()
+    with pytest.raises(PapersError, match=r"claim c: authors_code.source authors-column.md not found"):
+        evaluate(load_claims(_claims(tmp_path, body)), record)
+    compare = _with_authors(
+        claim("d", gru, '{ rule = "above_claim", claim = "c" }'), 'authors_code = { value = 4.0, text = "4", source = "authors-column.md" }'
+    )
+    with pytest.raises(PapersError, match=r"claim d: authors_code needs a measured claim whose rule is within, at_most or at_least"):
+        load_claims(_claims(tmp_path, body + compare))
 
 
 def test_written_report_is_byte_identical_and_names_its_command(record, tmp_path):

@@ -11,7 +11,14 @@ Verdicts, in the order a claim moves through them:
   not yet run      the study runs here but its record has none of the claim's runs yet, or the claim
                    names a `plan` (a study file this machine can run, its measured cost) and no record
   in progress      some of the runs the measure needs are recorded, not all (counts shown)
-  held / did not hold   every run is recorded; the rule decides
+  held             every run is recorded; the rule decides it holds
+  did not hold     every run is recorded, the rule decides it fails, AND the authors' own code, run at
+                   the same budget (`authors_code`), fails it too: a finding about the claim at this
+                   budget, not about the reproduction
+  short of the authors' code   ours fails but the authors' own code at the same budget meets the
+                   claim: a fault of the reproduction until shown otherwise, never a finding
+  did not hold here, unchecked   ours fails and the authors' code was not run at this budget (or ran
+                   on too few of the claim's cells to tell): not yet quotable as "did not hold"
   not reachable on this machine   the claim names a `cluster` plan (a study file and its cost)
                    and no record here measures it
   paper table not read here   the claim lists a table whose text could not be read here (`unread`:
@@ -143,6 +150,23 @@ class Verdict(_Strict):
         return self
 
 
+class AuthorsCode(_Strict):
+    """The claim's measure on the authors' own code, run outside tprbench at the same budget (same
+    data, same number of updates, their training loop), and where the runs are written down.
+
+    Why typed in and not read: their code writes its own logs, not an MLflow record; `source` is the
+    committed file (relative to the claims file's base) that lists every run and the script that
+    computed `value` from them, so the number is as checkable as the record's.
+    `covers = "some"`: their code ran on some of the measure's cells only; a count of failed cells
+    is then a lower bound (it decides "at_most" only when already above it), anything else cannot
+    decide and the verdict stays unchecked."""
+
+    value: Number
+    text: str = pydantic.Field(min_length=1)
+    source: str = pydantic.Field(min_length=1)
+    covers: Literal["all", "some"] = "all"
+
+
 class Cluster(_Strict):
     """Where a claim's budget does not fit this machine: the study file that runs it on a cluster
     and its estimated cost, with the measurement the estimate comes from."""
@@ -175,6 +199,7 @@ class Claim(_Strict):
     measure: Measure | None = None
     verdict: Verdict | None = None
     budget: Budget | None = None
+    authors_code: AuthorsCode | None = None
     cluster: Cluster | None = None
     plan: Plan | None = None
     unread: str = ""
@@ -191,6 +216,8 @@ class Claim(_Strict):
             raise ValueError("a plan (not yet run here) excludes a measure and a cluster plan")
         if self.verdict is not None and self.verdict.rule == "within" and self.paper_number is None:
             raise ValueError("rule 'within' compares with paper_number: give it")
+        if self.authors_code is not None and (self.verdict is None or self.verdict.rule not in ("within", "at_most", "at_least")):
+            raise ValueError("authors_code needs a measured claim whose rule is within, at_most or at_least (the rule decides their number too)")
         return self
 
 
@@ -409,6 +436,30 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
 
 HELD, NOT_HELD, NOT_REACHABLE, NOT_RUN, IN_PROGRESS = ("held", "did not hold", "not reachable on this machine", "not yet run", "in progress")
 NOT_READ = "paper table not read here"
+SHORT = "short of the authors' code"
+UNCHECKED = "did not hold here, unchecked"
+
+
+def _rule_holds(claim: Claim, value: float) -> bool:
+    """Rules within / at_most / at_least applied to one number (ours, or the authors' code's)."""
+    v = claim.verdict
+    assert v is not None
+    if v.rule == "within":
+        return abs(value - float(claim.paper_number)) <= float(v.tolerance)  # type: ignore[arg-type]
+    if v.rule == "at_most":
+        return value <= float(v.value)  # type: ignore[arg-type]
+    return value >= float(v.value)  # type: ignore[arg-type]
+
+
+def _not_held(claim: Claim) -> str:
+    """Ours fails the claim: a finding only if the authors' own code at the same budget fails it too."""
+    a = claim.authors_code
+    if a is None:
+        return UNCHECKED
+    if a.covers == "some":  # a lower bound: it decides only a count already past an at_most
+        lower_bound = claim.measure is not None and claim.measure.over == "count_above" and claim.verdict.rule == "at_most"  # type: ignore[union-attr]
+        return NOT_HELD if lower_bound and not _rule_holds(claim, a.value) else UNCHECKED
+    return SHORT if _rule_holds(claim, a.value) else NOT_HELD
 
 
 def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> str:
@@ -417,18 +468,14 @@ def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> 
     if ours is None:
         return NOT_RUN if claim.plan is not None else NOT_REACHABLE if claim.cluster is not None else NOT_READ
     if ours.value is None:  # nothing finished: not run yet, or every seed diverged
-        return NOT_HELD if ours.complete else (IN_PROGRESS if ours.runs else NOT_RUN)
+        return _not_held(claim) if ours.complete else (IN_PROGRESS if ours.runs else NOT_RUN)
     v = claim.verdict
     assert v is not None
     other = others.get(v.claim) if v.claim else None
     if not ours.complete or (other is not None and not other.complete):
         return IN_PROGRESS
-    if v.rule == "within":
-        ok = abs(ours.value - float(claim.paper_number)) <= float(v.tolerance)  # type: ignore[arg-type]
-    elif v.rule == "at_most":
-        ok = ours.value <= float(v.value)  # type: ignore[arg-type]
-    elif v.rule == "at_least":
-        ok = ours.value >= float(v.value)  # type: ignore[arg-type]
+    if v.rule in ("within", "at_most", "at_least"):
+        ok = _rule_holds(claim, ours.value)
     else:
         if other is None or other.value is None:
             return IN_PROGRESS
@@ -436,7 +483,7 @@ def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> 
             ok = abs(ours.value - other.value) <= float(v.tolerance)  # type: ignore[arg-type]
         else:
             ok = ours.value < other.value if v.rule == "below_claim" else ours.value > other.value
-    return HELD if ok else NOT_HELD
+    return HELD if ok else _not_held(claim)
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -457,6 +504,8 @@ def evaluate(claims: ClaimsFile, base: Path) -> list[Row]:
         if c.measure is None:
             continue
         key = (str(c.study), str(c.record))
+        if c.authors_code is not None and not (base / c.authors_code.source).exists():
+            raise PapersError(f"claim {c.id}: authors_code.source {c.authors_code.source} not found (relative to {base})")
         if key not in studies:
             study_file = base / str(c.study)
             if not study_file.is_file():
@@ -504,7 +553,7 @@ def _md(text: str) -> str:
     return _html(text).replace("|", "\\|").replace("\n", " ")
 
 
-COLUMNS = ["seed", "claim", "paper", "tprbench", "budget", "verdict", "commit", "record"]
+COLUMNS = ["seed", "claim", "paper", "tprbench", "authors' code", "budget", "verdict", "commit", "record"]
 
 
 def table_rows(rows: list[Row]) -> list[list[str]]:
@@ -527,7 +576,8 @@ def table_rows(rows: list[Row]) -> list[list[str]]:
             verdict += f": [{c.plan.study}](../../{c.plan.study}), {c.plan.cost}"
         elif r.verdict == NOT_READ:
             verdict += f": {c.unread}"
-        out.append([c.seed, f"**{c.paper}**, {c.where}: {c.claim}", c.paper_value, ours, _budget(c), verdict, commits, where])
+        authors = f"{c.authors_code.text} ([runs](../../{c.authors_code.source}))" if c.authors_code is not None else "–"
+        out.append([c.seed, f"**{c.paper}**, {c.where}: {c.claim}", c.paper_value, ours, authors, _budget(c), verdict, commits, where])
     return out
 
 
@@ -543,9 +593,10 @@ def markdown(claims: ClaimsFile, rows: list[Row], command: str, source: str) -> 
         f"Generated from the committed records by `{command}` (claims: `{source}`); do not edit by hand.",
         "Each number under *tprbench* is read from the record of the study it links (mean ± std over seeds,",
         "or over tasks where it says so); the budget is ours as a fraction of what the authors' own code runs",
-        "(data × epochs or updates × size; the notes cite the line of their training loop). Verdicts: "
-        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        + ".",
+        "(data × epochs or updates × size; the notes cite the line of their training loop). *authors' code* is the",
+        'same measure on the authors\' own code run at that budget outside tprbench: a claim "did not hold" only',
+        'where their code fails it too; where ours fails and theirs was not run it is "did not hold here, unchecked".',
+        "Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".",
         "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "|".join(":---" for _ in COLUMNS) + "|",
@@ -575,6 +626,8 @@ def csv_text(rows: list[Row]) -> str:
             "tprbench",
             "tprbench_value",
             "complete",
+            "authors_code",
+            "authors_code_value",
             "budget_fraction",
             "verdict",
             "commits",
@@ -597,6 +650,8 @@ def csv_text(rows: list[Row]) -> str:
                 r.ours.text if r.ours else "",
                 value,
                 "" if r.ours is None else str(r.ours.complete).lower(),
+                c.authors_code.text if c.authors_code else "",
+                repr(c.authors_code.value) if c.authors_code else "",
                 "" if b is None else repr(b.fraction),
                 r.verdict,
                 " ".join(r.ours.commits) if r.ours else "",
