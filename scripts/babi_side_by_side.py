@@ -59,12 +59,13 @@ class Row:
 
 
 def tprbench_rows(study_path: str, root: str) -> list[Row]:
+    from harness.record.compressed import reading_root
     from harness.record.sources import default_tracking_uri
     from harness.report.load import load_history, load_runs
     from harness.study import expand, load_study
 
     study = load_study(study_path)
-    uri = default_tracking_uri(Path(root))
+    uri = default_tracking_uri(reading_root(Path(root)))  # a committed mlflow.db.gz: its decompressed copy
     runs = load_runs(uri, study.name)
     runs = runs[(runs["phase"] == "final") & (runs["status"].isin(["finished", "diverged"]))]
     history = load_history(uri, study.name, list(runs["run_id"]), ["valid_acc"])
@@ -160,7 +161,7 @@ def table(rows: list[Row], marks: list[int], reference: Row | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("study")
-    p.add_argument("--root", required=True, help="the study's record (a run directory holding mlflow.db)")
+    p.add_argument("--root", required=True, help="the study's record (a run directory holding mlflow.db, or records/<study> with mlflow.db.gz)")
     p.add_argument("--authors", type=Path, default=None, help="folder of the authors' runs: qa{N}-seed{S}.jsonl")
     p.add_argument("--cap", type=int, default=21_300, help="updates of the authors' runs read (their runs' length)")
     p.add_argument("--marks", default="7100,14200,21300", help="updates at which validation accuracy is shown")

@@ -262,12 +262,13 @@ def main(argv: list[str] | None = None) -> int:
     from mlflow import MlflowClient
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from harness.record.compressed import reading_root
     from harness.record.contract import Kind, experiment_name
     from harness.record.sources import kind_filter
     from harness.record.storage import open_storage
 
     problems: list[str] = []
-    db = f"sqlite:///{root / 'mlflow.db'}"
+    db = f"sqlite:///{reading_root(root) / 'mlflow.db'}"  # a committed mlflow.db.gz: its decompressed copy
     exp = MlflowClient(tracking_uri=db).get_experiment_by_name(experiment_name(args.study))
     if exp is None:
         raise SystemExit(f"screenshots: no experiment {experiment_name(args.study)} in {db}")

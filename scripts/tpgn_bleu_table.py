@@ -140,10 +140,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--study", default="tpgn-cpu")
     p.add_argument("--out", default=None, help="default reports/<study>/bleu.md")
     args = p.parse_args(argv)
+    from harness.record.compressed import reading_root
     from harness.record.reader import RecordReader
     from harness.record.sources import default_tracking_uri
 
-    runs = RecordReader(default_tracking_uri(Path(args.root).expanduser()), args.study).runs()
+    root = reading_root(Path(args.root).expanduser())  # a committed mlflow.db.gz: its decompressed copy
+    runs = RecordReader(default_tracking_uri(root), args.study, root=root).runs()
     auto, lm = collect(runs, "autoencode"), collect(runs, "lm")
     gains, verdict = gain_section(auto)
     text = [

@@ -36,7 +36,7 @@ class Source:
     trained: bool
 
 
-def tracking(root: str, uri: str | None) -> str:
+def tracking(root: str | Path, uri: str | None) -> str:
     return uri or default_tracking_uri(Path(root).expanduser().resolve())
 
 

@@ -33,20 +33,15 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from harness.commands.report import tracking_uri
+    from harness.commands.report import reading
     from harness.record.store_check import check_stores
     from harness.report import compare_studies, print_comparison
 
     console = Console()
     side = {}
     for key in ("a", "b"):
-        root = getattr(args, f"root_{key}") or args.root or "runs"
-        side[key] = dict(
-            study=getattr(args, f"study_{key}"),
-            uri=tracking_uri(root, getattr(args, f"tracking_uri_{key}")),
-            commit=getattr(args, f"commit_{key}"),
-            root=root,
-        )
+        uri, read = reading(getattr(args, f"root_{key}") or args.root or "runs", getattr(args, f"tracking_uri_{key}"))
+        side[key] = dict(study=getattr(args, f"study_{key}"), uri=uri, commit=getattr(args, f"commit_{key}"), root=read)
         check_stores(getattr(args, f"tracking_uri_{key}"), reading=True, option=f"--tracking-uri-{key}")
     result = compare_studies(side["a"], side["b"], seeds_wanted=args.seeds)
     for note in result.notes:

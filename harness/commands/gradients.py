@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.analysis import gradients as grad
     from harness.analysis.sources import AnalysisError, from_run, from_spec, parse_pairs, study_runs, tracking
     from harness.output_path import check_output_path
+    from harness.record.compressed import reading_root
     from harness.record.store_check import check_stores
 
     check_output_path(args.out, "--out")  # before any model is built or measured
@@ -56,10 +57,10 @@ def run(args: argparse.Namespace) -> int:
         raise AnalysisError("name what to analyse: RUN_ID(s), --study NAME or --unit SPEC (with --task)")
     if args.unit and not args.task:
         raise AnalysisError("--unit needs --task (whose validation data the unit reads)")
-    root = Path(args.root).expanduser().resolve()
+    root = reading_root(Path(args.root).expanduser().resolve())  # a committed mlflow.db.gz: its decompressed copy
     cache = root / "cache"
     console = Console()
-    uri = tracking(args.root, args.tracking_uri)
+    uri = tracking(root, args.tracking_uri)
     if args.run_ids or args.study:
         check_stores(args.tracking_uri, reading=True)
     runs = [(r, None) for r in args.run_ids]

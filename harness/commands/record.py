@@ -38,12 +38,16 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.driver.errors import RunnerError
     from harness.record import guard
+    from harness.record.compressed import reading_root, refuse_writing
     from harness.record.sources import sqlite_path
 
     root = Path(args.root).expanduser().resolve()
     if args.action in ("save", "load"):
         return _carry(args, root)
-    uri = args.tracking_uri or f"sqlite:///{root / 'mlflow.db'}"
+    if args.action in ("snapshot", "restore"):
+        refuse_writing(root, f"record {args.action}")
+    read = reading_root(root) if args.action == "check" else root  # a committed mlflow.db.gz: its decompressed copy
+    uri = args.tracking_uri or f"sqlite:///{read / 'mlflow.db'}"
     db = sqlite_path(uri)
     if db is None:
         raise RunnerError(
@@ -64,16 +68,26 @@ def run(args: argparse.Namespace) -> int:
     if not db.exists():
         raise RunnerError(f"record {args.action}: {db} does not exist (check --root)")
     if args.action == "check":
-        problem = guard.quick_check(db)
-        if problem is not None:
-            raise guard.RecordCorrupt(
-                f"{db}: the MLflow record is damaged ({problem}); restore it: tprbench record restore --root {root} (docs/reliability.md)"
-            )
-        print(f"{db}: ok (SQLite quick_check)")
+        print(_check(db, root, compressed=read != root))
         return 0
     path = guard.take_snapshot(db, root)
     print(f"snapshot: {path}")
     return 0
+
+
+def _check(db, root, compressed: bool) -> str:
+    """`record check`: SQLite's quick_check of the record (of a committed mlflow.db.gz's decompressed copy)."""
+    from harness.record import guard
+    from harness.record.compressed import GZ
+
+    problem = guard.quick_check(db)
+    if problem is not None and compressed:
+        raise guard.RecordCorrupt(f"{root / GZ}: the compressed MLflow record is damaged ({problem}); take it again from git or save it again")
+    if problem is not None:
+        raise guard.RecordCorrupt(
+            f"{db}: the MLflow record is damaged ({problem}); restore it: tprbench record restore --root {root} (docs/reliability.md)"
+        )
+    return f"{root / GZ}: ok (SQLite quick_check of its decompressed copy {db})" if compressed else f"{db}: ok (SQLite quick_check)"
 
 
 def _carry(args: argparse.Namespace, root) -> int:

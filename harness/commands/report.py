@@ -37,12 +37,17 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def tracking_uri(root: str, uri: str | None) -> str:
+def reading(root: str, uri: str | None):
+    """(tracking URI, run directory) a reading command uses for `--root`: the root itself, or a
+    committed record's decompressed copy when it holds only mlflow.db.gz (harness.record.compressed);
+    the run directory is where the reader's caches go, never into the committed folder."""
     from pathlib import Path
 
+    from harness.record.compressed import reading_root
     from harness.record.sources import default_tracking_uri
 
-    return uri or default_tracking_uri(Path(root).expanduser())
+    read = reading_root(Path(root).expanduser())
+    return uri or default_tracking_uri(read), read
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if args.out:  # before the record is read (the default folder is known once the study's name is)
         check_output_path(args.out, "--out")
     console = Console()
-    uri = tracking_uri(args.root, args.tracking_uri)
+    uri, read = reading(args.root, args.tracking_uri)
     check_stores(args.tracking_uri, reading=True)  # a dead server: one line, not minutes of retries
     # A first line before pandas and MLflow load (tens of seconds on a busy machine).
     console.print(f"report {args.study}: reading the record in {uri}", markup=False, highlight=False, soft_wrap=True)
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         command=command_line(args),
         bench_csv=args.bench,
         figures=not args.no_figures,
-        root=Path(args.root).expanduser(),
+        root=read,
     )
     print_sections(result.sections, console)
     for n in result.notes:

@@ -59,13 +59,16 @@ def load_cells(args: argparse.Namespace):
 
 
 def check_root(root: str):
-    """The run directory must be creatable and writable; say so before any work starts."""
+    """The run directory must be creatable and writable, and not a committed record (mlflow.db.gz,
+    harness.record.compressed); say so before any work starts."""
     import os
     from pathlib import Path
 
     from harness.driver.errors import RunnerError
+    from harness.record.compressed import refuse_writing
 
     path = Path(root).expanduser()
+    refuse_writing(path, "run --root")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

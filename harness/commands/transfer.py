@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from harness.record.compressed import reading_root, refuse_writing
     from harness.record.sources import default_tracking_uri
     from harness.record.store_check import check_stores
     from harness.transfer import TransferError, evaluate_run
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise TransferError(f"--tasks: unknown SentEval task(s) {', '.join(unknown)}; known: {', '.join(TASKS)}")
     root = Path(args.root).resolve()
+    if not args.no_log:  # it logs a nested run into the record
+        refuse_writing(root, "transfer --root")
+    root = reading_root(root)  # --no-log on a committed mlflow.db.gz: its decompressed copy
     uri = args.tracking_uri or default_tracking_uri(root)
     check_stores(args.tracking_uri, reading=True)
     console = Console()

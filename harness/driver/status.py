@@ -13,6 +13,7 @@ from typing import Any
 
 from tasks.result import RunStatus, is_diverged
 
+from ..record.compressed import reading_root
 from ..record.contract import Phase, RunKey, Tag, will_retry
 from ..record.reader import RecordReader
 from ..record.sources import default_tracking_uri
@@ -24,7 +25,8 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
     """What is done per cell, read from Optuna and MLflow without changing (or creating) either."""
     root = Path(root).resolve()
     ids = [c.id for c in cells]
-    reader = RecordReader(tracking_uri or default_tracking_uri(root), study.name, must_exist=False, root=root)
+    read = reading_root(root)  # a committed mlflow.db.gz: its decompressed copy (the journal is read where it is)
+    reader = RecordReader(tracking_uri or default_tracking_uri(read), study.name, must_exist=False, root=read)
     records = reader.run_records(ids)
     tags_by_cell = reader.cell_tags(ids)
     journal = storage_url or default_storage_url(root)

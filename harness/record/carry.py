@@ -7,10 +7,12 @@ its numbers in the record; a paused or interrupted run leaves only its checkpoin
 the record alone restarts those runs from epoch 1: for a study of tens of core-hours that is the
 whole study again.
 
-`save` copies the record (SQLite's online backup, consistent while a driver writes) and, under
+`save` copies the record (SQLite's online backup, consistent while a driver writes), compressed
+as `mlflow.db.gz` (harness.record.compressed: the committed tree must stay small), and, under
 `state/`, the two checkpoint files of every run that has a checkpoint and no result — nothing per
-epoch, nothing of finished runs, no caches (they are rebuilt). `load` puts them into a fresh root:
-the next `tprbench run` there continues each run from its epoch and, every run being
+epoch, nothing of finished runs, no caches (they are rebuilt). `load` puts them into a fresh root
+(the record as a plain `mlflow.db`; a folder saved before compression, holding `mlflow.db`, loads
+too): the next `tprbench run` there continues each run from its epoch and, every run being
 deterministic, ends where an uninterrupted run would have.
 
 Why the copy of a run's two files is checked: a worker writes `best.pt` and then `checkpoint.pt`
@@ -31,9 +33,9 @@ from pathlib import Path
 
 from tasks.result import BEST_WEIGHTS, CHECKPOINT, RESULT
 
+from .compressed import DB, GZ, compress, decompress, reading_root, stored_record
 from .guard import RecordCorrupt
 
-DB = "mlflow.db"
 JOURNAL = "optuna.journal"
 STATE = "state"  # under the saved record: <cell>/<run>/{checkpoint.pt,best.pt} and MANIFEST
 MANIFEST = "manifest.json"
@@ -64,11 +66,11 @@ def save(root: Path, dest: Path) -> list[str]:
     """Copy the root's record and its unfinished runs' checkpoints to `dest` (a records/<study>
     folder). Runs saved earlier that have since finished are dropped from `dest/state/`. Returns
     one line per thing written, for the user."""
-    db = root / DB
+    db = reading_root(root) / DB
     if not db.is_file():
-        raise CarryError(f"record save: {db} not found (give the study's --root)")
+        raise CarryError(f"record save: {root / DB} not found (give the study's --root)")
     dest.mkdir(parents=True, exist_ok=True)
-    lines = [_save_db(db, dest / DB)]
+    lines = [_save_db(db, dest)]
     if (root / JOURNAL).is_file():
         shutil.copyfile(root / JOURNAL, dest / JOURNAL)
         lines.append(f"{dest / JOURNAL}: {(dest / JOURNAL).stat().st_size / 1e6:.1f} MB")
@@ -78,14 +80,21 @@ def save(root: Path, dest: Path) -> list[str]:
     return lines
 
 
-def _save_db(db: Path, out: Path) -> str:
-    tmp = out.with_name(out.name + ".tmp")
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as source, sqlite3.connect(tmp) as copy:
-        source.backup(copy)
-    with sqlite3.connect(tmp) as copy:
-        copy.execute("VACUUM")
-    tmp.replace(out)
-    return f"{out}: {out.stat().st_size / 1e6:.1f} MB"
+def _save_db(db: Path, dest: Path) -> str:
+    """The record as `dest/mlflow.db.gz`; a plain `dest/mlflow.db` of an older save is removed."""
+    tmp = dest / (DB + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as source, sqlite3.connect(tmp) as copy:
+            source.backup(copy)
+        with sqlite3.connect(tmp) as copy:
+            copy.execute("VACUUM")
+        size = tmp.stat().st_size
+        compress(tmp, dest / GZ)
+    finally:
+        tmp.unlink(missing_ok=True)
+    (dest / DB).unlink(missing_ok=True)
+    return f"{dest / GZ}: {(dest / GZ).stat().st_size / 1e6:.1f} MB ({size / 1e6:.1f} MB as {DB})"
 
 
 def unfinished_runs(work: Path) -> list[Path]:
@@ -155,16 +164,16 @@ def load(saved: Path, root: Path) -> list[str]:
     """Put a saved record and its unfinished runs into `root`, a run directory with no record yet.
     The experiment's artifact folder is moved to `root/mlartifacts` (it named the old machine's
     path). Refuses a root that already holds a record: loading must never replace one."""
-    db = saved / DB
-    if not db.is_file():
-        raise CarryError(f"record load: {db} not found (give a folder written by `tprbench record save`)")
-    if (root / DB).exists():
-        raise CarryError(f"record load: {root / DB} exists; load into a fresh --root (nothing was changed)")
+    db = stored_record(saved)
+    if db is None:
+        raise CarryError(f"record load: {saved / DB} not found (give a folder written by `tprbench record save`)")
+    held = stored_record(root)
+    if held is not None:
+        raise CarryError(f"record load: {held} exists; load into a fresh --root (nothing was changed)")
     runs = _read_manifest(saved / STATE)
     root.mkdir(parents=True, exist_ok=True)
-    _check_saved_db(db)
     tmp = root / (DB + ".load.tmp")
-    shutil.copyfile(db, tmp)
+    _copy_saved_db(db, tmp)
     _rebase_artifacts(tmp, root / ARTIFACTS)
     lines = []
     if (saved / JOURNAL).is_file():
@@ -188,10 +197,20 @@ def _read_manifest(state: Path) -> list[CarriedRun]:
         raise CarryError(f"record load: {manifest}: unreadable ({exc}); save the state again") from None
 
 
-def _check_saved_db(db: Path) -> None:
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
-        problem = con.execute("PRAGMA quick_check").fetchone()[0]
+def _copy_saved_db(db: Path, out: Path) -> None:
+    """The saved record (`mlflow.db.gz` decompressed, or a plain `mlflow.db`) copied to `out`,
+    checked; a damaged one is one line naming the saved file, and `out` is removed."""
+    if db.name == GZ:
+        decompress(db, out)
+    else:
+        shutil.copyfile(db, out)
+    try:
+        with sqlite3.connect(f"file:{out}?mode=ro", uri=True) as con:
+            problem = con.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.DatabaseError as exc:
+        problem = str(exc)
     if problem != "ok":
+        out.unlink(missing_ok=True)
         raise RecordCorrupt(f"record load: {db} is damaged ({problem}); nothing was changed")
 
 

@@ -45,6 +45,7 @@ import pydantic
 from tasks.result import RunStatus, paused_epoch
 from units.spec import glob_regex, spec_pattern
 
+from ..record.compressed import DB, reading_root, stored_record
 from ..record.reader import ReportError
 
 
@@ -285,7 +286,8 @@ class StudyRuns:
 
 def read_study(study_file: Path, record: Path) -> StudyRuns:
     """One study's counted runs (harness.report.aggregate.counted_runs: the current parameters,
-    seeds below the study's count) from the record under `record` (its mlflow.db)."""
+    seeds below the study's count) from the record under `record` (its mlflow.db, or a committed
+    mlflow.db.gz read through its decompressed copy: harness.record.compressed)."""
     from .aggregate import counted_runs, records
     from .load import load_record, resolve_study
 
@@ -294,11 +296,12 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
         why = (note or "it did not validate").split("; reporting every cell")[0]
         raise PapersError(f"{study_file}: its cells are needed to pick the record's runs, but {why}")
     seeds = seeds or 1
-    db = record / "mlflow.db"
+    read = reading_root(record)
+    db = read / DB
     if not db.is_file():
         return StudyRuns(name, seeds, [], [], recorded=False)
     try:
-        runs, cells = load_record(f"sqlite:///{db.resolve()}", name, cell_ids, root=record)
+        runs, cells = load_record(f"sqlite:///{db.resolve()}", name, cell_ids, root=read)
     except ReportError:
         return StudyRuns(name, seeds, [], [], recorded=False)
     counted = counted_runs(runs, cells, seeds)
@@ -315,14 +318,14 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
 
 
 def record_problem(record: Path) -> str | None:
-    """Why `record` is not a study's record folder (one holding its `mlflow.db`), or None. A claim
+    """Why `record` is not a study's record folder (one holding its `mlflow.db` or `mlflow.db.gz`), or None. A claim
     whose record has none of its runs yet is "not yet run"; a record path that is not a record is
     an error, never that verdict."""
     if not record.exists():
         return "no such folder"
     if not record.is_dir():
         return "is a file, not a record folder"
-    if not (record / "mlflow.db").is_file():
+    if stored_record(record) is None:
         return "holds no record (no mlflow.db file; `tprbench record save` writes one)"
     return None
 
