@@ -13,7 +13,9 @@ authors' and in the stream arms).
 The authors' runs are the JSON lines their training loop wrote at each validation (one file per task
 and seed, `qa{N}-seed{S}.jsonl`: step, valid_acc, test_acc, …), produced outside this project by their
 code (ischlag/TPR-RNN, run under TF 2's compat.v1; how is in the report). Those files are data, kept
-beside the report; their code is not part of this repository.
+beside the report; their code is not part of this repository. A run counts once it reaches the cap, or
+100% validation accuracy before it: no later validation can then be the first best, so such runs may be
+stopped there, as tprbench's `stop_value` ends its own.
 
 Why a script and not `tprbench report`: the report reads one record; this table joins a record with
 measurements that are not in it. Fisher's exact test (scipy) says how surprising a difference in the
@@ -110,7 +112,8 @@ def authors_rows(folder: Path, cap: int) -> list[Row]:
             continue
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         lines = [r for r in lines if r["step"] <= cap]
-        if not lines or lines[-1]["step"] < cap:
+        solved = any(r["valid_acc"] >= 1.0 for r in lines)  # the first best is then fixed: a run may stop there
+        if not lines or (lines[-1]["step"] < cap and not solved):
             continue  # not yet at the cap: not comparable
         best = max(lines, key=lambda r: (r["valid_acc"], -r["step"]))  # the first best
         run = SeedRun(int(match.group(2)), 100.0 * (1 - best["test_acc"]), [(r["step"], r["valid_acc"]) for r in lines])

@@ -156,8 +156,9 @@ def _with_authors(body: str, authors: str) -> str:
 def test_did_not_hold_is_a_verdict_only_where_the_authors_code_fails_too(record, tmp_path):
     """Ours fails every claim below. With the authors' code at the same budget failing too: "did not
     hold"; meeting it: "short of the authors' code" (a reproduction fault); not run: unchecked. A
-    count of failed cells from their code on some cells only is a lower bound: it decides an at_most
-    count once past it, nothing else."""
+    number from their code on some cells only is a lower bound (a count of failed cells, or a mean
+    of errors with the cells not run at 0): it decides a failure once past what the rule allows,
+    nothing else."""
     (record / "authors.md").write_text("their runs\n")
     gru = '{ select = { unit = "gru" }, metric = "best_valid_acc" }'
     far = '{ rule = "within", tolerance = 0.001 }'
@@ -178,6 +179,13 @@ def test_did_not_hold_is_a_verdict_only_where_the_authors_code_fails_too(record,
             claim("some-within", gru, far, pn=5.0), 'authors_code = { value = 5.0, text = "5.0", source = "authors.md", covers = "some" }'
         )
         + _with_authors(
+            claim("some-above", gru, far, pn=5.0), 'authors_code = { value = 5.01, text = ">= 5.01", source = "authors.md", covers = "some" }'
+        )
+        + _with_authors(
+            claim("some-at-least", gru, '{ rule = "at_least", value = 9.0 }'),
+            'authors_code = { value = 1.0, text = ">= 1", source = "authors.md", covers = "some" }',
+        )
+        + _with_authors(
             claim("ours-holds", gru, '{ rule = "at_most", value = 1.0 }'), 'authors_code = { value = 9.0, text = "9", source = "authors.md" }'
         )
     )
@@ -187,7 +195,9 @@ def test_did_not_hold_is_a_verdict_only_where_the_authors_code_fails_too(record,
     assert rows["unchecked"].verdict == UNCHECKED
     assert rows["count-bound-past"].verdict == NOT_HELD  # 8 cells over 0 here; theirs: at least 2 > 1
     assert rows["count-bound-short"].verdict == UNCHECKED  # theirs: at least 1, may be more
-    assert rows["some-within"].verdict == UNCHECKED
+    assert rows["some-within"].verdict == UNCHECKED  # a bound of 5.0 may still be within 5.0 ± 0.001
+    assert rows["some-above"].verdict == NOT_HELD  # theirs is at least 5.01: past 5.0 + 0.001
+    assert rows["some-at-least"].verdict == UNCHECKED  # a lower bound never shows "at least" failing
     assert rows["ours-holds"].verdict == HELD  # their number does not matter where ours holds
 
 

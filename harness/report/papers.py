@@ -158,9 +158,11 @@ class AuthorsCode(_Strict):
     Why typed in and not read: their code writes its own logs, not an MLflow record; `source` is the
     committed file (relative to the claims file's base) that lists every run and the script that
     computed `value` from them, so the number is as checkable as the record's.
-    `covers = "some"`: their code ran on some of the measure's cells only; a count of failed cells
-    is then a lower bound (it decides "at_most" only when already above it), anything else cannot
-    decide and the verdict stays unchecked."""
+    `covers = "some"`: their code ran on some of the measure's cells only, and `value` is a LOWER
+    BOUND of their measure over all the cells: a count of the failed cells among those run, or a
+    mean of non-negative errors whose cells not run count as 0 (the sum over those run divided by
+    all cells). A lower bound decides only a failure: above what the rule allows (at_most: above its
+    value; within: above paper + tolerance); otherwise the verdict stays unchecked."""
 
     value: Number
     text: str = pydantic.Field(min_length=1)
@@ -459,9 +461,11 @@ def _not_held(claim: Claim) -> str:
     a = claim.authors_code
     if a is None:
         return UNCHECKED
-    if a.covers == "some":  # a lower bound: it decides only a count already past an at_most
-        lower_bound = claim.measure is not None and claim.measure.over == "count_above" and claim.verdict.rule == "at_most"  # type: ignore[union-attr]
-        return NOT_HELD if lower_bound and not _rule_holds(claim, a.value) else UNCHECKED
+    if a.covers == "some":  # a lower bound: it decides only a failure from above
+        v = claim.verdict
+        assert v is not None
+        ceiling = float(v.value) if v.rule == "at_most" else float(claim.paper_number) + float(v.tolerance) if v.rule == "within" else None  # type: ignore[arg-type]
+        return NOT_HELD if ceiling is not None and a.value > ceiling else UNCHECKED
     return SHORT if _rule_holds(claim, a.value) else NOT_HELD
 
 
