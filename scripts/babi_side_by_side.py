@@ -41,6 +41,7 @@ class SeedRun:
     seed: int
     error: float | None  # test error % at the best validation accuracy (None: not finished)
     curve: list[tuple[int, float]]  # (updates, validation accuracy)
+    known_until: int | None = None  # the updates up to which the curve is complete (None: its last point)
 
     def valid_at(self, updates: int) -> float | None:
         """The validation accuracy of the last validation at or before `updates` (None: none yet, or
@@ -48,7 +49,7 @@ class SeedRun:
         seen = [acc for step, acc in self.curve if step <= updates]
         if not seen:
             return None
-        last_step = self.curve[-1][0]
+        last_step = self.known_until if self.known_until is not None else self.curve[-1][0]
         if updates > last_step and self.curve[-1][1] < 1.0:
             return None  # cut short for another reason (still running, paused): not known
         return seen[-1]
@@ -103,22 +104,34 @@ def _nan(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def authors_rows(folder: Path, cap: int) -> list[Row]:
-    """One row per task found in `folder`: the authors' runs, read up to `cap` updates."""
+def study_tasks(study_path: str) -> set[int]:
+    """The bAbI task numbers the study's cells train on (their `tasks` option): the authors' rows shown."""
+    from harness.study import expand, load_study
+
+    out: set[int] = set()
+    for cell in expand(load_study(study_path)):
+        out.update(int(t) for t in str(cell.task_options.get("tasks", "")).replace(",", " ").split() if t.isdigit())
+    return out
+
+
+def authors_rows(folder: Path, cap: int) -> list[tuple[int, Row]]:
+    """(task, row) for each task found in `folder`: the authors' runs, read up to `cap` updates."""
     by_task: dict[int, list[SeedRun]] = {}
     for path in sorted(folder.glob("qa*-seed*.jsonl")):
         match = re.fullmatch(r"qa(\d+)-seed(\d+)\.jsonl", path.name)
         if not match:
             continue
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        reached = any(r["step"] >= cap for r in lines)  # validations are every 200 updates: 7,100 falls between two
         lines = [r for r in lines if r["step"] <= cap]
         solved = any(r["valid_acc"] >= 1.0 for r in lines)  # the first best is then fixed: a run may stop there
-        if not lines or (lines[-1]["step"] < cap and not solved):
+        if not lines or not (reached or solved):
             continue  # not yet at the cap: not comparable
         best = max(lines, key=lambda r: (r["valid_acc"], -r["step"]))  # the first best
-        run = SeedRun(int(match.group(2)), 100.0 * (1 - best["test_acc"]), [(r["step"], r["valid_acc"]) for r in lines])
+        curve = [(r["step"], r["valid_acc"]) for r in lines]
+        run = SeedRun(int(match.group(2)), 100.0 * (1 - best["test_acc"]), curve, cap if reached else None)
         by_task.setdefault(int(match.group(1)), []).append(run)
-    return [Row(f"qa{t} · the authors' code (≤ {cap:,} updates)", sorted(runs, key=lambda r: r.seed)) for t, runs in sorted(by_task.items())]
+    return [(t, Row(f"qa{t} · the authors' code (≤ {cap:,} updates)", sorted(runs, key=lambda r: r.seed))) for t, runs in sorted(by_task.items())]
 
 
 def _fmt(values: list[float]) -> str:
@@ -172,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rows = tprbench_rows(args.study, args.root)
     if args.authors is not None:
-        rows += authors_rows(args.authors, args.cap)
+        tasks = study_tasks(args.study)
+        rows += [r for t, r in authors_rows(args.authors, args.cap) if t in tasks]
     reference = next((r for r in rows if r.name.split(" ")[0] == args.reference), None) if args.reference else None
     print(table(rows, [int(m) for m in args.marks.split(",")], reference))
     return 0
