@@ -1,7 +1,7 @@
 """tprbench's TPR-RNN runs beside the authors' own code, at equal updates: the bAbI side-by-side table.
 
     TPRBENCH_DATA=../shared/data .venv/bin/python scripts/babi_side_by_side.py studies/babi-qa17-isolate.toml \
-        --root records/babi-qa17-isolate --authors reports/babi-qa17-isolate/authors-code > reports/babi-qa17-isolate/side_by_side.md
+        --root records/babi-qa17-isolate --authors reports/babi-authors-code/validation-logs > reports/babi-qa17-isolate/side_by_side.md
 
 Rows: each cell of the study (one per task label: an arm of the isolation study, or a task), then the
 authors' code for each task it was run on. Both sides are read the same way: the test error at the
