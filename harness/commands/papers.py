@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     check_output_path(args.out, "--out")  # before the claims and records are read
     from rich.console import Console
     from rich.markup import escape
-    from rich.table import Table
+    from rich.table import Column, Table
 
     from harness.report.papers import write_papers
 
@@ -42,9 +42,10 @@ def run(args: argparse.Namespace) -> int:
     command = "tprbench papers" + ("" if args.claims == "studies/papers.toml" else f" {args.claims}")
     rows, files = write_papers(Path(args.claims), Path(args.out), base, command)
     console = Console()
-    table = Table("claim", "paper", "tprbench", "verdict", show_lines=False)
+    table = Table(Column("claim", overflow="fold"), "paper", "tprbench", "authors' code", "verdict", show_lines=False)  # an id folds, never "…"
     for r in rows:  # the terminal gets the short form; README.md has the claims, budgets and links
-        table.add_row(escape(r.claim.id), escape(r.claim.paper_value), escape(r.ours.text if r.ours else "–"), escape(r.verdict))
+        authors = f"{r.claim.authors_code.value:g}" if r.claim.authors_code else "–"  # the number the verdict used
+        table.add_row(escape(r.claim.id), escape(r.claim.paper_value), escape(r.ours.text if r.ours else "–"), authors, escape(r.verdict))
     console.print(table)
     console.print(f"wrote {', '.join(escape(str(f)) for f in files)}")
     return 0
