@@ -8,6 +8,7 @@ was looked for and, when a sub-folder holds them, `did you mean <that folder>?`.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,16 @@ from pathlib import Path
 from .errors import DataError
 
 DATA_ENV = "TPRBENCH_DATA"
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """A file's SHA-256 in hex, read in 1 MiB blocks (a record or a checkpoint need not fit in memory
+    twice). One function for every hash of a file: data provenance, saved checkpoints, cached records."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def data_root(explicit: str | os.PathLike | None = None) -> Path | None:

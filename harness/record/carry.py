@@ -23,7 +23,6 @@ file changed while it was copied.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.paths import file_sha256
 from tasks.result import BEST_WEIGHTS, CHECKPOINT, RESULT
 
 from .compressed import DB, GZ, compress, decompress, reading_root, stored_record
@@ -141,7 +141,7 @@ def _copy_run(src: Path, out: Path, rel: str) -> CarriedRun:
                 except FileNotFoundError:
                     break
         if {n: _stamp(src / n) for n in names} == before and (out / CHECKPOINT).exists():
-            files = {n: _sha256(out / n) for n in names if (out / n).exists()}
+            files = {n: file_sha256(out / n) for n in names if (out / n).exists()}
             return CarriedRun(rel, _epoch(out / CHECKPOINT), files)
     raise CarryError(f"record save: {src} changed on every one of {COPY_TRIES} copies; try again")
 
@@ -150,10 +150,6 @@ def _epoch(checkpoint: Path) -> int:
     from tasks.checkpoint import load_checkpoint
 
     return int(load_checkpoint(checkpoint)["epoch"])
-
-
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -227,7 +223,7 @@ def _rebase_artifacts(db: Path, artifacts: Path) -> None:
 
 def _load_run(src: Path, out: Path, run: CarriedRun) -> None:
     for name, digest in run.files.items():
-        if not (src / name).is_file() or _sha256(src / name) != digest:
+        if not (src / name).is_file() or file_sha256(src / name) != digest:
             raise CarryError(f"record load: {src / name} is missing or differs from its manifest; save the state again")
     out.mkdir(parents=True, exist_ok=True)
     # best.pt first, then the checkpoint: the order a worker writes them, so a copy cut short

@@ -22,11 +22,12 @@ empty record beside the committed one.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import os
 import shutil
 import zlib
 from pathlib import Path
+
+from tasks.paths import file_sha256
 
 from .guard import RecordCorrupt
 
@@ -93,7 +94,7 @@ def reading_root(root: Path) -> Path:
     if not is_compressed(root):
         return root
     gz = root / GZ
-    folder = cache_home() / _sha256(gz)
+    folder = cache_home() / file_sha256(gz)
     if not (folder / DB).is_file():
         _fill(gz, folder)
     return folder
@@ -120,11 +121,3 @@ def _fill(gz: Path, folder: Path) -> None:
         raise CompressedRecordError(
             f"{gz}: cannot decompress it into {folder} ({exc.strerror or exc}); set XDG_CACHE_HOME to a writable folder"
         ) from None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -34,7 +34,6 @@ variables, truth tables in blocks of 2^18 bits) makes about 50 lines per second.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import DataError
+from tasks.paths import file_sha256
 
 from . import formulas as F
 from .data import EVAL_SPLITS, SPLITS, find_splits, read_split
@@ -371,14 +371,6 @@ STATS_HEADER = ["split", "pairs", "vars/pair (mean / max)", "ops/formula", "char
 # ----------------------------------------------------------------------------- datasets
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def exclusion_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
     """Expand directories to the DeepMind split files inside them; files are taken as given."""
     out: list[Path] = []
@@ -501,7 +493,7 @@ def write_dataset(
         "version": GENERATOR_VERSION,
         "seed": seed,
         "splits": {s: {"lines": 4 * math.ceil(sizes[s] / 4), "preset": asdict(resolved[s])} for s in order},
-        "exclude": [{"path": str(p), "sha256": _sha256(p)} for p in excluded],
+        "exclude": [{"path": str(p), "sha256": file_sha256(p)} for p in excluded],
     }
     # JSON round trip so tuples compare equal to the lists read back from generator.json.
     params = json.loads(json.dumps(params))
