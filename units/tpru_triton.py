@@ -65,6 +65,7 @@ import torch
 from . import tpru_ext, tpru_persist
 from .tpru_fused import TPRURecurrence
 from .tpru_triton_layout import (  # DEFAULT_CONFIG, Layout, TritonConfig, kernels: also used from here
+    _IMPORT_ERROR,
     DEFAULT_CONFIG,
     KERNELS,
     SUPPORTED_DTYPES,
@@ -73,17 +74,10 @@ from .tpru_triton_layout import (  # DEFAULT_CONFIG, Layout, TritonConfig, kerne
     _interpreting,
     kernels,
     ptxas_report,
+    triton,  # None without Triton (the optional dependency): `available` reads this module's name
 )
 
 log = logging.getLogger(__name__)
-
-try:
-    import triton
-except ImportError as error:  # optional dependency: pip install 'tprbench[gpu]'
-    triton = None
-    _IMPORT_ERROR: str | None = f"Triton is not installed ({error}; pip install 'tprbench[gpu]')"
-else:
-    _IMPORT_ERROR = None
 
 
 def available() -> bool:

@@ -24,8 +24,11 @@ from .tpru_fused import NORM_EPS
 
 try:
     import triton
-except ImportError:  # optional dependency: tpru_triton.unsupported_reason says so
+except ImportError as error:  # optional dependency: pip install 'tprbench[gpu]'
     triton = None
+    _IMPORT_ERROR: str | None = f"Triton is not installed ({error}; pip install 'tprbench[gpu]')"
+else:
+    _IMPORT_ERROR = None
 
 
 SUPPORTED_DTYPES = (torch.float32, torch.float64)
