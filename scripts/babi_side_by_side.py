@@ -65,7 +65,8 @@ def tprbench_rows(study_path: str, root: str) -> list[Row]:
     from harness.record.compressed import reading_root
     from harness.record.sources import default_tracking_uri
     from harness.report.load import load_history, load_runs
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     study = load_study(study_path)
     uri = default_tracking_uri(reading_root(Path(root)))  # a committed mlflow.db.gz: its decompressed copy
@@ -106,7 +107,8 @@ def _nan(value) -> bool:
 
 def study_tasks(study_path: str) -> set[int]:
     """The bAbI task numbers the study's cells train on (their `tasks` option): the authors' rows shown."""
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     out: set[int] = set()
     for cell in expand(load_study(study_path)):

@@ -138,7 +138,8 @@ def test_report_provenance_says_what_the_parameter_columns_count() -> None:
 
 def test_cluster_sample_output_matches_the_study_and_the_driver() -> None:
     from harness.commands.run import watch_hint
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     sample = _block(CLUSTER.read_text(), "What it prints", "text").splitlines()
     command = _block(CLUSTER.read_text(), "## 3. The study", "bash").replace("\\\n", " ")

@@ -162,7 +162,7 @@ def test_the_graph_reader_sees_module_and_function_level_imports() -> None:
     top, inner = import_graph()
     assert "harness.record.contract" in top["harness.record.reader"]  # from .contract import …
     assert "tasks.result" in top["harness.record.contract"]  # from tasks.result import …
-    assert "tasks.training" in inner["harness.worker"]  # inside run_job: the lazy torch import
+    assert "tasks.training" in inner["harness.driver.worker"]  # inside run_job: the lazy torch import
     assert len(top) > 100
 
 

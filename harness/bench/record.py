@@ -46,7 +46,8 @@ from ..record.contract import MLFLOW_PARENT, Kind, MlflowStatus, RunKey, Splits,
 from ..record.reader import CellRecord, split_tags
 from ..record.sources import default_tracking_uri
 from ..record.writer import BulkRun, Tracker, git_commit
-from ..study import expand, load_study
+from ..study.cells import expand
+from ..study.load import load_study
 
 SPLITS = ("test_easy", "test_hard", "test_big", "test_massive", "test_exam")
 DIMS10 = list(range(8, 27, 2))

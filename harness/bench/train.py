@@ -236,7 +236,7 @@ def seed_params(study, cell) -> tuple[dict[str, Any], str | None]:
     Without search trials they are the search space's defaults, as the driver's seed phase uses
     (`_final_params`). With trials the seed runs take the best trial's values, unknown before
     the search: the defaults stand in and the note names the searched parameters and their values."""
-    from harness.search_space import defaults
+    from harness.study.search_space import defaults
 
     params = defaults(cell.search)
     searched = [name for name, p in cell.search.items() if p["kind"] != "fixed"]
@@ -282,7 +282,7 @@ def _batches_per_epoch(steps) -> int:
 def _study_case(study, cell, adapter, cache_dir: str, threads: int) -> _Case:
     """The cell as one case: its seed run's configuration through the worker's `WorkerJob`."""
     import units
-    from harness.jobs import WorkerJob
+    from harness.driver.jobs import WorkerJob
     from tasks.training import TrainingSteps
 
     runs = study.trials + study.seeds
@@ -335,7 +335,7 @@ def bench_study(study, cells, repeats: int, batches: int | None, cache_dir: str,
     The caller has checked the cells' data paths (`check_study_data`), before printing anything."""
     import torch
 
-    from harness.worker import get_adapter  # prepares each distinct dataset once, as a worker does
+    from harness.driver.worker import get_adapter  # prepares each distinct dataset once, as a worker does
 
     threads = torch.get_num_threads()
     cases = [_study_case(study, cell, get_adapter(cell.task, cell.task_options, cell.data, cache_dir), cache_dir, threads) for cell in cells]
@@ -468,9 +468,9 @@ def _run_study(args) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from harness.commands.run import load_cells
+    from harness.study.load import select
 
-    study, cells = load_cells(args)  # `tprbench run --only`'s selection and errors
+    study, cells = select(args.study, args.only)  # `tprbench run --only`'s selection and errors
     if not args.threads:
         args.threads = study.resources.threads  # what the driver gives each run
     console = Console(width=170)

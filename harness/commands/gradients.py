@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = "gradient flow of trained (or freshly initialised) encoders: ‖∂L/∂s_t‖ vs t, Jacobian spectrum, update overlap"
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.analysis import gradients as grad
     from harness.analysis.sources import AnalysisError, from_run, from_spec, parse_pairs, study_runs, tracking
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
     from harness.record.compressed import reading_root
     from harness.record.store_check import check_stores
 

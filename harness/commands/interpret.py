@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = "per-token roles of a trained encoder vs gold POS on UD English EWT (NMI, purity, probe, PMI table, controls)"
 
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.analysis import interpret as ip
     from harness.analysis.sources import load_source, tracking
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
     from harness.record.compressed import reading_root
     from harness.record.store_check import check_stores
 

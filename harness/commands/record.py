@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
             f"record {args.action}: {uri} is not a SQLite file; a PostgreSQL store or a tracking server "
             "is checked and backed up by its database (docs/reliability.md)"
         )
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
 
     if args.action in ("snapshot", "restore"):  # they write snapshots/ under --root, and mlflow.db in its folder
         check_output_path(root, "--root")
@@ -100,7 +100,7 @@ def _carry(args: argparse.Namespace, root) -> int:
     if folder is None:
         raise carry.CarryError(f"record {args.action}: give {'--to DIR' if args.action == 'save' else '--from DIR'}")
     folder = Path(folder).expanduser().resolve()
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
 
     if args.action == "save":  # where each writes
         check_output_path(folder, "--to")

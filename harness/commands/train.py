@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 from harness.record.contract import TRAIN_SPEC
 from tasks.result import RunStatus
 

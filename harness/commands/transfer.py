@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = (
     "evaluate the frozen sentence encoder of tracked runs on SentEval transfer tasks: accuracy in per cent (Pearson × 100 for "
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     from tasks.transfer.senteval_data import TASKS
 
     if args.out:
-        from harness.output_path import check_output_path
+        from harness.commands.support.output_path import check_output_path
 
         check_output_path(args.out, "--out")  # before any encoder is evaluated
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]

@@ -17,9 +17,9 @@ from typing import Any
 
 from tasks.result import CHECKPOINT, REPLACEABLE, RESULT
 
-from ..jobs import WorkerJob
 from ..record.contract import Phase, RunKey, Tag, carried_attempt
 from ..record.storage import TRIAL_ENDED, TrialState
+from .jobs import WorkerJob
 
 
 def params_hash(params: dict[str, Any]) -> str:

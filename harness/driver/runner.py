@@ -30,9 +30,6 @@ from tasks.result import BEST_WEIGHTS, CHECKPOINT, RESULT, RunStatus, is_diverge
 
 from ..diskfull import disk_full_error, is_disk_full
 from ..faults import fault_point
-from ..jobs import TrialRef, WorkerJob
-from ..live import LiveRuns, start_sink
-from ..progress import EpochEta, live_view
 from ..record.contract import (
     MlflowStatus,
     Phase,
@@ -54,12 +51,15 @@ from ..record.store_check import check_stores
 from ..record.writer import Tracker, cell_tags, git_commit
 from ..report import aggregate
 from ..report.aggregate import _is_missing, records
-from ..search_space import defaults, make_pruner, suggest
-from ..worker import run_job
+from ..study.search_space import defaults, make_pruner, suggest
 from .cells import SEARCH_SEED_OFFSET, CellState, CellStatus, Job, count_trials, params_hash, partly_trained_first
 from .errors import RunnerError
+from .jobs import TrialRef, WorkerJob
+from .live import LiveRuns, start_sink
+from .progress import EpochEta, live_view
 from .ray_start import check_address, check_fits, init_ray, slots
 from .status import describe_optuna_study
+from .worker import run_job
 
 
 class StudyLock:
@@ -109,7 +109,7 @@ class StudyRunner:
         self.cache_dir = self.root / "cache"
         self.work_dir = self.root / "work" / study.name
         self.started = time.time()
-        self.eta = EpochEta(until_epoch)  # the progress line's ETA, in epochs (harness/progress.py)
+        self.eta = EpochEta(until_epoch)  # the progress line's ETA, in epochs (harness/driver/progress.py)
         self.events: list[str] = []
         # One row per recorded job: where its wall time went (see `_time`; `tprbench bench harness`).
         self.timings: list[dict[str, Any]] = []
@@ -118,7 +118,7 @@ class StudyRunner:
         self._logged: set[str] = set()  # run keys recorded by this driver
         self.snapshots: Any = None  # harness.record.guard.Snapshots, set when the record is opened
         self.recovered = 0  # ended runs logged again from their run directories (a restored record)
-        self._live: LiveRuns | None = None  # per-epoch metrics while runs train (harness/live.py)
+        self._live: LiveRuns | None = None  # per-epoch metrics while runs train (harness/driver/live.py)
         self._touched: set[str] = set()  # cells whose run this driver reopened or created (ended when it exits)
         # The aggregate of every planned cell computed for the cell summaries when the driver
         # exits, if it covered them all: the closing table prints it instead of reading again.
@@ -861,7 +861,7 @@ class StudyRunner:
         return self._remote.remote(replace(job.work, run_key=job.run_key, sink=sink))
 
     def _start_live(self, job: Job, start: float) -> str | None:
-        """The MLflow run of a job whose worker has started (harness/live.py)."""
+        """The MLflow run of a job whose worker has started (harness/driver/live.py)."""
         return self.tracker.start_live(self.cell_runs[job.cell.id], job.run_key, self._run_tags(job), job.cell.label, start)
 
     def _collect(self, in_flight: dict[Any, tuple[CellState, Job]]) -> None:

@@ -26,7 +26,7 @@ lives in MLflow — and imports nothing from the project but that:
 - `RunKey`: the record's idempotency key of a trial or seed run (`<cell>/trial/<n>`,
   `<cell>/seed/<s>/<params hash>`): built, parsed and turned into its run directory here only.
 - `RUN_COLUMNS`, `CELL_COLUMNS`, `FIXED`: the readers' columns, derived from `Tag`.
-- `WorkerResult`: what a worker sends back (the return-trip twin of harness.jobs.WorkerJob).
+- `WorkerResult`: what a worker sends back (the return-trip twin of harness.driver.jobs.WorkerJob).
 - The errored-run retry rule (`max_attempts`, `attempt_of`, `will_retry`): an errored run is not
   a result; the next `tprbench run` retries it (a search trial is left unfinished in Optuna and
   dispatched again with the same number and parameters; a seed run is run again) until its key
@@ -312,13 +312,13 @@ class Splits:
 
 @dataclass
 class WorkerResult(RunResult):
-    """What `harness.worker.run_job` returns to the driver: the trainer's `RunResult` and where
+    """What `harness.driver.worker.run_job` returns to the driver: the trainer's `RunResult` and where
     and how it ran. An exception in the worker is an `errored` result with the reason and the
     traceback; a run that ran out of disk space names the path (`disk_full`): not a result, the
     driver stops before recording it."""
 
     splits: Splits | None = None  # known once the worker has prepared the task's data
-    worker: dict[str, Any] = field(default_factory=dict)  # harness.worker.worker_info, the attempt's timings
+    worker: dict[str, Any] = field(default_factory=dict)  # harness.driver.worker.worker_info, the attempt's timings
     epoch_times: dict[int, float] = field(default_factory=dict)  # the worker's wall clock at each epoch's end
     traceback: str = ""
     disk_full: str | None = None

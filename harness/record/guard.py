@@ -47,10 +47,10 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from ..cache_note import unsaved
 from ..diskfull import DiskFull, disk_full_error, free_space, is_disk_full
 from ..faults import fault_point
 from . import leftovers
+from .cache_note import unsaved
 from .contract import Tag
 from .lease import describe as describe_holder
 from .lease import holder_alive, parse

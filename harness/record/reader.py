@@ -68,7 +68,7 @@ class CellRecord:
 
     @classmethod
     def of_cell(cls, cell: Any) -> CellRecord:
-        """From a harness.study.Cell (or anything with its attributes)."""
+        """From a harness.study.cells.Cell (or anything with its attributes)."""
         return cls(
             cell.id,
             cell.study,

@@ -28,7 +28,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..cache_note import unsaved
+from .cache_note import unsaved
 from .contract import Kind
 from .sources import ClientSource, Columns, SqlSource, empty_columns, kind_filter
 
@@ -125,7 +125,7 @@ class Summary:
     def save(self) -> None:
         """Atomically (temp file + rename), then its digest beside it (a crash between the two
         leaves a file that does not verify: rebuilt). A reader that cannot write (read-only
-        root) says so once (harness.cache_note) and goes on."""
+        root) says so once (harness.record.cache_note) and goes on."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 

@@ -133,7 +133,7 @@ def _history_keys(runs: Any) -> list[str]:
 
 
 def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
-    """Cell objects (harness.study.Cell) → the frame `load_cells` returns (no final params)."""
+    """Cell objects (harness.study.cells.Cell) → the frame `load_cells` returns (no final params)."""
     import pandas as pd
 
     rows = [

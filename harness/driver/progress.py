@@ -4,6 +4,9 @@ On a terminal, a live table (rich). Unattended (output to a file, a batch schedu
 pipe: no TTY), a live table cannot redraw, so the driver prints one progress line every
 $TPRBENCH_PROGRESS_SECONDS (default 30) and the whole table, at its natural width, at the end.
 The ETA counts epochs (`EpochEta`, fed by the driver), not runs.
+
+In harness/driver/: the driver's loop is its only user (the final table borrows harness.report.render's
+plain-text table for very long studies).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import Any
 from tasks.progress import interval  # one setting for every progress line (the driver's, train's, data's)
 from tasks.result import RunStatus, paused_epoch
 
-from .record.contract import RunKey, Tag, will_retry
+from ..record.contract import RunKey, Tag, will_retry
 
 EPOCH_SECONDS = "epoch_seconds"  # the trainer's per-epoch metric (tasks/training.py): a run's last epoch's wall time
 #: Epoch durations kept per cell for its median: the recent ones (a machine that fills up slows
@@ -256,7 +259,7 @@ def render(runner: Any, states: list[Any], in_flight: int, limit: int | None = L
 def print_final(runner: Any, states: list[Any], console: Any) -> None:
     """Every cell's line at the end of an unattended run, at its natural width: a rich table, or
     aligned plain text above `render.PLAIN_ROWS` cells (rich took ~25 s for 5,010 rows)."""
-    from .report.render import PLAIN_ROWS, Section, _print_wide, plain_table
+    from ..report.render import PLAIN_ROWS, Section, _print_wide, plain_table
 
     if len(states) <= PLAIN_ROWS:
         _print_wide(console, render(runner, states, 0, limit=None))

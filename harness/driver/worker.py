@@ -4,6 +4,9 @@ The worker rebuilds the task adapter (cached per worker process, so consecutive 
 task skip data loading), trains with per-epoch checkpoints in the job's run directory (a
 retried task resumes there), reports each epoch's validation score to Optuna for pruning, and
 returns the result. It never writes to MLflow: the driver does, once, idempotently.
+
+In harness/driver/ with the driver that submits it: Ray imports `run_job` by this module's path
+(`harness.driver.worker`) in each worker process. `bench train` also borrows `get_adapter`.
 """
 
 from __future__ import annotations
@@ -15,13 +18,13 @@ import time
 import traceback
 from typing import Any
 
-from .diskfull import failed_path, is_disk_full
+from ..diskfull import failed_path, is_disk_full
+from ..record.contract import Splits, WorkerResult
+from ..record.retry import StoreUnavailable, with_retry
+from ..record.storage import display_url, open_storage
+from ..study.search_space import make_pruner
 from .jobs import TrialRef, WorkerJob
 from .live import sender
-from .record.contract import Splits, WorkerResult
-from .record.retry import StoreUnavailable, with_retry
-from .record.storage import display_url, open_storage
-from .search_space import make_pruner
 
 # Per-process cache of prepared adapters (key: task, options, data, cache dir). Process-local
 # on purpose: each Ray worker keeps the data it has loaded for the next trial it gets.
