@@ -229,7 +229,7 @@ def test_a_worker_out_of_space_is_not_recorded_and_stops_the_driver(tmp_path: Pa
     import tasks.training
     from harness.diskfull import DiskFull
     from harness.driver.cells import Job
-    from harness.driver.runner import _stop_if_disk_full
+    from harness.driver.loop import _stop_if_disk_full
     from harness.driver.worker import run_job
     from harness.record.contract import RunKey, WorkerResult
 

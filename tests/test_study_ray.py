@@ -447,7 +447,7 @@ def test_restarted_driver_proposes_the_parameters_an_uninterrupted_one_would(tmp
             if n == restart_at:
                 runner, st = driver()
             trial = st.study.ask()
-            out.append(runner._trial_job(st, trial.number, trial._trial_id).hparams)
+            out.append(runner.trial_job(st, trial.number, trial._trial_id).hparams)
         return out
 
     uninterrupted = proposals(None)

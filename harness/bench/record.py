@@ -3,7 +3,7 @@
 It builds a synthetic record of N runs in C cells (logic task, a grid of `tpru` role counts and
 `gru` over several dims) through the driver's own record-writing code — the
 `StudyRunner` asks and tells the Optuna trials, chooses the final parameters and makes every
-run's tags, params and metrics (`_run_tags`, `Tracker.run_payload`); only the transport is bulk
+run's tags, params and metrics (`StudyRunner.run_tags`, `Tracker.run_payload`); only the transport is bulk
 (`Tracker.log_bulk`: one transaction per 2,000 runs on a SQL store; a buffered Optuna journal
 written once). Building is not timed. Then it times, each in a fresh process as a user types it:
 
@@ -42,7 +42,7 @@ from tasks.result import RunStatus
 from ..driver.cells import CellState, Job, params_hash
 from ..driver.errors import RunnerError
 from ..driver.runner import StudyRunner
-from ..record.contract import MLFLOW_PARENT, Kind, MlflowStatus, RunKey, Splits, Tag, WorkerResult, experiment_name
+from ..record.contract import MLFLOW_PARENT, Kind, MlflowStatus, Splits, Tag, WorkerResult, experiment_name
 from ..record.reader import CellRecord, split_tags
 from ..record.sources import default_tracking_uri
 from ..record.writer import BulkRun, Tracker, git_commit
@@ -244,22 +244,21 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
         runs: list[BulkRun] = []
 
         def record(job: Job, result: WorkerResult, cell_run: BulkRun = cell_run, runs: list = runs) -> None:
-            tags, metrics = tracker.run_payload(cell_run.run_id, job.run_key, runner._run_tags(job, result), result)
+            tags, metrics = tracker.run_payload(cell_run.run_id, job.run_key, runner.run_tags(job, result), result)
             runs.append(BulkRun(job.key.name, tags, {**result.hparams, "seed": job.seed}, metrics, status=MlflowStatus.FINISHED))
 
         for _ in range(case.trials):
-            study_ = runner._study(st)
+            study_ = runner.cell_study(st)
             trial = study_.ask()
-            job = runner._trial_job(st, trial.number, trial._trial_id)
+            job = runner.trial_job(st, trial.number, trial._trial_id)
             result = _result(job.work, rng, case.epochs)
             record(job, result)
             study_.tell(trial.number, result.best_valid)
             st.trials_done += 1
-        params = runner._final_params(st)
+        params = runner.final_params(st)
         h = params_hash(params)
         for seed in range(case.seeds):
-            key = RunKey.seed(cell.id, seed, h)
-            job = Job(cell, key, runner._work(cell, seed, dict(params), key.run_dir(runner.work_dir)))
+            job = runner.seed_job(cell, seed, params)
             record(job, _result(job.work, rng, case.epochs))
         rec = CellRecord.of_cell(cell)
         cell_run.tags = {

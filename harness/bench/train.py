@@ -234,7 +234,7 @@ def seed_params(study, cell) -> tuple[dict[str, Any], str | None]:
     """The study values a seed run of the cell trains with, and a note when they are a stand-in.
 
     Without search trials they are the search space's defaults, as the driver's seed phase uses
-    (`_final_params`). With trials the seed runs take the best trial's values, unknown before
+    (`StudyRunner.final_params`). With trials the seed runs take the best trial's values, unknown before
     the search: the defaults stand in and the note names the searched parameters and their values."""
     from harness.study.search_space import defaults
 

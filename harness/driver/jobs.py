@@ -11,7 +11,10 @@ to time it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..study.cells import Cell
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class WorkerJob:
     until_epoch: int | None = None  # pause the run after this epoch (`run --until-epoch`); None: to the end
 
     @classmethod
-    def for_cell(cls, cell: Any, **fields: Any) -> WorkerJob:
+    def for_cell(cls, cell: Cell, **fields: Any) -> WorkerJob:
         """A job for a harness.study.cells.Cell; `fields` gives seed, hparams, run_dir, cache_dir, ..."""
         return cls(
             task=cell.task,
