@@ -13,7 +13,7 @@ from tasks.registry import get_task
 from tasks.result import RunStatus
 
 from ..record.contract import TRAIN_SPEC, Phase, Tag
-from ..record.reader import RecordReader, ReportError
+from ..record.reader import RecordReader, ReportError, TrackedRuns
 from ..record.sources import default_tracking_uri
 from ..transfer import TransferError, rebuild_tracked_run
 
@@ -43,17 +43,14 @@ def tracking(root: str | Path, uri: str | None) -> str:
 def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True, adapters: dict | None = None) -> Source:
     """`adapters`: a dict the caller shares between its sources (one prepared adapter per task,
     options and data: the data is read once however many runs of a study are analysed)."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
     try:
-        adapter, model, run, config = rebuild_tracked_run(client, run_id, cache_dir, trained=trained, adapters=adapters)
+        adapter, model, run, config = rebuild_tracked_run(TrackedRuns(uri), run_id, cache_dir, trained=trained, adapters=adapters)
     except TransferError as exc:
         raise AnalysisError(str(exc)) from None
     model.eval()
-    unit = run.data.tags.get(Tag.UNIT, config.unit)
+    unit = run.tags.get(Tag.UNIT, config.unit)
     label = described(unit, adapter)
-    return Source(label if trained else f"{label} (untrained)", unit, run.data.tags.get(Tag.TASK, "?"), adapter, model, run_id, config.seed, trained)
+    return Source(label if trained else f"{label} (untrained)", unit, run.tags.get(Tag.TASK, "?"), adapter, model, run_id, config.seed, trained)
 
 
 def described(unit: str, adapter: Any) -> str:

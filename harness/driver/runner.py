@@ -42,11 +42,12 @@ from ..record.contract import (
     is_trial_key,
     max_attempts,
     prefixed,
+    split_tags,
     will_retry,
 )
 from ..record.guard import Snapshots
 from ..record.lease import DriverLease
-from ..record.reader import split_tags
+from ..record.layout import RunRoot
 from ..record.retry import retry_seconds, with_retry
 from ..record.sources import default_tracking_uri, sqlite_path
 from ..record.storage import TRIAL_ENDED, TrialState, cell_study_name, default_storage_url, display_url, open_storage, read_trial_states
@@ -106,8 +107,8 @@ class StudyRunner:
         self.force = force
         self.console = console
         self.commit = git_commit(project_dir)
-        self.cache_dir = self.root / "cache"
-        self.work_dir = self.root / "work" / study.name
+        self.cache_dir = RunRoot(self.root).cache
+        self.work_dir = RunRoot(self.root).work_dir(study.name)
         self.started = time.time()
         self.eta = EpochEta(until_epoch)  # the progress line's ETA, in epochs (harness/progress.py)
         self.events: list[str] = []
@@ -494,7 +495,7 @@ class StudyRunner:
             Tag.GIT_COMMIT: self.commit,
             Tag.PARAMS_HASH: params_hash(job.hparams),
             **cell_tags(job.cell),
-            Tag.HOST: result.worker.get("host", "") if result is not None else "",
+            Tag.HOST: result.worker.host if result is not None else "",
         }
         if job.trial_number is not None:
             tags[Tag.TRIAL] = job.trial_number
@@ -551,13 +552,13 @@ class StudyRunner:
             "prepare_seconds": job.prepare_seconds,
             "tell_seconds": tell,
             "mlflow_seconds": log,
-            "worker_seconds": w.get("worker_seconds"),
-            "get_seconds": w.get("get_seconds", 0.0),
-            **{k: w.get(k) for k in ("node_id", "pid", "resources", "gpu_ids", "start", "end")},
+            "worker_seconds": w.worker_seconds,
+            "get_seconds": w.get_seconds,
+            **{k: getattr(w, k) for k in ("node_id", "pid", "resources", "gpu_ids", "start", "end")},
         }
-        if w.get("start") is not None and w.get("end") is not None and w.get("ready_at") is not None:
-            row["dispatch_seconds"] = max(w["start"] - job.started, 0.0)
-            row["return_seconds"] = max(w["ready_at"] - w["end"], 0.0)
+        if w.start is not None and w.end is not None and w.ready_at is not None:
+            row["dispatch_seconds"] = max(w.start - job.started, 0.0)
+            row["return_seconds"] = max(w.ready_at - w.end, 0.0)
         self.timings.append(row)
 
     # -- the loop --------------------------------------------------------------------------
@@ -565,7 +566,7 @@ class StudyRunner:
         """Open the record, plan every cell, dispatch until nothing is left; returns a summary."""
         self.preflight(address)
         self.root.mkdir(parents=True, exist_ok=True)
-        with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
+        with StudyLock(RunRoot(self.root).lock(self.study.name)):
             self._phase(f"opening the record ({self.tracking_uri})")
             states = self._open_record()
             if any(self._has_work(st) for st in states):
@@ -715,7 +716,7 @@ class StudyRunner:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts", root=self.root)
+        self.tracker = Tracker(self.tracking_uri, self.study.name, RunRoot(self.root).artifacts, root=self.root)
         self.tracker.on_retry = self._say
         self.study_run_id = self.tracker.study_run(self.commit)
         self.lease = DriverLease(self.tracker, self.study_run_id, self.root, note=self._say)
@@ -877,8 +878,8 @@ class StudyRunner:
             except Exception as exc:  # worker/node lost after all retries
                 result = WorkerResult.errored(f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
             _stop_if_disk_full(job, result)
-            result.worker["ready_at"] = ready_at
-            result.worker["get_seconds"] = time.time() - ready_at
+            result.worker.ready_at = ready_at
+            result.worker.get_seconds = time.time() - ready_at
             self._record(st, job, result)
             del in_flight[ref]  # only once recorded: an error above leaves it to be cancelled
             st.running -= 1

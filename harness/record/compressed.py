@@ -31,8 +31,8 @@ from tasks.paths import file_sha256
 
 from .guard import RecordCorrupt
 
-DB = "mlflow.db"
-GZ = DB + ".gz"
+from .layout import DB, GZ
+
 CACHE = ("tprbench", "records")  # under $XDG_CACHE_HOME (~/.cache)
 LEVEL = 9
 GZIP_DAMAGE = (gzip.BadGzipFile, EOFError, zlib.error)

@@ -32,6 +32,7 @@ from urllib.parse import quote
 
 from .contract import FIXED, MLFLOW_ENDED, PREFIX, Kind, Tag, bare, sql_list
 from .guard import check
+from .layout import RunRoot
 
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql")
 CHUNK = 500  # ids per IN (...) list: well below every database's bound-parameter limit
@@ -65,7 +66,7 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def default_tracking_uri(root: Path) -> str:
-    return f"sqlite:///{(root / 'mlflow.db').resolve()}"
+    return RunRoot(root).tracking_uri
 
 
 def is_server(tracking_uri: str) -> bool:
