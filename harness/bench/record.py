@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.metrics import MAXIMIZE
 from tasks.result import RunStatus
 
 from ..driver.cells import CellState, Job, params_hash
@@ -187,7 +188,7 @@ def _result(job: Any, rng: random.Random, epochs: int) -> WorkerResult:
         best_epoch=best_epoch,
         best_valid=best,
         metric="valid_acc",
-        direction="maximize",
+        direction=MAXIMIZE,
         history=history,
         test=test,
         params_formula=384,

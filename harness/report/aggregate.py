@@ -18,12 +18,27 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.metrics import metric_direction, metric_scale
+from tasks.metrics import MINIMIZE, metric_direction, metric_scale
 from tasks.result import RunStatus, is_failure
 from units.registry import UNITS, unit_meta
 from units.spec import UnitSpecError, parse_spec
 
-from ..record.contract import Phase
+from ..record.contract import (
+    BEST_EPOCH,
+    PARAMS_FORMULA,
+    PARAMS_TOTAL,
+    SUMMARY_SPLIT,
+    TEST,
+    Phase,
+    best_valid,
+    metric_col,
+    metric_of,
+    parse_best_valid,
+    parse_test_metric,
+    split_metric,
+    test_metric,
+    valid_metric,
+)
 
 #: Logical-entailment test splits in the papers' column order (records without a test_splits tag).
 LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
@@ -150,13 +165,11 @@ def records(frame: Any, columns: Any = None) -> list[dict[str, Any]]:
 
 def _splits_of(runs: Any, metric: str) -> list[tuple[str, str]]:
     """(display name, metric column) of every test split seen for this metric, papers' order first."""
-    pat = re.compile(rf"^metric\.test_(?P<split>.+)_{re.escape(metric)}$")
     found = {}
     for col in runs.columns:
-        m = pat.match(col)
-        if m and runs[col].notna().any():
-            split = m.group("split")
-            found[split[5:] if split.startswith("test_") else split] = col
+        split = parse_test_metric(metric_of(col) or "", metric)
+        if split is not None and runs[col].notna().any():
+            found[_display(split)] = col
     logic = [s for s in LOGIC_SPLITS if s in found]
     return [(s, found[s]) for s in logic + sorted(s for s in found if s not in LOGIC_SPLITS)]
 
@@ -164,8 +177,9 @@ def _splits_of(runs: Any, metric: str) -> list[tuple[str, str]]:
 def _metric_of(runs: Any) -> str | None:
     counts: dict[str, int] = {}
     for col in runs.columns:
-        if col.startswith("metric.best_valid_"):
-            counts[col[len("metric.best_valid_") :]] = int(runs[col].notna().sum())
+        name = parse_best_valid(metric_of(col) or "")
+        if name is not None:
+            counts[name] = int(runs[col].notna().sum())
     counts = {k: v for k, v in counts.items() if v}
     return min(counts, key=lambda k: (-counts[k], k)) if counts else None
 
@@ -209,7 +223,8 @@ def counted_runs(runs: Any, cells: Any, seeds_wanted: int | None = None, any_par
 
 
 def _display(split: str) -> str:
-    return split[5:] if split.startswith("test_") else split
+    """A split as tables name it (a split named `test_<x>` by its task shows as `<x>`)."""
+    return split.removeprefix(TEST)
 
 
 def _recorded(rows: list[dict[str, Any]], key: str) -> Any:
@@ -228,7 +243,7 @@ def _task_tables(cell_rows: list[dict[str, Any]], runs: Any) -> dict[str, tuple]
     for task_label in sorted({r["task_label"] or "" for r in cell_rows}):
         rows = [r for r in cell_rows if (r["task_label"] or "") == task_label]
         metric, tests = _recorded(rows, "metric"), _recorded(rows, "test_splits")
-        metric = None if metric is None else str(metric).removeprefix("valid_")
+        metric = None if metric is None else str(metric).removeprefix(valid_metric(""))
         if metric is not None and tests is not None:
             splits = [_scored_split(t, metric, runs) for t in json.loads(tests)]
         else:  # an older record, or cells not run yet (their study gives the metric, not the splits)
@@ -236,7 +251,7 @@ def _task_tables(cell_rows: list[dict[str, Any]], runs: Any) -> dict[str, tuple]
             metric = metric or _metric_of(task_runs) or "acc"
             splits = _splits_of(task_runs, metric)
         direction = metric_direction(metric, _recorded(rows, "direction"))
-        out[task_label] = (metric, direction, [("valid", f"metric.best_valid_{metric}")] + splits)
+        out[task_label] = (metric, direction, [("valid", metric_col(best_valid(metric)))] + splits)
     return out
 
 
@@ -247,12 +262,12 @@ CORRELATION_METRICS = ("pearson",)
 
 
 def _scored_split(split: str, metric: str, runs: Any) -> tuple[str, str]:
-    col = f"metric.test_{split}_{metric}"
+    col = metric_col(test_metric(split, metric))
     if len(runs) and col not in runs.columns:
         for alt in CORRELATION_METRICS:
-            if f"metric.test_{split}_{alt}" in runs.columns:
+            if metric_col(test_metric(split, alt)) in runs.columns:
                 scale = metric_scale(metric)[0]
-                return f"{_display(split)} ({alt}{' ×100' if scale == 100 else ''})", f"metric.test_{split}_{alt}"
+                return f"{_display(split)} ({alt}{' ×100' if scale == 100 else ''})", metric_col(test_metric(split, alt))
     return _display(split), col
 
 
@@ -263,7 +278,7 @@ def _present(v: Any) -> bool:
 def _search_stats(search: list[dict[str, Any]], metric: str, direction: str) -> dict[str, Any]:
     """Search-phase statistics of one cell from its search runs (dicts): the best trial is the
     first with the best value in trial order (as pandas' idxmax/idxmin over trials sorted stably)."""
-    best_col = f"metric.best_valid_{metric}"
+    best_col = metric_col(best_valid(metric))
     s_fin = [r for r in search if r.get("status") == RunStatus.FINISHED]
     best_search, best_trial = float("nan"), None
     vals = [r for r in s_fin if _present(r.get(best_col))]
@@ -271,7 +286,7 @@ def _search_stats(search: list[dict[str, Any]], metric: str, direction: str) -> 
         vals.sort(key=lambda r: (0, float(r["trial"])) if _present(r.get("trial")) else (1, 0.0))
         best = vals[0]
         for r in vals[1:]:
-            if (r[best_col] < best[best_col]) if direction == "minimize" else (r[best_col] > best[best_col]):
+            if (r[best_col] < best[best_col]) if direction == MINIMIZE else (r[best_col] > best[best_col]):
                 best = r
         best_search, best_trial = float(best[best_col]), best.get("trial")
     return {
@@ -286,7 +301,7 @@ def _search_stats(search: list[dict[str, Any]], metric: str, direction: str) -> 
 
 def _first_count(rows: list[dict[str, Any]], col: str) -> int | None:
     """A parameter count as the runs record it (tag, else the final metric)."""
-    for c in (col, f"metric.{col}"):
+    for c in (col, metric_col(col)):
         for r in rows:
             if _present(r.get(c)):
                 return int(r[c])
@@ -296,14 +311,18 @@ def _first_count(rows: list[dict[str, Any]], col: str) -> int | None:
 def _summaries(finished: list[dict[str, Any]]) -> str:
     """Means over the counted finished runs of the metrics a task logs over its test splits
     (`TaskAdapter.summarize_tests`, logged as test_summary_<name>): JSON {name: mean}."""
-    prefix = "metric.test_summary_"
-    names = sorted({k for r in finished for k in r if k.startswith(prefix)})
+    names = sorted({k for r in finished for k in r if _summary_name(k) is not None})
     out = {}
     for key in names:
         vals = [float(r[key]) for r in finished if _present(r.get(key))]
         if vals:
-            out[key[len(prefix) :]] = sum(vals) / len(vals)
+            out[_summary_name(key)] = sum(vals) / len(vals)
     return json.dumps(out, sort_keys=True)
+
+
+def _summary_name(col: str) -> str | None:
+    """The name of a `metric.test_summary_<name>` column (a task's summary over its test splits)."""
+    return split_metric(metric_of(col) or "", SUMMARY_SPLIT)
 
 
 def _by_seed(finished: list[dict[str, Any]], col: str) -> str:
@@ -397,7 +416,7 @@ def _cell_base(
         **_search_stats(search, metric, direction),
         "git_commits": ",".join(commits),
         # the epoch each finished seed kept (its best validation epoch): bAbI's "epochs to convergence"
-        "best_epochs": _by_seed(valued, "metric.best_epoch"),
+        "best_epochs": _by_seed(valued, metric_col(BEST_EPOCH)),
     }
 
 
@@ -412,15 +431,15 @@ def _run_columns(frame: Any, tables: dict[str, tuple]) -> list[str]:
         "trial",
         "git_commit",
         "reason",
-        "params_formula",
-        "params_total",
-        "metric.params_formula",
-        "metric.params_total",
-        "metric.best_epoch",
+        PARAMS_FORMULA,
+        PARAMS_TOTAL,
+        metric_col(PARAMS_FORMULA),
+        metric_col(PARAMS_TOTAL),
+        metric_col(BEST_EPOCH),
     }
     wanted.update(col for _metric, _direction, splits in tables.values() for _split, col in splits)
-    wanted.update(f"metric.best_valid_{metric}" for metric, _direction, _splits in tables.values())
-    return [c for c in frame.columns if c in wanted or c.startswith("metric.test_summary_")]
+    wanted.update(metric_col(best_valid(metric)) for metric, _direction, _splits in tables.values())
+    return [c for c in frame.columns if c in wanted or _summary_name(c) is not None]
 
 
 def _records_by_cell(frame: Any, columns: list[str]) -> dict[str, list[dict[str, Any]]]:
@@ -465,7 +484,7 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
                     **base,
                     "split": split,
                     "split_order": split_order,
-                    "metric_key": col[len("metric.") :],
+                    "metric_key": metric_of(col),
                     "mean": mean,
                     "std": std,
                     "n": n,

@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tasks.metrics import metric_scale
+from tasks.metrics import MAXIMIZE, MINIMIZE, metric_scale
 
 from ..record.reader import ReportError
 from .aggregate import BASELINES, _is_missing, parse_unit
@@ -125,7 +125,7 @@ def _best_rows(rows: Any, limit: int, score: str = "mean") -> Any:
         return rows
     base = rows["unit_name"].isin(list(BASELINES))
     others = rows[~base & rows[score].notna()]
-    ascending = str(rows.iloc[0].get("direction") or "maximize") == "minimize"
+    ascending = str(rows.iloc[0].get("direction") or MAXIMIZE) == MINIMIZE
     keep = set(rows[base].index[:limit]) | set(others.sort_values(score, ascending=ascending, kind="stable").index[: max(limit - int(base.sum()), 0)])
     return rows[rows.index.isin(keep)]
 

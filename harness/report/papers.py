@@ -46,6 +46,8 @@ from tasks.result import RunStatus, paused_epoch
 from units.spec import glob_regex, spec_pattern
 
 from ..record.compressed import DB, reading_root, stored_record
+from ..record.contract import metric_col, metric_of
+from ..record.layout import sqlite_uri
 from ..record.reader import ReportError
 
 
@@ -303,7 +305,7 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
     if not db.is_file():
         return StudyRuns(name, seeds, [], [], recorded=False)
     try:
-        runs, cells = load_record(f"sqlite:///{db.resolve()}", name, cell_ids, root=read)
+        runs, cells = load_record(sqlite_uri(db.resolve()), name, cell_ids, root=read)
     except ReportError:
         return StudyRuns(name, seeds, [], [], recorded=False)
     counted = counted_runs(runs, cells, seeds)
@@ -381,7 +383,7 @@ def _at_epochs(epochs: list[int | None]) -> str:
 def measure(m: Measure, data: StudyRuns) -> Measured:
     """Compute one measure from a study's counted runs (see `Measure`)."""
     cells = [c for c in data.cells if _matches(c, m.select)]
-    col = f"metric.{m.metric}"
+    col = metric_col(m.metric)
     by_cell: dict[str, list[float]] = {}
     ended: dict[str, int] = {}  # finished or diverged seeds per cell
     diverged = 0
@@ -404,9 +406,7 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
             by_cell.setdefault(r["cell_id"], []).append(float(v) * m.scale)
         else:
             logged = sorted(
-                k[len("metric.") :]
-                for k, x in r.items()
-                if k.startswith("metric.") and x is not None and not (isinstance(x, float) and math.isnan(x))
+                metric_of(k) for k, x in r.items() if metric_of(k) is not None and x is not None and not (isinstance(x, float) and math.isnan(x))
             )
             raise PapersError(
                 f"metric {m.metric!r} is not in the record's finished run {r.get('run_key') or r.get('run_id')} (it logs: {', '.join(logged)})"

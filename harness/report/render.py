@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.meta import ReportLayout
-from tasks.metrics import get_metric, metric_direction, metric_scale
+from tasks.metrics import MAXIMIZE, get_metric, metric_direction, metric_scale
 from tasks.registry import get_task, task_meta
 
 from .aggregate import UnitColumns, _is_missing, records, unit_columns_of
@@ -88,7 +88,7 @@ def _best_cells(cells: list[Any], splits: list[str], offset: int, metric: str, d
                 shown[i] = round(float(g["mean"]) * scale, digits)
         if len(shown) < 2:
             continue
-        top = (max if direction == "maximize" else min)(shown.values())
+        top = (max if direction == MAXIMIZE else min)(shown.values())
         best |= {(i, offset + j) for i, v in shown.items() if v == top}
     return best
 

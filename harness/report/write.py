@@ -12,7 +12,7 @@ from typing import Any
 
 from tasks.result import RunStatus
 
-from ..record.contract import CELL_COLUMNS, RUN_COLUMNS, Tag
+from ..record.contract import CELL_COLUMNS, RUN_COLUMNS, Tag, metric_of
 from ..record.reader import RecordReader, ReportError, frame, per_epoch
 from . import figures as figs
 from .aggregate import aggregate, counted_runs, infer_seeds, search_frame
@@ -128,7 +128,7 @@ def write_report(
 
 
 def _history_keys(runs: Any) -> list[str]:
-    keys = {c[len("metric.") :] for c in runs.columns if c.startswith("metric.")}
+    keys = {metric_of(c) for c in runs.columns if metric_of(c) is not None}
     return sorted(k for k in keys if per_epoch(k) and (k.startswith(("train_", "valid_", "grad_")) or k == "epoch_seconds"))
 
 
