@@ -69,6 +69,37 @@ def _is_layout_literal(text: str) -> bool:
     return any(text == name or text.endswith("/" + name) for name in LAYOUT_NAMES)
 
 
+def _names(node: ast.AST) -> list[str]:
+    """The names a node uses or imports (`MlflowClient`, `mlflow.MlflowClient`, `import … MlflowClient`)."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [a.name.rpartition(".")[2] for a in node.names]
+    return []
+
+
+def _joined_folder(node: ast.AST) -> str | None:
+    """`<path> / "cache"` (a root's folder joined by hand): the folder's name, else None."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) and isinstance(node.right, ast.Constant):
+        return node.right.value if node.right.value in LAYOUT_FOLDERS else None
+    return None
+
+
+def _literal_breaches(rel: str, text: str) -> list[str]:
+    if (rel, text) in EXEMPT:
+        return []
+    out = []
+    if text in STATUS_LITERALS and rel != CONTRACT:
+        out.append(f"MLflow status literal {text!r} (use harness.record.contract.MlflowStatus)")
+    if text.startswith(TAG_PREFIX) and rel != CONTRACT:
+        out.append(f"tag literal {text!r} (use harness.record.contract.Tag)")
+    if _is_layout_literal(text) and rel != LAYOUT:
+        out.append(f"run-root layout literal {text!r} (use harness.record.layout)")
+    return out
+
+
 def violations(root: Path = ROOT) -> list[str]:
     """Every breach of the rules in the modules under `root` (`module:line: what`)."""
     out = []
@@ -76,36 +107,14 @@ def violations(root: Path = ROOT) -> list[str]:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=rel)
         docs = _docstrings(tree)
         for node in ast.walk(tree):
-            line = getattr(node, "lineno", 0)
-            # MLflow's client, outside the record.
-            names = []
-            if isinstance(node, ast.Name):
-                names.append(node.id)
-            elif isinstance(node, ast.Attribute):
-                names.append(node.attr)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names += [a.name.rpartition(".")[2] for a in node.names]
-            if "MlflowClient" in names and not rel.startswith(RECORD):
-                out.append(f"{rel}:{line}: MlflowClient outside harness/record/ (read through harness.record.reader, write through Tracker)")
-            if (
-                isinstance(node, ast.BinOp)
-                and isinstance(node.op, ast.Div)
-                and isinstance(node.right, ast.Constant)
-                and node.right.value in LAYOUT_FOLDERS
-                and rel != LAYOUT
-            ):
-                out.append(f"{rel}:{line}: a run root's folder joined by hand (/ {node.right.value!r}: use harness.record.layout.RunRoot)")
-            if not (isinstance(node, ast.Constant) and isinstance(node.value, str)) or id(node) in docs:
-                continue
-            text = node.value
-            if (rel, text) in EXEMPT:
-                continue
-            if text in STATUS_LITERALS and rel != CONTRACT:
-                out.append(f"{rel}:{line}: MLflow status literal {text!r} (use harness.record.contract.MlflowStatus)")
-            if text.startswith(TAG_PREFIX) and rel != CONTRACT:
-                out.append(f"{rel}:{line}: tag literal {text!r} (use harness.record.contract.Tag)")
-            if _is_layout_literal(text) and rel != LAYOUT:
-                out.append(f"{rel}:{line}: run-root layout literal {text!r} (use harness.record.layout)")
+            where = f"{rel}:{getattr(node, 'lineno', 0)}"
+            if "MlflowClient" in _names(node) and not rel.startswith(RECORD):
+                out.append(f"{where}: MlflowClient outside harness/record/ (read through harness.record.reader, write through Tracker)")
+            folder = _joined_folder(node)
+            if folder is not None and rel != LAYOUT:
+                out.append(f"{where}: a run root's folder joined by hand (/ {folder!r}: use harness.record.layout.RunRoot)")
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                out += [f"{where}: {what}" for what in _literal_breaches(rel, node.value)]
     return out
 
 

@@ -43,7 +43,19 @@ from tasks.result import RunStatus
 from ..driver.cells import CellState, Job, params_hash
 from ..driver.errors import RunnerError
 from ..driver.runner import StudyRunner
-from ..record.contract import MLFLOW_PARENT, CellRecord, Kind, MlflowStatus, RunKey, Splits, Tag, WorkerInfo, WorkerResult, experiment_name, split_tags
+from ..record.contract import (
+    MLFLOW_PARENT,
+    CellRecord,
+    Kind,
+    MlflowStatus,
+    RunKey,
+    Splits,
+    Tag,
+    WorkerInfo,
+    WorkerResult,
+    experiment_name,
+    split_tags,
+)
 from ..record.layout import RunRoot, sqlite_uri
 from ..record.sources import default_tracking_uri
 from ..record.writer import BulkRun, Tracker, git_commit

@@ -34,6 +34,7 @@ from ..jobs import TrialRef, WorkerJob
 from ..live import LiveRuns, start_sink
 from ..progress import EpochEta, live_view
 from ..record.contract import (
+    BEST,
     MlflowStatus,
     Phase,
     RunKey,
@@ -46,8 +47,8 @@ from ..record.contract import (
     will_retry,
 )
 from ..record.guard import Snapshots
-from ..record.lease import DriverLease
 from ..record.layout import RunRoot
+from ..record.lease import DriverLease
 from ..record.retry import retry_seconds, with_retry
 from ..record.sources import default_tracking_uri, sqlite_path
 from ..record.storage import TRIAL_ENDED, TrialState, cell_study_name, default_storage_url, display_url, open_storage, read_trial_states
@@ -696,7 +697,7 @@ class StudyRunner:
         out: dict[str, dict[str, float]] = {}
         for row in agg if isinstance(agg, list) else records(agg):
             m = out.setdefault(row["cell_id"], {})
-            key = str(row["metric_key"]).removeprefix("best_")
+            key = str(row["metric_key"]).removeprefix(BEST)
             if row["n"]:
                 m[f"{key}_mean"] = row["mean"]
                 if row["n"] > 1:

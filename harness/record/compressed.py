@@ -30,7 +30,6 @@ from pathlib import Path
 from tasks.paths import file_sha256
 
 from .guard import RecordCorrupt
-
 from .layout import DB, GZ
 
 CACHE = ("tprbench", "records")  # under $XDG_CACHE_HOME (~/.cache)

@@ -274,6 +274,46 @@ CELL_COLUMNS = (
 CELL_SCHEMA_COLUMNS = tuple(t.bare for t in (Tag.METRIC, Tag.DIRECTION, Tag.VALID_SPLIT, Tag.TEST_SPLITS))
 
 
+class Col:
+    """The readers' frame columns by name (a run frame's RUN_COLUMNS, a cell frame's CELL_COLUMNS
+    and CELL_SCHEMA_COLUMNS): what report/ and the other readers index frames and rows with. Plain
+    strings (a tag's column is its bare name); metric and param columns: `metric_col`, `param_col`."""
+
+    RUN_ID = "run_id"
+    MLFLOW_STATUS = "mlflow_status"
+    START_TIME = "start_time"
+    END_TIME = "end_time"
+    STUDY = Tag.STUDY.bare
+    CELL = Tag.CELL.bare
+    TASK = Tag.TASK.bare
+    ARCH = Tag.ARCH.bare
+    UNIT = Tag.UNIT.bare
+    DIM = Tag.DIM.bare
+    INPUT_DIM = Tag.INPUT_DIM.bare
+    LABEL = Tag.LABEL.bare
+    RUN_KEY = Tag.RUN_KEY.bare
+    PHASE = Tag.PHASE.bare
+    SEED = Tag.SEED.bare
+    TRIAL = Tag.TRIAL.bare
+    STATUS = Tag.STATUS.bare
+    REASON = Tag.REASON.bare
+    PARAMS_HASH = Tag.PARAMS_HASH.bare
+    PARAMS_FORMULA = Tag.PARAMS_FORMULA.bare
+    PARAMS_TOTAL = Tag.PARAMS_TOTAL.bare
+    GIT_COMMIT = Tag.GIT_COMMIT.bare
+    HOST = Tag.HOST.bare
+    METRIC = Tag.METRIC.bare
+    DIRECTION = Tag.DIRECTION.bare
+    VALID_SPLIT = Tag.VALID_SPLIT.bare
+    TEST_SPLITS = Tag.TEST_SPLITS.bare
+    FINAL_PARAMS_HASH = Tag.FINAL_PARAMS_HASH.bare
+    FINAL_PARAMS = Tag.FINAL_PARAMS.bare
+    UNIT_CANONICAL = "unit_canonical"
+    EPOCHS = "epochs"
+    DATA = "data"
+    TASK_OPTIONS = "task_options"
+
+
 # ---------------------------------------------------------------------------------------------
 # Column names: the run frame's `metric.<key>` / `param.<name>` columns and the metric keys a run
 # logs at step 0 (`best_<metric key>`, `test_<split>_<name>`, ...). Built and parsed here only.

@@ -12,7 +12,7 @@ from typing import Any
 
 from tasks.result import RunStatus
 
-from ..record.contract import CELL_COLUMNS, RUN_COLUMNS, Tag, metric_of
+from ..record.contract import CELL_COLUMNS, RUN_COLUMNS, Col, Tag, metric_of
 from ..record.reader import RecordReader, ReportError, frame, per_epoch
 from . import figures as figs
 from .aggregate import aggregate, counted_runs, infer_seeds, search_frame
@@ -117,9 +117,9 @@ def write_report(
     notes: list[str] = [n for n in [dirty_note(agg)] if n]
     if figures:
         counted = counted_runs(runs, cells, seeds_wanted)
-        used = counted[counted["status"].isin([RunStatus.FINISHED, RunStatus.PAUSED])]  # paused: its epochs so far
+        used = counted[counted[Col.STATUS].isin([RunStatus.FINISHED, RunStatus.PAUSED])]  # paused: its epochs so far
         history = load_history(
-            tracking_uri, study_name, run_ids=list(used["run_id"]) + list(runs["run_id"]), keys=sorted({*_history_keys(runs), "epoch_seconds"})
+            tracking_uri, study_name, run_ids=list(used[Col.RUN_ID]) + list(runs[Col.RUN_ID]), keys=sorted({*_history_keys(runs), "epoch_seconds"})
         )
         made, fig_notes = figs.make_figures(agg, runs, used, history, out_dir, header, bench_csv=bench_csv)
         files += made
@@ -183,7 +183,7 @@ def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any,
         runs, recorded = reader.runs(ids), reader.cells(ids)
     except ReportError:  # nothing recorded yet
         runs, recorded = frame([], RUN_COLUMNS), cells_frame([])
-    have = set(recorded["cell_id"])
+    have = set(recorded[Col.CELL])
     unrecorded = [c for c in cells if c.id not in have]
     if unrecorded:
         recorded = pd.concat([recorded, cells_frame(unrecorded)], ignore_index=True)
