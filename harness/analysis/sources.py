@@ -12,7 +12,7 @@ from tasks.errors import DataError
 from tasks.registry import get_task
 from tasks.result import RunStatus
 
-from ..record.contract import TRAIN_SPEC, Phase, Tag
+from ..record.contract import TRAIN_SPEC, Col, Phase, Tag
 from ..record.reader import RecordReader, ReportError, TrackedRuns
 from ..record.sources import default_tracking_uri
 from ..transfer import TransferError, rebuild_tracked_run
@@ -142,15 +142,15 @@ def study_runs(uri: str, study: str, only: dict[str, str]) -> list[tuple[str, st
         runs = RecordReader(uri, study).runs()
     except ReportError as exc:
         raise AnalysisError(str(exc)) from None
-    runs = runs[(runs["status"] == RunStatus.FINISHED) & (runs["phase"] == Phase.FINAL)]
+    runs = runs[(runs[Col.STATUS] == RunStatus.FINISHED) & (runs[Col.PHASE] == Phase.FINAL)]
     for key, value in only.items():
         if key not in runs.columns:
             raise AnalysisError(f"--only {key}=...: runs have no {key!r} (use one of task, arch, unit, dim, seed)")
         runs = runs[runs[key].astype(str) == value]
-    runs = runs.sort_values(["start_time"], kind="stable").drop_duplicates("cell_id")
+    runs = runs.sort_values([Col.START_TIME], kind="stable").drop_duplicates(Col.CELL)
     if not len(runs):
         raise AnalysisError(f"study {study!r}: no finished seed runs match {only or 'the study'}")
-    return list(zip(runs["run_id"], runs["unit"]))
+    return list(zip(runs[Col.RUN_ID], runs[Col.UNIT]))
 
 
 def parse_pairs(items: list[str] | None, flag: str) -> dict[str, str]:

@@ -25,8 +25,16 @@ lives in MLflow — and imports nothing from the project but that:
   MLflow run states the driver sets and the readers filter on.
 - `RunKey`: the record's idempotency key of a trial or seed run (`<cell>/trial/<n>`,
   `<cell>/seed/<s>/<params hash>`): built, parsed and turned into its run directory here only.
-- `RUN_COLUMNS`, `CELL_COLUMNS`, `FIXED`: the readers' columns, derived from `Tag`.
-- `WorkerResult`: what a worker sends back (the return-trip twin of harness.jobs.WorkerJob).
+- `RUN_COLUMNS`, `CELL_COLUMNS`, `FIXED`: the readers' columns, derived from `Tag`; `Col`: each
+  of them by name. A run frame's metric and param columns and the step-0 metric keys are built
+  and parsed here only: `metric_col`/`metric_of`, `param_col`/`param_of`, `valid_metric`,
+  `best_metric`/`best_valid`/`parse_best_valid`, `test_metric`/`parse_test_metric`/`split_metric`,
+  `per_epoch`; a transfer run's: `transfer_metric`, `transfer_run_name`.
+- The shapes: `CellRecord` (what a cell run records about its cell), `split_tags`, `RunRecord`
+  (one ended trial/seed run as stored), written by harness.record.writer and read back by
+  harness.record.reader.
+- `WorkerResult`: what a worker sends back (the return-trip twin of harness.jobs.WorkerJob), with
+  `WorkerInfo`: where and how the attempt ran (the worker's fields, and the two the driver adds).
 - The errored-run retry rule (`max_attempts`, `attempt_of`, `will_retry`): an errored run is not
   a result; the next `tprbench run` retries it (a search trial is left unfinished in Optuna and
   dispatched again with the same number and parameters; a seed run is run again) until its key
@@ -36,6 +44,11 @@ lives in MLflow — and imports nothing from the project but that:
 
 Records written before the cell-schema tags (metric, direction, splits) still read: the frame
 columns are then missing (None) and the report infers the metric and splits from the names.
+
+The files and folders of a study's run root (mlflow.db, optuna.journal, work/, cache/, ...) are
+named in harness/record/layout.py. tests/test_record_contract_guard.py keeps the names here and
+there: MLflow's client, the MLflow statuses, the tag keys and the root's layout spelled outside
+their owners fail it.
 """
 
 from __future__ import annotations

@@ -66,7 +66,7 @@ ONLY_A, ONLY_B = "A only", "B only"
 
 
 def _side(spec: dict[str, Any], seeds_wanted: int | None) -> Side:
-    name, seeds, ids, note = resolve_study(spec[Col.STUDY])
+    name, seeds, ids, note = resolve_study(spec["study"])
     runs, cells = load_record(spec["uri"], name, ids, root=spec.get("root"))
     commit = spec.get("commit")
     if commit:

@@ -7,7 +7,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..record.contract import Col
 from ..record.reader import RecordReader, ReportError
 
 
@@ -57,7 +56,7 @@ def resolve_study(study: str) -> tuple[str, int | None, list[str] | None, str | 
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ReportError(f"{study}: cannot read the study file: {exc}") from None
-    section = data.get(Col.STUDY, {}) if isinstance(data.get(Col.STUDY), dict) else {}
+    section = data.get("study", {}) if isinstance(data.get("study"), dict) else {}
     name = _checked_name(str(section.get("name") or path.stem), f"{study}: study.name")
     seeds = section.get("seeds")
     return name, (int(seeds) if isinstance(seeds, int) else 3), None, note
