@@ -206,7 +206,7 @@ def counted_runs(runs: Any, cells: Any, seeds_wanted: int | None = None, any_par
         out = final[match.to_numpy()]
         return out.sort_values([Col.CELL, Col.SEED, Col.RUN_KEY], kind="stable").reset_index(drop=True)
     keep = []
-    for cid, group in final.groupby("cell_id", sort=True):
+    for cid, group in final.groupby(Col.CELL, sort=True):
         h = hashes.get(cid)
         h = None if _is_missing(h) else h
         if h is None or not (group[Col.PARAMS_HASH] == h).any():
@@ -242,7 +242,7 @@ def _task_tables(cell_rows: list[dict[str, Any]], runs: Any) -> dict[str, tuple]
     out = {}
     for task_label in sorted({r["task_label"] or "" for r in cell_rows}):
         rows = [r for r in cell_rows if (r["task_label"] or "") == task_label]
-        metric, tests = _recorded(rows, "metric"), _recorded(rows, "test_splits")
+        metric, tests = _recorded(rows, Col.METRIC), _recorded(rows, Col.TEST_SPLITS)
         metric = None if metric is None else str(metric).removeprefix(valid_metric(""))
         if metric is not None and tests is not None:
             splits = [_scored_split(t, metric, runs) for t in json.loads(tests)]
@@ -250,7 +250,7 @@ def _task_tables(cell_rows: list[dict[str, Any]], runs: Any) -> dict[str, tuple]
             task_runs = runs[runs[Col.CELL].isin({r[Col.CELL] for r in rows})] if len(runs) else runs.iloc[0:0]
             metric = metric or _metric_of(task_runs) or "acc"
             splits = _splits_of(task_runs, metric)
-        direction = metric_direction(metric, _recorded(rows, "direction"))
+        direction = metric_direction(metric, _recorded(rows, Col.DIRECTION))
         out[task_label] = (metric, direction, [("valid", metric_col(best_valid(metric)))] + splits)
     return out
 
@@ -424,13 +424,13 @@ def _run_columns(frame: Any, tables: dict[str, tuple]) -> list[str]:
     """The runs' columns the per-cell statistics read (`_cell_base`, the split means): a 100k-run
     record has ~50, most of them hyperparameters no table shows."""
     wanted = {
-        "cell_id",
-        "status",
-        "phase",
-        "seed",
-        "trial",
-        "git_commit",
-        "reason",
+        Col.CELL,
+        Col.STATUS,
+        Col.PHASE,
+        Col.SEED,
+        Col.TRIAL,
+        Col.GIT_COMMIT,
+        Col.REASON,
         PARAMS_FORMULA,
         PARAMS_TOTAL,
         metric_col(PARAMS_FORMULA),

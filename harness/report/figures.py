@@ -352,8 +352,8 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
 def fig_speed(cells: Any, runs: Any, history: Any, bench: Any | None) -> Any | None:
     """Median epoch seconds per unit (and the bench's ms and × gru when given)."""
     es = history[history["key"] == "epoch_seconds"]
-    info = runs[["run_id", "cell_id"]].merge(cells[["cell_id", "unit", "dim", "order"]], on="cell_id")
-    es = es.merge(info, on="run_id")
+    info = runs[[Col.RUN_ID, Col.CELL]].merge(cells[[Col.CELL, Col.UNIT, Col.DIM, "order"]], on=Col.CELL)
+    es = es.merge(info, on=Col.RUN_ID)
     bars = []
     if len(es):
         dims = es[Col.DIM].nunique()

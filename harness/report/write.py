@@ -138,23 +138,23 @@ def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
 
     rows = [
         {
-            "run_id": None,
-            "cell_id": c.id,
-            "task": c.task,
-            "arch": c.arch,
-            "unit": c.unit,
-            "unit_canonical": getattr(c, "unit_canonical", None),
-            "dim": c.dim,
-            "input_dim": c.input_dim,
-            "label": c.label,
-            "epochs": getattr(c, "epochs", None),
-            "data": getattr(c, "data", None),
-            "task_options": json.dumps(getattr(c, "task_options", {}), sort_keys=True, default=str),
-            "final_params_hash": None,
-            "final_params": None,
+            Col.RUN_ID: None,
+            Col.CELL: c.id,
+            Col.TASK: c.task,
+            Col.ARCH: c.arch,
+            Col.UNIT: c.unit,
+            Col.UNIT_CANONICAL: getattr(c, "unit_canonical", None),
+            Col.DIM: c.dim,
+            Col.INPUT_DIM: c.input_dim,
+            Col.LABEL: c.label,
+            Col.EPOCHS: getattr(c, "epochs", None),
+            Col.DATA: getattr(c, "data", None),
+            Col.TASK_OPTIONS: json.dumps(getattr(c, "task_options", {}), sort_keys=True, default=str),
+            Col.FINAL_PARAMS_HASH: None,
+            Col.FINAL_PARAMS: None,
             # the study's metric and direction, so a table of cells not run yet is labelled as it will be
-            Tag.METRIC.bare: getattr(c, "metric", None),
-            Tag.DIRECTION.bare: getattr(c, "direction", None),
+            Col.METRIC: getattr(c, "metric", None),
+            Col.DIRECTION: getattr(c, "direction", None),
         }
         for c in cells
     ]
