@@ -37,13 +37,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.metrics import MAXIMIZE
 from tasks.result import RunStatus
 
 from ..driver.cells import CellState, Job, params_hash
 from ..driver.errors import RunnerError
 from ..driver.runner import StudyRunner
-from ..record.contract import MLFLOW_PARENT, Kind, MlflowStatus, Splits, Tag, WorkerResult, experiment_name
-from ..record.reader import CellRecord, split_tags
+from ..record.contract import (
+    MLFLOW_PARENT,
+    CellRecord,
+    Kind,
+    MlflowStatus,
+    Splits,
+    Tag,
+    WorkerInfo,
+    WorkerResult,
+    experiment_name,
+    split_tags,
+)
+from ..record.layout import RunRoot, sqlite_uri
 from ..record.sources import default_tracking_uri
 from ..record.writer import BulkRun, Tracker, git_commit
 from ..study.cells import expand
@@ -188,7 +200,7 @@ def _result(job: Any, rng: random.Random, epochs: int) -> WorkerResult:
         best_epoch=best_epoch,
         best_valid=best,
         metric="valid_acc",
-        direction="maximize",
+        direction=MAXIMIZE,
         history=history,
         test=test,
         params_formula=384,
@@ -199,7 +211,7 @@ def _result(job: Any, rng: random.Random, epochs: int) -> WorkerResult:
         notes=[],
         reproducible=True,
         splits=Splits("validate", list(SPLITS)),
-        worker={"host": "bench"},
+        worker=WorkerInfo(host="bench"),
     )
 
 
@@ -221,7 +233,7 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
     runner = StudyRunner(study, cells, root, uri)
     backend = _BufferedJournal()
     runner.storage = optuna.storages.JournalStorage(backend)
-    runner.tracker = tracker = Tracker(uri, study.name, root / "mlartifacts", root=root)
+    runner.tracker = tracker = Tracker(uri, study.name, RunRoot(root).artifacts, root=root)
     runner.study_run_id = tracker.study_run(git_commit())
     clock = int(time.time() * 1000) - case.runs * 1000  # runs end one second apart, up to now
     batch: list[BulkRun] = []
@@ -281,14 +293,14 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
     if batch:
         tracker.log_bulk(batch)
         written += len(batch)
-    backend.dump(root / "optuna.journal")
+    backend.dump(RunRoot(root).journal)
     return {
         "case": case.name,
         "cells": len(cells),
         "mlflow_runs": written + 1,
         "seconds": time.time() - t0,
-        "db_mb": (root / "mlflow.db").stat().st_size / 2**20,
-        "journal_mb": (root / "optuna.journal").stat().st_size / 2**20,
+        "db_mb": RunRoot(root).db.stat().st_size / 2**20,
+        "journal_mb": RunRoot(root).journal.stat().st_size / 2**20,
     }
 
 
@@ -386,7 +398,7 @@ def tracking_server(root: Path, say: Any = print, timeout: float = 300) -> Itera
         "--workers",
         "1",
         "--backend-store-uri",
-        f"sqlite:///{root / 'mlflow.db'}",
+        sqlite_uri(RunRoot(root).db),
         "--artifacts-destination",
         str(root / "server-artifacts"),
     ]
@@ -407,7 +419,7 @@ def tracking_server(root: Path, say: Any = print, timeout: float = 300) -> Itera
             if proc.poll() is not None or time.monotonic() - t0 > timeout:
                 raise RuntimeError(f"mlflow server did not start (see {root / 'mlflow-server.log'})")
             time.sleep(0.5)
-        say(f"  mlflow server at {url} over {root / 'mlflow.db'} (up in {time.monotonic() - t0:.0f} s)")
+        say(f"  mlflow server at {url} over {RunRoot(root).db} (up in {time.monotonic() - t0:.0f} s)")
         yield url
     finally:
         try:
@@ -427,7 +439,7 @@ def time_case(
         env["PYTHONPATH"] = str(code) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     exe = [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())"]
     out_dir = Path(tempfile.mkdtemp(prefix="tprbench-bench-out-"))
-    summary = root / "cache" / "summary"
+    summary = RunRoot(root).summary
     rows = []
     try:
         for name, argv in commands(case, root, out_dir, tracking_uri):
@@ -473,11 +485,11 @@ def run_record_bench(args: Any) -> int:
         for name in names:
             case = CASES[name]
             root = base / name
-            if not (root / "mlflow.db").exists():
+            if not RunRoot(root).db.exists():
                 say(f"building {name}: {case.cells} cells, {case.runs:,} MLflow runs ({case.note})")
                 info = build(case, root, say)
                 say(f"  built in {info['seconds']:.0f} s: mlflow.db {info['db_mb']:.0f} MB, optuna.journal {info['journal_mb']:.1f} MB")
-            db = root / "mlflow.db"
+            db = RunRoot(root).db
             fl = floor(db, f"bench-{case.name}")
             results.append(
                 Timing(

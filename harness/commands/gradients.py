@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.analysis.sources import AnalysisError, from_run, from_spec, parse_pairs, study_runs, tracking
     from harness.commands.support.output_path import check_output_path
     from harness.record.compressed import reading_root
+    from harness.record.layout import RunRoot
     from harness.record.store_check import check_stores
 
     check_output_path(args.out, "--out")  # before any model is built or measured
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if args.unit and not args.task:
         raise AnalysisError("--unit needs --task (whose validation data the unit reads)")
     root = reading_root(Path(args.root).expanduser().resolve())  # a committed mlflow.db.gz: its decompressed copy
-    cache = root / "cache"
+    cache = RunRoot(root).cache
     console = Console()
     uri = tracking(root, args.tracking_uri)
     if args.run_ids or args.study:

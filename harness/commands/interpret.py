@@ -64,13 +64,14 @@ def run(args: argparse.Namespace) -> int:
     from harness.analysis.sources import load_source, tracking
     from harness.commands.support.output_path import check_output_path
     from harness.record.compressed import reading_root
+    from harness.record.layout import RunRoot
     from harness.record.store_check import check_stores
 
     out = Path(args.out) if args.out else Path("reports") / "interpret" / Path(args.run_id).name[:8]
     check_output_path(out, "--out")  # before any model is loaded
     console = Console()
     root = reading_root(Path(args.root).expanduser().resolve())  # a committed mlflow.db.gz: its decompressed copy
-    cache = root / "cache"
+    cache = RunRoot(root).cache
     uri = tracking(root, args.tracking_uri)
     check_stores(args.tracking_uri, reading=True)
     treebank = Path(args.treebank) if args.treebank else Path(os.environ.get("TPRBENCH_DATA", "../shared/data")) / "ud_english_ewt"

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.driver.errors import RunnerError
     from harness.record import guard
     from harness.record.compressed import reading_root, refuse_writing
+    from harness.record.layout import RunRoot, sqlite_uri
     from harness.record.sources import sqlite_path
 
     root = Path(args.root).expanduser().resolve()
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.action in ("snapshot", "restore"):
         refuse_writing(root, f"record {args.action}")
     read = reading_root(root) if args.action == "check" else root  # a committed mlflow.db.gz: its decompressed copy
-    uri = args.tracking_uri or f"sqlite:///{read / 'mlflow.db'}"
+    uri = args.tracking_uri or sqlite_uri(RunRoot(read).db)
     db = sqlite_path(uri)
     if db is None:
         raise RunnerError(

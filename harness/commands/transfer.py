@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from harness.record.compressed import reading_root, refuse_writing
+    from harness.record.layout import RunRoot
     from harness.record.sources import default_tracking_uri
     from harness.record.store_check import check_stores
     from harness.transfer import TransferError, evaluate_run
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for run_id in args.run_ids:
         with console.status(f"SentEval on run {run_id}: {', '.join(tasks)}"):
-            results = evaluate_run(uri, run_id, tasks, args.task_path, args.kfold, root / "cache", log=not args.no_log)
+            results = evaluate_run(uri, run_id, tasks, args.task_path, args.kfold, RunRoot(root).cache, log=not args.no_log)
         row = {"run": run_id[:8], "encoder": results.pop("_source")["label"]}
         for task in tasks:
             r = results[task]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..diskfull import disk_full_error, is_disk_full
-from ..record.contract import MlflowStatus
+from ..record.contract import BEST, MlflowStatus
 from ..record.retry import retry_seconds
 from ..report import aggregate
 from ..report.aggregate import _is_missing, records
@@ -91,7 +91,7 @@ class RecordClosing:
         out: dict[str, dict[str, float]] = {}
         for row in agg if isinstance(agg, list) else records(agg):
             m = out.setdefault(row["cell_id"], {})
-            key = str(row["metric_key"]).removeprefix("best_")
+            key = str(row["metric_key"]).removeprefix(BEST)
             if row["n"]:
                 m[f"{key}_mean"] = row["mean"]
                 if row["n"] > 1:

@@ -121,8 +121,8 @@ class DispatchLoop:
             except Exception as exc:  # worker/node lost after all retries
                 result = WorkerResult.errored(f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
             _stop_if_disk_full(job, result)
-            result.worker["ready_at"] = ready_at
-            result.worker["get_seconds"] = time.time() - ready_at
+            result.worker.ready_at = ready_at
+            result.worker.get_seconds = time.time() - ready_at
             self._record(st, job, result)
             del in_flight[ref]  # only once recorded: an error above leaves it to be cancelled
             st.running -= 1

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from tasks.result import BEST_WEIGHTS, RESULT, RunStatus, is_diverged, is_failure
 
-from ..record.contract import MlflowStatus, Phase, RunKey, Tag, WorkerResult, max_attempts, prefixed
+from ..record.contract import MlflowStatus, Phase, RunKey, Tag, WorkerResult, max_attempts, prefixed, split_tags
 from ..record.guard import Snapshots
+from ..record.layout import RunRoot
 from ..record.lease import DriverLease
-from ..record.reader import split_tags
 from ..record.retry import with_retry
 from ..record.sources import sqlite_path
 from ..record.storage import TRIAL_ENDED, display_url, read_trial_states
@@ -46,7 +46,7 @@ class ResultRecording:
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.tracker = Tracker(self.tracking_uri, self.study.name, self.root / "mlartifacts", root=self.root)
+        self.tracker = Tracker(self.tracking_uri, self.study.name, RunRoot(self.root).artifacts, root=self.root)
         self.tracker.on_retry = self._say
         self.study_run_id = self.tracker.study_run(self.commit)
         self.lease = DriverLease(self.tracker, self.study_run_id, self.root, note=self._say)
@@ -206,7 +206,7 @@ class ResultRecording:
             Tag.GIT_COMMIT: self.commit,
             Tag.PARAMS_HASH: params_hash(job.hparams),
             **cell_tags(job.cell),
-            Tag.HOST: result.worker.get("host", "") if result is not None else "",
+            Tag.HOST: result.worker.host if result is not None else "",
         }
         if job.trial_number is not None:
             tags[Tag.TRIAL] = job.trial_number
@@ -263,11 +263,11 @@ class ResultRecording:
             "prepare_seconds": job.prepare_seconds,
             "tell_seconds": tell,
             "mlflow_seconds": log,
-            "worker_seconds": w.get("worker_seconds"),
-            "get_seconds": w.get("get_seconds", 0.0),
-            **{k: w.get(k) for k in ("node_id", "pid", "resources", "gpu_ids", "start", "end")},
+            "worker_seconds": w.worker_seconds,
+            "get_seconds": w.get_seconds,
+            **{k: getattr(w, k) for k in ("node_id", "pid", "resources", "gpu_ids", "start", "end")},
         }
-        if w.get("start") is not None and w.get("end") is not None and w.get("ready_at") is not None:
-            row["dispatch_seconds"] = max(w["start"] - job.started, 0.0)
-            row["return_seconds"] = max(w["ready_at"] - w["end"], 0.0)
+        if w.start is not None and w.end is not None and w.ready_at is not None:
+            row["dispatch_seconds"] = max(w.start - job.started, 0.0)
+            row["return_seconds"] = max(w.ready_at - w.end, 0.0)
         self.timings.append(row)

@@ -36,6 +36,7 @@ from tasks.result import CHECKPOINT
 
 from ..faults import fault_point
 from ..record.contract import MlflowStatus, RunKey
+from ..record.layout import RunRoot
 from ..record.sources import default_tracking_uri
 from ..record.storage import default_storage_url
 from ..record.store_check import check_stores
@@ -100,8 +101,8 @@ class StudyRunner(CellPlanning, ResultRecording, RecordClosing, DispatchLoop):
         self.force = force
         self.console = console
         self.commit = git_commit(project_dir)
-        self.cache_dir = self.root / "cache"
-        self.work_dir = self.root / "work" / study.name
+        self.cache_dir = RunRoot(self.root).cache
+        self.work_dir = RunRoot(self.root).work_dir(study.name)
         self.started = time.time()
         self.eta = EpochEta(until_epoch)  # the progress line's ETA, in epochs (harness/driver/progress.py)
         self.events: list[str] = []
@@ -167,7 +168,7 @@ class StudyRunner(CellPlanning, ResultRecording, RecordClosing, DispatchLoop):
         """Open the record, plan every cell, dispatch until nothing is left; returns a summary."""
         self.preflight(address)
         self.root.mkdir(parents=True, exist_ok=True)
-        with StudyLock(self.root / "locks" / f"{self.study.name}.lock"):
+        with StudyLock(RunRoot(self.root).lock(self.study.name)):
             self._phase(f"opening the record ({self.tracking_uri})")
             states = self._open_record()
             if any(self._has_work(st) for st in states):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from .cache_note import unsaved
-from .contract import Kind
+from .contract import Kind, metric_of
 from .sources import ClientSource, Columns, SqlSource, empty_columns, kind_filter
 
 VERSION = 1
@@ -53,7 +53,7 @@ def _arrow_type(name: str):
 
     if name in ("start_time", "end_time"):
         return pa.int64()
-    if name.startswith("metric."):
+    if metric_of(name) is not None:
         return pa.float64()
     return pa.string()
 
