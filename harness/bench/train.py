@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.bench.units import BASELINE, check_specs, default_specs, sized_spec, write_json
+from harness.bench.units import baseline, check_specs, default_specs, sized_spec, write_json
 
 COUNTED = {"lm": "tokens", "autoencode": "tokens"}  # what a task's loss `count`s (tasks/*/adapter.py); others: examples
 LOGIC_DEFAULTS = {"units": None, "dim": 64, "arch": "plain", "train_size": 3200, "batch_size": 64}  # the logic mode's options
@@ -217,8 +217,8 @@ def bench_train(
     adapter.prepare()
     adapter.check_arch(arch)
     cases = _logic_cases(adapter, specs, dim, arch, batch_size, repeats)
-    if cases[0].row.skipped or cases[0].row.unit != BASELINE:
-        raise RuntimeError(f"the baseline {BASELINE!r} could not be built")
+    if cases[0].row.skipped or cases[0].row.unit != baseline():
+        raise RuntimeError(f"the baseline {baseline()!r} could not be built")
     built, unbuilt = [c for c in cases if not c.row.skipped], [c for c in cases if c.row.skipped]
     _interleaved(built, repeats, batches, clock, progress=progress)
     for case in built:

@@ -40,9 +40,32 @@ from ..record.contract import (
     valid_metric,
 )
 
-#: Logical-entailment test splits in the papers' column order (records without a test_splits tag).
-LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
-BASELINES = {"lstm": 0, "gru": 1}
+
+@functools.lru_cache(maxsize=1)
+def papers_split_order() -> tuple[str, ...]:
+    """The test splits tasks want shown in their papers' column order (tasks/meta.py
+    `ReportLayout.split_order`: logic's easy … exam), every registered task's in turn; other
+    splits follow sorted by name."""
+    from tasks.registry import available_tasks, task_meta
+
+    order: list[str] = []
+    for name in available_tasks():
+        try:
+            layout = task_meta(name).report_layout
+        except Exception:  # a plug-in task that is gone or fails to import: no order of its own
+            continue
+        order += [s for s in getattr(layout, "split_order", ()) if s not in order]
+    return tuple(order)
+
+
+@functools.lru_cache(maxsize=256)
+def baseline_order(unit_name: str | None) -> float:
+    """Baselines first, in the rank their units declare (units/meta.py `BASELINE_RANK`: LSTM, GRU)."""
+    from units.registry import baseline_rank
+
+    rank = baseline_rank(unit_name) if unit_name else None
+    return float("inf") if rank is None else rank
+
 
 # -- unit specs → table columns --------------------------------------------------------------
 
@@ -134,7 +157,7 @@ def _sort_key(row: dict[str, Any], columns: UnitColumns) -> tuple:
         str(row.get(Col.ARCH) or ""),
         _num(row.get(Col.DIM)),
         _num(row.get(Col.INPUT_DIM)),
-        BASELINES.get(row.get("unit_name"), 2),
+        baseline_order(row.get("unit_name")),
         str(row.get("unit_name") or ""),
         *(_num(row.get(c)) for c in columns.report),
         str(row.get(Col.UNIT) or ""),
@@ -170,8 +193,9 @@ def _splits_of(runs: Any, metric: str) -> list[tuple[str, str]]:
         split = parse_test_metric(metric_of(col) or "", metric)
         if split is not None and runs[col].notna().any():
             found[_display(split)] = col
-    logic = [s for s in LOGIC_SPLITS if s in found]
-    return [(s, found[s]) for s in logic + sorted(s for s in found if s not in LOGIC_SPLITS)]
+    order = papers_split_order()
+    first = [s for s in order if s in found]
+    return [(s, found[s]) for s in first + sorted(s for s in found if s not in order)]
 
 
 def _metric_of(runs: Any) -> str | None:

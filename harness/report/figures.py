@@ -4,6 +4,8 @@
   panels), one line per number of roles (mean over the counted seed runs; TPRU family, one
   slice) — like the workshop paper's Fig. 1 and the ICLR paper's Fig. 2.
 - `curves_slices`: the same with one slice vs several (solid: 1 slice, dashed: more) — Fig. 2.
+  Which columns these two sweep is the units' to say (units/meta.py `FIGURE_SWEEP`: TPRU's
+  ("roles", "slices"), TPRN's ("roles",)); the figures are named `curves_<column>`.
 - `units`: every cell (LSTM, GRU, new units alike) compared per split: mean ± std over the
   counted seeds, one panel per task and split.
 - `curves`: learning curves of every cell — training loss and validation score per epoch, the
@@ -24,6 +26,7 @@ and `metadata` without Date/Software/Creator; the regenerating command goes in D
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,7 @@ from tasks.metrics import MAXIMIZE, MINIMIZE, metric_scale
 
 from ..record.contract import Col
 from ..record.reader import ReportError
-from .aggregate import BASELINES, _is_missing, parse_unit
+from .aggregate import _is_missing, baseline_order, parse_unit
 
 DPI = 100
 SALT = "tprbench"
@@ -64,12 +67,34 @@ def _cell_info(agg: Any) -> Any:
     return agg.sort_values("order", kind="stable").drop_duplicates(Col.CELL).reset_index(drop=True)
 
 
-def _family(cells: Any) -> str | None:
-    """The unit name (among those with roles) with the most distinct role counts."""
-    with_roles = cells[cells["roles"].notna()]
-    if not len(with_roles):
+@functools.lru_cache(maxsize=1)
+def sweeps() -> tuple[tuple[str, str | None], ...]:
+    """(swept column, inner column or None) of every registered unit's `FIGURE_SWEEP`
+    (units/meta.py: the TPRU papers' roles and slices figures), each figure once. Every
+    registered unit's, present in the record or not, so a report always names the same figures."""
+    from units.registry import available, unit_meta
+
+    out: list[tuple[str, str | None]] = []
+    for name in available():
+        try:
+            sweep = tuple(getattr(unit_meta(name), "FIGURE_SWEEP", ()))
+        except Exception:  # a plug-in that fails to import: no figure of its own
+            continue
+        if sweep and (sweep[0], None) not in out:
+            out.append((sweep[0], None))
+        if len(sweep) > 1 and (sweep[0], sweep[1]) not in out:
+            out.append((sweep[0], sweep[1]))
+    return tuple(out)
+
+
+def _family(cells: Any, col: str) -> str | None:
+    """The unit name (among those with a value of `col`) with the most distinct values of it."""
+    if col not in cells.columns:
         return None
-    counts = with_roles.groupby("unit_name")["roles"].nunique()
+    with_col = cells[cells[col].notna()]
+    if not len(with_col):
+        return None
+    counts = with_col.groupby("unit_name")[col].nunique()
     return sorted(counts.index, key=lambda n: (-int(counts[n]), str(n)))[0]
 
 
@@ -124,7 +149,7 @@ def _best_rows(rows: Any, limit: int, score: str = "mean") -> Any:
     then the best by `score` in the metric's direction; the table order is kept."""
     if len(rows) <= limit:
         return rows
-    base = rows["unit_name"].isin(list(BASELINES))
+    base = rows["unit_name"].map(lambda n: baseline_order(n) != float("inf")).astype(bool)
     others = rows[~base & rows[score].notna()]
     ascending = str(rows.iloc[0].get(Col.DIRECTION) or MAXIMIZE) == MINIMIZE
     keep = set(rows[base].index[:limit]) | set(others.sort_values(score, ascending=ascending, kind="stable").index[: max(limit - int(base.sum()), 0)])
@@ -177,47 +202,56 @@ def _groups(cells: Any) -> list[tuple[str, bool, Any]]:
     return out
 
 
-def fig_roles(cells: Any, used: Any, history: Any) -> Any | None:
+def fig_roles(cells: Any, used: Any, history: Any, col: str = "roles") -> Any | None:
+    """One line per value of `col` (roles) for the unit that sweeps it most; where the unit also
+    sweeps an inner column (slices), at its smallest value only."""
     panels = []
+    inners = [inner for swept, inner in sweeps() if swept == col and inner is not None]
     for title, _named, g in _groups(cells):
-        fam = _family(g)
+        fam = _family(g, col)
         if fam is None:
             continue
-        f = g[(g["unit_name"] == fam) & g["roles"].notna()]
-        one = f["slices"].dropna()
-        if len(one):
-            f = f[f["slices"].isna() | (f["slices"] == one.min())]
+        f = g[(g["unit_name"] == fam) & g[col].notna()]
+        for inner in (c for c in inners if c in f.columns):
+            one = f[inner].dropna()
+            if len(one):
+                f = f[f[inner].isna() | (f[inner] == one.min())]
         lines = []
-        for roles, rc in f.groupby("roles", sort=True):
+        for value, rc in f.groupby(col, sort=True):
             ids = list(used[used[Col.CELL].isin(rc[Col.CELL])][Col.RUN_ID])
             if ids:
-                lines.append((f"{int(roles)} roles", ids, "-"))
+                lines.append((f"{int(value)} {col}", ids, "-"))
         lines = _spread(lines, MAX_LINES)  # a role grid of hundreds: evenly spaced counts
         if len(lines) >= 2:
             panels.append((f"{title}: {fam}", str(g.iloc[0][Col.METRIC]), lines))
     return _draw(panels, history) if panels else None
 
 
-def fig_slices(cells: Any, used: Any, history: Any) -> Any | None:
+def fig_slices(cells: Any, used: Any, history: Any, col: str = "roles", inner: str = "slices") -> Any | None:
+    """One line per value of `inner` (slices) at each value of `col` (roles) swept at two or more."""
     panels = []
     for title, _named, g in _groups(cells):
-        fam = _family(g)
-        if fam is None:
+        fam = _family(g, col)
+        if fam is None or inner not in g.columns:
             continue
-        f = g[(g["unit_name"] == fam) & g["roles"].notna() & g["slices"].notna()]
-        lines = [line for roles, rc in f.groupby("roles", sort=True) if rc["slices"].nunique() >= 2 for line in _slice_lines(int(roles), rc, used)]
+        f = g[(g["unit_name"] == fam) & g[col].notna() & g[inner].notna()]
+        lines = [
+            line for value, rc in f.groupby(col, sort=True) if rc[inner].nunique() >= 2 for line in _inner_lines(int(value), rc, used, col, inner)
+        ]
         if len({ln[3] for ln in lines}) >= 1 and len(lines) >= 2:
-            panels.append((f"{title}: {fam}, slices", str(g.iloc[0][Col.METRIC]), lines))
+            panels.append((f"{title}: {fam}, {inner}", str(g.iloc[0][Col.METRIC]), lines))
     return _draw(panels, history, color_by_group=True) if panels else None
 
 
-def _slice_lines(roles: int, rc: Any, used: Any) -> list[tuple]:
-    """One curve per slice count at this number of roles (label, run ids, style, colour group)."""
+def _inner_lines(value: int, rc: Any, used: Any, col: str, inner: str) -> list[tuple]:
+    """One curve per `inner` value (slice count) at this `col` value (number of roles): (label,
+    run ids, style, colour group). The label's inner name is singular at 1 ("1 slice")."""
     lines = []
-    for i, (slices, sc) in enumerate(rc.groupby("slices", sort=True)):
+    one = inner[:-1] if inner.endswith("s") else inner
+    for i, (n, sc) in enumerate(rc.groupby(inner, sort=True)):
         ids = list(used[used[Col.CELL].isin(sc[Col.CELL])][Col.RUN_ID])
         if ids:
-            lines.append((f"{roles} roles, {int(slices)} slice{'s' if slices != 1 else ''}", ids, STYLES[i % len(STYLES)], roles))
+            lines.append((f"{value} {col}, {int(n)} {inner if n != 1 else one}", ids, STYLES[i % len(STYLES)], value))
     return lines
 
 
@@ -415,11 +449,20 @@ def make_figures(
         missing = {"unit", "dim", "total_ms"} - set(bench.columns)
         if missing:
             raise ReportError(f"--bench {bench_csv}: columns {', '.join(sorted(missing))} missing (expected `bench units --csv` output)")
+    swept = [
+        (f"curves_{col}", lambda col=col: fig_roles(cells, used, history, col), f"fewer than two values of {col} with finished seed runs")
+        if inner is None
+        else (
+            f"curves_{inner}",
+            lambda col=col, inner=inner: fig_slices(cells, used, history, col, inner),
+            f"no value of {col} with finished runs at two values of {inner}",
+        )
+        for col, inner in sweeps()
+    ]
     for stem, make, why in (
         ("units", lambda: fig_units(agg), "no cell has a finished seed run"),
         ("curves", lambda: fig_curves(cells, used, history), "no finished seed run with per-epoch metrics"),
-        ("curves_roles", lambda: fig_roles(cells, used, history), "fewer than two role counts with finished seed runs"),
-        ("curves_slices", lambda: fig_slices(cells, used, history), "no role count with finished runs at two slice counts"),
+        *swept,
         ("speed", lambda: fig_speed(cells, runs, history, bench), "no epoch timings recorded"),
     ):
         fig = make()
