@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 class RecordClosing:
     """End the cell runs (with their summary metrics) and the study run as the driver exits."""
 
+    # Set by StudyRunner.__init__ (harness/driver/runner.py); annotated here for the reader.
     study: Study
     cells: list[Cell]
 

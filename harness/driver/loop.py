@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 class DispatchLoop:
     """Ray dispatch: fill slots, submit, wait, record; cancel what is left if it stops early."""
 
+    # Set by StudyRunner.__init__ (harness/driver/runner.py); annotated here for the reader.
     study: Study
 
     def _dispatch(self, states: list[CellState]) -> None:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 class CellPlanning:
     """Cell states, their Optuna studies (opened lazily), final parameters and the next job."""
 
+    # Set by StudyRunner.__init__ (harness/driver/runner.py); annotated here for the reader.
     study: Study
     cells: list[Cell]
     storage_url: str

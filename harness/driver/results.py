@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 class ResultRecording:
     """The record's side of the driver: open it, keep the cell runs, log each result."""
 
+    # Set by StudyRunner.__init__ (harness/driver/runner.py); annotated here for the reader.
     study: Study
     cells: list[Cell]
 
