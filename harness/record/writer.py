@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tasks.result import REPLACEABLE, RunResult
 
@@ -55,6 +55,9 @@ from .layout import sqlite_uri
 from .reader import RecordReader
 from .retry import http_defaults, is_transient, with_retry
 from .sources import SqlSource, chunks, is_server, is_sql_uri, sqlite_path
+
+if TYPE_CHECKING:
+    from ..study.cells import Cell
 
 T = TypeVar("T")
 MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch limits
@@ -238,7 +241,7 @@ class Tracker:
             if experiment.tags.get(k) != v:
                 self.retry(lambda k=k, v=v: self.client.set_experiment_tag(self.experiment_id, k, v), "experiment tag")
 
-    def create_cell_run(self, cell: Any, study_run_id: str, extra_tags: dict[str, Any] | None = None) -> str:
+    def create_cell_run(self, cell: Cell, study_run_id: str, extra_tags: dict[str, Any] | None = None) -> str:
         """A new cell run holding the cell's record (and `extra_tags`): two writes."""
         record = CellRecord.of_cell(cell)
         tags = {Tag.KIND: Kind.CELL, Tag.STUDY: self.study, Tag.CELL: cell.id, MLFLOW_PARENT: study_run_id, **record.tags(), **(extra_tags or {})}
@@ -252,7 +255,7 @@ class Tracker:
         self._parents[f"cell/{cell.id}"] = run_id
         return run_id
 
-    def cell_run(self, cell: Any, study_run_id: str) -> str:
+    def cell_run(self, cell: Cell, study_run_id: str) -> str:
         """The cell's run, found by its tags or created (one query: use `reader.cell_runs` for many)."""
         key = f"cell/{cell.id}"
         if key not in self._parents:
@@ -715,10 +718,10 @@ def final_metrics(result: RunResult) -> dict[str, float]:
     return out
 
 
-def cell_tags(cell: Any) -> dict[str, Any]:
+def cell_tags(cell: Cell) -> dict[str, Any]:
     """The cell's tags as every run of it carries them (harness.record.contract.CellRecord.tags)."""
     return CellRecord.of_cell(cell).tags()
 
 
-def cell_params(cell: Any) -> dict[str, Any]:
+def cell_params(cell: Cell) -> dict[str, Any]:
     return CellRecord.of_cell(cell).params()

@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tasks.result import RunStatus
 
@@ -18,6 +18,9 @@ from . import figures as figs
 from .aggregate import aggregate, counted_runs, infer_seeds, search_frame
 from .load import load_history, load_record
 from .render import Section, make_table, print_sections, sections
+
+if TYPE_CHECKING:
+    from ..study.cells import Cell, Study
 
 
 @dataclass
@@ -161,7 +164,7 @@ def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
     return pd.DataFrame(rows, columns=[*CELL_COLUMNS, Tag.METRIC.bare, Tag.DIRECTION.bare])
 
 
-def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None, reader: Any = None, agg: Any = None) -> Any:
+def print_summary(study: Study, cells: list[Cell], tracking_uri: str, console: Any, root: Any = None, reader: Any = None, agg: Any = None) -> Any:
     """The aggregated table of these cells, printed to the console (end of `tprbench run`).
 
     Cells with no record yet are shown with every seed missing. Returns the aggregated frame.
