@@ -9,7 +9,12 @@ size: training loss 0.6956335 with the default kernels, 0.6956254 with ATEN_CPU_
 0.6949517 with MKL_CBWR=AVX2 as well; over the whole quickstart the means moved by up to 2.6
 points, LSTM's and GRU's included (README.md). With ATEN_CPU_CAPABILITY=avx2
 and MKL_CBWR=AVX2 every AVX2 x86 machine (CI's included) runs the same kernels; the variables are set
-in the driver's environment, which the local Ray workers inherit. The study's `max_concurrent = 2`
+in the driver's environment, which the local Ray workers inherit (checked in /proc/<pid>/environ).
+The C++ TPRU loops (units/tpru_ext.py, -march=native) do not add a CPU dependence at these sizes:
+built with -march=x86-64-v3 instead of for the AVX-512 machine, with the two variables set,
+`tpru-mod1[roles=8]` and `tpru[roles=8,slices=8]` (the `omp simd` reductions) trained
+bit-identically. Not checked: an AMD CPU (MKL's AVX2 branch is documented for Intel and
+compatible processors). The study's `max_concurrent = 2`
 keeps the schedule of a 2-core machine on any machine (a cell's second trial starts after its first
 has ended, so the median pruner sees the same trials). README.md says both.
 
