@@ -29,7 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-pairs", type=bounds.COUNT, default=2048, help="Jacobians computed per source (steps of real sequences)")
     p.add_argument("--root", default="runs", help="run directory (default ./runs)")
     p.add_argument("--tracking-uri", default=None)
-    p.add_argument("--out", default="reports/gradients", help="folder for gradients.md/.csv and the figures")
+    p.add_argument(
+        "--out",
+        default="runs/gradients",
+        help="folder for gradients.md/.csv and the figures (default runs/gradients, an ignored folder: a report to keep names its own --out)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-untrained", action="store_true", help="skip the untrained-model control")
     p.add_argument("--root", default="runs", help="run directory (default ./runs)")
     p.add_argument("--tracking-uri", default=None)
-    p.add_argument("--out", default=None, help="folder for interpret.md/.json, roles.md, polysemy.md (default reports/interpret/<run>)")
+    p.add_argument("--out", default=None, help="folder for interpret.md/.json, roles.md, polysemy.md (default runs/interpret/<run>)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.record.layout import RunRoot
     from harness.record.store_check import check_stores
 
-    out = Path(args.out) if args.out else Path("reports") / "interpret" / Path(args.run_id).name[:8]
+    out = Path(args.out) if args.out else Path("runs") / "interpret" / Path(args.run_id).name[:8]
     check_output_path(out, "--out")  # before any model is loaded
     console = Console()
     root = reading_root(Path(args.root).expanduser().resolve())  # a committed mlflow.db.gz: its decompressed copy
