@@ -8,6 +8,9 @@ away by waiting, so the store retry (harness.record.retry.with_retry) must not w
 command stops with `DiskFull`, naming the path and how much space is free there. Everything
 recorded before stays recorded; a run that hit the full disk is not recorded (its Optuna trial
 stays running, its seed stays to do), so the same command after space is freed resumes it.
+
+At harness/'s root, below every package: the record (stores, leases, retries), the driver and its
+worker, and the CLI's last line all use it.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ Points: `closing` — the driver has recorded its last run and is about to close
 `snapshot` — a snapshot's copy is written, not yet checked and renamed (harness.record.guard);
 `restore` — `record restore` has built and checked its copy, and moved nothing yet;
 `creating` — a new SQLite store is built on its temporary file, not yet renamed (harness.record.writer).
+
+At harness/'s root, below every package: both harness.record (snapshot, restore, creating) and
+harness.driver (closing) call `fault_point`, and the record must not import the driver.
 """
 
 from __future__ import annotations

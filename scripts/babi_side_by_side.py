@@ -63,9 +63,11 @@ class Row:
 
 def tprbench_rows(study_path: str, root: str) -> list[Row]:
     from harness.record.compressed import reading_root
+    from harness.record.contract import SUMMARY_SPLIT, metric_col, test_metric
     from harness.record.sources import default_tracking_uri
     from harness.report.load import load_history, load_runs
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     study = load_study(study_path)
     uri = default_tracking_uri(reading_root(Path(root)))  # a committed mlflow.db.gz: its decompressed copy
@@ -80,7 +82,7 @@ def tprbench_rows(study_path: str, root: str) -> list[Row]:
         for _, run in mine.iterrows():
             h = history[history["run_id"] == run["run_id"]].sort_values("step")
             curve = [(int(step) * per_epoch, float(v)) for step, v in zip(h["step"], h["value"])]
-            error = run.get("metric.test_summary_mean_error")
+            error = run.get(metric_col(test_metric(SUMMARY_SPLIT, "mean_error")))
             seeds.append(SeedRun(int(run["seed"]), None if _nan(error) else float(error), curve))
         rows.append(Row(cell.task_label or cell.label, seeds))
     return rows
@@ -88,15 +90,17 @@ def tprbench_rows(study_path: str, root: str) -> list[Row]:
 
 def _updates_per_epoch(cell, runs) -> int:
     """200 for a stream cell (`epoch_updates`), else the batches of one pass over its training data."""
+    from harness.record.contract import param_col
+
     if len(runs):
-        value = runs.iloc[0].get("param.epoch_updates")
+        value = runs.iloc[0].get(param_col("epoch_updates"))
         if value not in (None, "null", "None") and not _nan(value):
             return int(float(value))
     from tasks.registry import get_task
 
     adapter = get_task(cell.task)(cell.task_options, cell.data, Path("/tmp/tprbench-side-by-side-cache"))
     adapter.prepare()
-    batch = int(float(runs.iloc[0]["param.batch_size"])) if len(runs) else 128
+    batch = int(float(runs.iloc[0][param_col("batch_size")])) if len(runs) else 128
     return math.ceil(adapter.train_example_count() / batch)
 
 
@@ -106,7 +110,8 @@ def _nan(value) -> bool:
 
 def study_tasks(study_path: str) -> set[int]:
     """The bAbI task numbers the study's cells train on (their `tasks` option): the authors' rows shown."""
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     out: set[int] = set()
     for cell in expand(load_study(study_path)):

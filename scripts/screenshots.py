@@ -259,21 +259,23 @@ def main(argv: list[str] | None = None) -> int:
     logs = Path(tempfile.mkdtemp(prefix="tprshots"))
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     import optuna
-    from mlflow import MlflowClient
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from harness.record.compressed import reading_root
-    from harness.record.contract import Kind, experiment_name
-    from harness.record.sources import kind_filter
+    from harness.record.contract import Tag, experiment_name
+    from harness.record.layout import RunRoot, sqlite_uri
+    from harness.record.reader import RecordReader, ReportError
     from harness.record.storage import open_storage
 
     problems: list[str] = []
-    db = f"sqlite:///{reading_root(root) / 'mlflow.db'}"  # a committed mlflow.db.gz: its decompressed copy
-    exp = MlflowClient(tracking_uri=db).get_experiment_by_name(experiment_name(args.study))
-    if exp is None:
-        raise SystemExit(f"screenshots: no experiment {experiment_name(args.study)} in {db}")
-    cells = MlflowClient(tracking_uri=db).search_runs([exp.experiment_id], kind_filter(Kind.CELL))
-    labels = sorted(r.info.run_name for r in cells)
+    layout = RunRoot(root)
+    db = sqlite_uri(RunRoot(reading_root(root)).db)  # a committed mlflow.db.gz: its decompressed copy
+    try:
+        reader = RecordReader(db, args.study)
+    except ReportError:
+        raise SystemExit(f"screenshots: no experiment {experiment_name(args.study)} in {db}") from None
+    # A cell run is named by its cell's label (harness.record.writer.Tracker.create_cell_run).
+    labels = sorted(str(r["tags"].get(Tag.LABEL.bare, "")) for r in reader.cell_runs())
 
     port = free_port()
     browser = Chromium()
@@ -291,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                 "--backend-store-uri",
                 db,
                 "--artifacts-destination",
-                str(root / "mlartifacts"),
+                str(layout.artifacts),
             ],
             f"http://127.0.0.1:{port}/health",
             logs / "mlflow.log",
@@ -300,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
             # is its "model training" workflow. The cell runs are children of the study run: unfold them.
             query = urllib.parse.urlencode({"workflowType": "machine_learning"})
             text = browser.page(
-                f"http://127.0.0.1:{port}/#/experiments/{exp.experiment_id}/runs?{query}",
+                f"http://127.0.0.1:{port}/#/experiments/{reader.experiment_id}/runs?{query}",
                 out / "mlflow-ui.png",
                 want=labels[:3],
                 click="button[data-component-id*='runnamecellrenderer']",
@@ -312,14 +314,14 @@ def main(argv: list[str] | None = None) -> int:
                 problems.append(f"MLflow UI: {name!r} not on the experiment's runs page")
         print(f"MLflow UI: experiment tprbench/{args.study}, cell runs {', '.join(labels)} -> {out / 'mlflow-ui.png'}")
 
-        storage_url = args.storage or f"journal://{root / 'optuna.journal'}"
+        storage_url = args.storage or layout.storage_url
         storage = open_storage(storage_url, create=False)
         studies = [s for s in optuna.get_all_study_summaries(storage) if s.study_name.startswith(args.study + "/")]
         if not studies:
             raise SystemExit(f"screenshots: no Optuna study {args.study}/… in {storage_url}")
         first = sorted(studies, key=lambda s: s.study_name)[0]
         dash = (
-            [str(BIN / "optuna-dashboard"), str(root / "optuna.journal"), "--storage-class", "JournalFileStorage"]
+            [str(BIN / "optuna-dashboard"), str(layout.journal), "--storage-class", "JournalFileStorage"]
             if args.storage is None
             else [str(BIN / "optuna-dashboard"), args.storage]
         )

@@ -48,7 +48,7 @@ def unit_name(spec: str) -> str:
 
 def collect(runs, task: str) -> dict[str, dict]:
     """unit → {"params": formula, "dim": d, "seeds": n, metric: [values over seeds]} for final-phase finished runs."""
-    from harness.record.contract import Phase
+    from harness.record.contract import Phase, metric_of, split_metric
     from tasks.result import RunStatus
 
     rows = runs[(runs["task"] == task) & (runs["phase"] == Phase.FINAL) & (runs["status"] == RunStatus.FINISHED)]
@@ -57,8 +57,9 @@ def collect(runs, task: str) -> dict[str, dict]:
         u = out.setdefault(unit_name(r["unit"]), {"params": r["params_formula"], "dim": r["dim"], "seeds": 0})
         u["seeds"] += 1
         for col in rows.columns:
-            if col.startswith("metric.test_test_"):
-                u.setdefault(col.removeprefix("metric.test_test_"), []).append(float(r[col]))
+            name = split_metric(metric_of(col) or "", "test")  # the task's split named `test`
+            if name is not None:
+                u.setdefault(name, []).append(float(r[col]))
     return dict(sorted(out.items(), key=lambda kv: UNIT_ORDER.index(kv[0]) if kv[0] in UNIT_ORDER else 99))
 
 

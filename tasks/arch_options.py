@@ -1,7 +1,7 @@
 """The options of the pair architectures (`plain`, `bidaf`; tasks/architectures.py builds them), torch-free.
 
 logic, nli and transfer share these task options; study files read them (tasks/<name>/meta.py)
-without importing the models, or torch. Sources: docs/ARCHITECTURE.md ("Pair architectures").
+without importing the models, or torch. Sources: docs/science-tasks.md ("Pair architectures").
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .bounds import LAYERS_MAX
 POOLINGS = ("max", "last", "mean")
 ARCHS = ("plain", "bidaf")
 ATTENTIONS = ("dot", "trilinear")
-ENCODER_LAYERS = 2  # ICLR appendix C.1 and the authors' main_*.py default n_layers=2 (docs/ARCHITECTURE.md)
+ENCODER_LAYERS = 2  # ICLR appendix C.1 and the authors' main_*.py default n_layers=2 (docs/science-tasks.md)
 
 ARCH_NAMES = {
     "plain": "plain (siamese encoder, {pooling}-pooling, [u;v;|u−v|;u∘v], MLP)",

@@ -11,7 +11,7 @@
   attention, modelling input G = [h; ũ; h∘ũ; h∘h̃] (each side in turn is the context).
 
 Both take any unit spec (bidirectional or not) through `units.build` and know nothing else
-about units. Sources of every choice: docs/ARCHITECTURE.md ("Pair architectures").
+about units. Sources of every choice: docs/science-tasks.md ("Pair architectures").
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The project's bounds on numbers, named once: task options (tasks/*/meta.py) and the command line
-(harness/bounds.py, which imports these) use the same ones.
+(harness/commands/support/bounds.py, which imports these) use the same ones.
 
 A number with no upper bound reached the code that used it: `train_size = 99999999999999` was
 accepted by the study file and failed (or ran out of memory) only once a worker generated the data.
 Each bound is far above anything a run on any machine uses, so a value past it is a typo or a
-misunderstanding, refused in one line before anything starts (harness/study.py).
+misunderstanding, refused in one line before anything starts (harness/study/).
 """
 
 from __future__ import annotations

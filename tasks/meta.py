@@ -36,12 +36,14 @@ class ReportLayout:
     columns (units/meta.py `TABLE_COLUMNS`) the table always has, even where no cell's unit has
     the option (the logic papers' roles column beside GRU and LSTM); `metric_in_split_columns`
     titles each split column with the metric's abbreviation (the LM papers' "test ppl");
-    `pivot` adds per-task tables of test splits × models (the bAbI papers': harness/report/pivot.py)."""
+    `pivot` adds per-task tables of test splits × models (the bAbI papers': harness/report/pivot.py);
+    `split_order` is the papers' column order of the test splits (others follow by name)."""
 
     name: str = "generic"
     unit_columns: tuple[str, ...] = ()
     metric_in_split_columns: bool = False
     pivot: bool = False
+    split_order: tuple[str, ...] = ()
 
 
 class TaskMeta:

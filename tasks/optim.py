@@ -16,6 +16,7 @@ import torch
 
 from .errors import TaskError
 from .hparams import HParams
+from .metrics import MINIMIZE
 
 
 def make_optimizer(params: list[torch.nn.Parameter], hp: HParams) -> torch.optim.Optimizer:
@@ -63,7 +64,7 @@ class Schedule:
         elif hp.schedule == "plateau":
             self.torch = torch.optim.lr_scheduler.ReduceLROnPlateau(
                 optimizer,
-                mode="min" if direction == "minimize" else "max",
+                mode="min" if direction == MINIMIZE else "max",
                 factor=hp.factor,
                 patience=hp.patience,
                 threshold=0.0,

@@ -42,6 +42,7 @@ from .device import to_device
 from .errors import DataError, TaskError
 from .hparams import HParams, as_params, fingerprint_params
 from .meta import run_metric
+from .metrics import MAXIMIZE
 from .optim import Schedule, make_optimizer, optimizer_step
 from .progress import current as current_progress
 from .result import BEST_WEIGHTS, CHECKPOINT, RESULT, RunResult, RunStatus, paused_reason
@@ -420,7 +421,7 @@ def _stop_reason(ctx: _Context, result: RunResult) -> str | None:
         return None
     last = int(result.history[-1]["epoch"])
     target = ctx.hp.stop_value
-    if target is not None and (result.best_valid >= target if ctx.direction == "maximize" else result.best_valid <= target):
+    if target is not None and (result.best_valid >= target if ctx.direction == MAXIMIZE else result.best_valid <= target):
         return f"stopped after epoch {last}: {ctx.metric} reached {target:g} at epoch {result.best_epoch} (stop_value)"
     if ctx.hp.stop_patience and last - result.best_epoch >= ctx.hp.stop_patience:
         return (
@@ -631,7 +632,7 @@ def _gradient_summary(ctx: _Context, s: _Session) -> dict[str, float]:
 
 
 def _better(a: float, b: float | None, direction: str) -> bool:
-    return b is None or (a > b if direction == "maximize" else a < b)
+    return b is None or (a > b if direction == MAXIMIZE else a < b)
 
 
 def _save_checkpoint(ctx: _Context, s: _Session, result: RunResult, epoch: int) -> None:

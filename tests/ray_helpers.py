@@ -222,7 +222,8 @@ def run_study(
 ):
     """Drive a study in this process (Ray must already be up); returns (runner, summary)."""
     from harness.driver.runner import StudyRunner
-    from harness.study import expand, filter_cells, load_study
+    from harness.study.cells import expand, filter_cells
+    from harness.study.load import load_study
 
     study = load_study(study_path)
     cells = filter_cells(expand(study), only) if only else expand(study)
@@ -231,7 +232,8 @@ def run_study(
 
 
 def cells_of(study_path: Path) -> list[Any]:
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     return expand(load_study(study_path))
 
@@ -336,7 +338,8 @@ def aggregated(root: Path, study: str, seeds: int) -> Any:
 
 def status_rows(study_path: Path, root: Path, storage: str | None = None) -> dict[str, dict[str, Any]]:
     from harness.driver.status import study_status
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     study = load_study(study_path)
     return {r["id"]: r for r in study_status(study, expand(study), root, storage_url=storage)}
@@ -348,7 +351,7 @@ def check_complete(
     """Every cell done (or failed, for the units listed; errored for those in `errored`, which
     must also be in `failing`, with the retry cap reached); in MLflow one record per run key and
     exactly the expected keys; in Optuna exactly `trials` finished trials per cell."""
-    from harness.study import load_study
+    from harness.study.load import load_study
 
     study = load_study(study_path)
     keys = set(assert_no_duplicates(root, study.name))

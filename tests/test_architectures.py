@@ -1,4 +1,4 @@
-"""The pair architectures against the papers and the authors' code (docs/ARCHITECTURE.md,
+"""The pair architectures against the papers and the authors' code (docs/science-tasks.md,
 "Pair architectures"): encoder depth, classifier width, parameter counts of workshop Table 1,
 the two BiDAF attentions (the trilinear one against a loop transcription of Seo et al. 2017)."""
 

@@ -231,7 +231,8 @@ def test_the_cpu_study_compares_decoders_at_matched_weights(monkeypatch, tmp_pat
     from pathlib import Path
 
     import units
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     monkeypatch.setenv("TPRBENCH_DATA", str(tmp_path))
     cells = expand(load_study(Path(__file__).parent.parent / "studies" / "tpgn-cpu.toml"))

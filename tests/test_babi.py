@@ -396,7 +396,9 @@ units = ["lstm", "gru"]
 
 
 def test_a_study_pairs_tpr_rnn_with_tpr3_at_its_own_size(folder):
-    from harness.study import StudyError, expand, parse_study
+    from harness.study.cells import expand
+    from harness.study.load import parse_study
+    from harness.study.schema import StudyError
 
     study = parse_study(STUDY.format(data=folder))
     cells = expand(study)
@@ -421,7 +423,8 @@ def test_a_study_pairs_tpr_rnn_with_tpr3_at_its_own_size(folder):
 
 
 def test_the_shipped_babi_studies_parse_and_expand():
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     root = Path(__file__).resolve().parents[1] / "studies"
     os.environ.setdefault("TPRBENCH_DATA", "/data")

@@ -76,7 +76,7 @@ def cli(argv: list[str], capsys) -> tuple[int, str, str]:
     capsys.readouterr()
     try:
         code = main(argv)  # a traceback would surface here as an exception: the test fails
-    except SystemExit as exc:  # an option argparse refuses (harness/bounds.py)
+    except SystemExit as exc:  # an option argparse refuses (harness/commands/support/bounds.py)
         code = exc.code
     captured = capsys.readouterr()
     return code, captured.out, captured.err

@@ -13,7 +13,8 @@ import torch
 
 from harness.bench.train import seed_params
 from harness.cli import main
-from harness.study import expand, parse_study
+from harness.study.cells import expand
+from harness.study.load import parse_study
 from tasks.registry import get_task
 from tasks.training import Diverged, TrainConfig, TrainingSteps, load_best_model, train
 

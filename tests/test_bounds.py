@@ -39,7 +39,7 @@ def test_no_numeric_option_is_unbounded() -> None:
     unbounded = [
         f"{' '.join(p)} {o}" for p, o, a in _options() if getattr(a.type, "__name__", "") not in NON_NUMERIC and not hasattr(a.type, "bounds")
     ]
-    assert not unbounded, f"numeric options without a bound (harness/bounds.py): {unbounded}"
+    assert not unbounded, f"numeric options without a bound (harness/commands/support/bounds.py): {unbounded}"
     assert len(_options()) >= 40
 
 
@@ -115,7 +115,7 @@ def test_a_trial_request_larger_than_the_cluster_is_one_line(monkeypatch) -> Non
 
     from harness.driver.errors import RunnerError
     from harness.driver.ray_start import check_fits
-    from harness.study import Resources
+    from harness.study.schema import Resources
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
     check_fits(Resources(cpus=2))

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.study import expand, load_study
+from harness.study.cells import expand
+from harness.study.load import load_study
 
 ROOT = Path(__file__).resolve().parents[1]
 PINNED = json.loads((ROOT / "tests" / "fixtures" / "cell_ids.json").read_text())

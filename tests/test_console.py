@@ -123,7 +123,7 @@ def _state(label: str, trials_done: int, seeds_done: int):
 def test_unattended_progress_lines_at_intervals_and_a_full_width_table(monkeypatch) -> None:
     from rich.console import Console
 
-    from harness.progress import live_view
+    from harness.driver.progress import live_view
 
     monkeypatch.setenv("TPRBENCH_PROGRESS_SECONDS", "0")
     buf = io.StringIO()
@@ -148,7 +148,7 @@ def test_a_large_study_shows_a_screenful_live_and_every_cell_as_plain_text_at_th
     end-of-run table of thousands of cells is aligned plain text, one line per cell."""
     from rich.console import Console
 
-    from harness.progress import LIVE_ROWS, live_view, render
+    from harness.driver.progress import LIVE_ROWS, live_view, render
     from harness.report.render import PLAIN_ROWS
 
     states = [_state(f"logic/plain/d8/tpru[roles={i}]", 2, 3) for i in range(PLAIN_ROWS + 50)]
@@ -185,7 +185,7 @@ def test_library_stderr_goes_to_the_log_and_the_terminal_is_restored(tmp_path: P
     """What Ray's C++ core writes to descriptor 2 lands in the run directory's log, not the terminal."""
     import os
 
-    from harness.quiet import stderr_to
+    from harness.commands.support.quiet import stderr_to
 
     log = tmp_path / "logs" / "x.log"
     saved = os.fstat(2)

@@ -1,4 +1,4 @@
-"""The driver's dispatch order: the most training seconds left first (harness.progress.EpochEta.longest_first),
+"""The driver's dispatch order: the most training seconds left first (harness.driver.progress.EpochEta.longest_first),
 partly trained runs first among equals (harness.driver.cells.partly_trained_first), then the plan's order.
 
 A restarted study must give its slots to runs whose checkpoints already hold epochs before it starts
@@ -10,7 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness.driver.cells import CellState, partly_trained_first
-from harness.progress import EpochEta
+from harness.driver.progress import EpochEta
 from harness.record.contract import RunKey, Tag
 from tasks.result import BEST_WEIGHTS, CHECKPOINT, RESULT
 

@@ -7,6 +7,11 @@
   `tprbench units` (one layer) multiplied by the encoder's layers gives;
 - docs/cluster.md's sample output has the study's own numbers of cells, trials and seeds and the
   shape of the lines the driver prints.
+- docs that cannot drift: README.md links every docs/*.md and reports/README.md, the map
+  (docs/ARCHITECTURE.md) stays at most 350 lines and every path it names exists, every docs/x.md
+  named in the docs exists; commands' default outputs go to ignored folders.
+
+The quickstart's table itself, from a real run, is tests/test_quickstart.py.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ def _study_names() -> dict[str, Path]:
 
 def test_the_readme_says_how_to_reach_tprbench() -> None:
     text = README.read_text()
-    assert text.startswith("# tprbench\n\n```bash\nbash scripts/install.sh && .venv/bin/tprbench run studies/quickstart.toml")
+    assert re.match(r"# tprbench\n\n```bash\nbash scripts/install\.sh && (\w+=\w+ )*\.venv/bin/tprbench run studies/quickstart\.toml ", text)
     everyday = text[text.index("## Everyday commands") :]
     assert "source .venv/bin/activate" in everyday.split("```")[0] and ".venv/bin/tprbench" in everyday.split("```")[0]
 
@@ -138,7 +143,8 @@ def test_report_provenance_says_what_the_parameter_columns_count() -> None:
 
 def test_cluster_sample_output_matches_the_study_and_the_driver() -> None:
     from harness.commands.run import watch_hint
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     sample = _block(CLUSTER.read_text(), "What it prints", "text").splitlines()
     command = _block(CLUSTER.read_text(), "## 3. The study", "bash").replace("\\\n", " ")
@@ -193,3 +199,85 @@ def test_the_browser_checks_last_recorded_run_passed() -> None:
     sha = commit.removesuffix("-dirty")
     known = subprocess.run(["git", "cat-file", "-e", f"{sha}^{{commit}}"], cwd=ROOT, capture_output=True)
     assert known.returncode == 0 or not (ROOT / ".git").exists(), f"{commit}: not a commit of this repository"
+
+
+# Docs that cannot drift: the README lists every doc, the map stays a map, and what it names exists.
+
+ARCHITECTURE = ROOT / "docs" / "ARCHITECTURE.md"
+MAP_MAX_LINES = 350
+
+
+def test_the_readme_links_every_doc_and_the_reports_index() -> None:
+    text = README.read_text()
+    docs = sorted(p.name for p in (ROOT / "docs").glob("*.md"))
+    missing = [name for name in docs if f"docs/{name}" not in text]
+    assert not missing, f"README.md's Documentation section does not link {missing}"
+    assert "reports/README.md" in text
+    assert len(text.splitlines()) <= 130, "README.md grew past ~130 lines: results go to reports/README.md, detail to docs/"
+
+
+def test_the_reports_index_lists_every_report_folder() -> None:
+    text = (ROOT / "reports" / "README.md").read_text()
+    folders = sorted(p.name for p in (ROOT / "reports").iterdir() if p.is_dir())
+    assert [f for f in folders if f"[`{f}/`]({f}/)" not in text] == []
+
+
+def test_architecture_is_a_map() -> None:
+    n = len(ARCHITECTURE.read_text().splitlines())
+    assert n <= MAP_MAX_LINES, f"docs/ARCHITECTURE.md has {n} lines (at most {MAP_MAX_LINES}): move detail into a focused docs/ page"
+
+
+def map_paths() -> list[str]:
+    """Every repository path docs/ARCHITECTURE.md names in backticks (`units/tpru.py`, `harness/record/`)."""
+    text = ARCHITECTURE.read_text()
+    pattern = r"`((?:units|tasks|harness|tests|scripts|studies|records|reports|docs)/[\w./-]*)`"
+    return sorted({m for m in re.findall(pattern, text) if "<" not in m})
+
+
+def test_every_path_the_map_names_exists() -> None:
+    paths = map_paths()
+    assert len(paths) >= 60, "the map names the modules by their paths"
+    missing = [p for p in paths if not (ROOT / p).exists()]
+    assert not missing, f"docs/ARCHITECTURE.md names paths that do not exist: {missing}"
+
+
+def test_every_doc_the_map_and_the_docs_name_exists() -> None:
+    """`docs/x.md` named anywhere in README.md or docs/ is a file (a moved section leaves no dead name)."""
+    for page in [README, *(ROOT / "docs").glob("*.md")]:
+        for name in set(re.findall(r"docs/([\w-]+\.md)", page.read_text())):
+            assert (ROOT / "docs" / name).is_file(), f"{page.name} names docs/{name}"
+
+
+# Commands' default outputs: a command run with its defaults leaves no tracked file changed and no
+# untracked file outside an ignored folder. These defaults write where a user means to publish
+# (regenerating a committed report byte for byte from its record), so they are the exceptions.
+PUBLISHING_DEFAULTS = {("report", "--out"), ("papers", "--out")}
+OUTPUT_OPTIONS = {"--out", "--root", "--csv", "--json", "--run-dir", "--to", "--cache"}
+
+
+def _subparsers(parser, prefix=()):
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*prefix, name), sub
+                yield from _subparsers(sub, (*prefix, name))
+
+
+def test_default_outputs_go_to_ignored_folders() -> None:
+    from harness.cli import build_parser
+
+    checked = []
+    for names, sub in _subparsers(build_parser()):
+        for action in sub._actions:
+            flag = next((s for s in action.option_strings if s in OUTPUT_OPTIONS), None)
+            if flag is None or not isinstance(action.default, str) or (names[0], flag) in PUBLISHING_DEFAULTS:
+                continue
+            probe = f"{action.default.rstrip('/')}/probe-file"
+            ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", probe], cwd=ROOT).returncode == 0
+            assert ignored, f"tprbench {' '.join(names)} {flag} defaults to {action.default!r}, not an ignored folder (.gitignore)"
+            checked.append((names, flag))
+    assert (("gradients",), "--out") in checked and (("run",), "--root") in checked
+    source = (ROOT / "harness" / "commands" / "interpret.py").read_text()
+    assert 'Path("runs") / "interpret"' in source  # its default is computed from the run id

@@ -6,7 +6,7 @@ harness/faults.py): its cell run and study run are left RUNNING without summary 
 snapshot is taken. Then:
 
 - every process of that driver's session (Ray's GCS, raylet, agents, workers) is gone within
-  seconds, by itself: the driver's watchdog (harness/ray_watchdog.py) ends what Ray's own
+  seconds, by itself: the driver's watchdog (harness/driver/ray_watchdog.py) ends what Ray's own
   fate-sharing leaves (its two agents, which do not carry the watchdog's token, lived ~60 s under
   PID 1 before it followed the token holders' children);
 - the rerun trains nothing and needs no Ray: it closes what the dead driver left open as a

@@ -1,4 +1,4 @@
-"""The driver's ETA counts epochs, not runs (harness/progress.py `EpochEta`).
+"""The driver's ETA counts epochs, not runs (harness/driver/progress.py `EpochEta`).
 
 It once divided the runs left by the mean run time: a staged study (`run --until-epoch 30`,
 14 cells × 1 seed, 90 epochs) said "ETA 00:00:59" with three hours left, because runs already
@@ -12,7 +12,7 @@ import time
 from types import SimpleNamespace
 
 from harness.driver.cells import CellState
-from harness.progress import EpochEta, summary_line
+from harness.driver.progress import EpochEta, summary_line
 from harness.record.contract import RunKey, Tag, WorkerResult
 from tasks.result import RunStatus, paused_epoch, paused_reason
 
@@ -136,16 +136,16 @@ def test_a_paused_runs_reason_gives_its_epoch_back() -> None:
 
 
 def test_an_eta_past_a_day_keeps_its_hours() -> None:
-    from harness.progress import _clock
+    from harness.driver.progress import _clock
 
     assert _clock(2 * 86400 + 3 * 3600 + 61) == "51:01:01" and _clock(59) == "00:00:59"
 
 
 def test_live_messages_reach_the_eta(monkeypatch) -> None:
-    """harness/live.py hands each epoch of a job in flight to `on_epoch`, MLflow run or not."""
+    """harness/driver/live.py hands each epoch of a job in flight to `on_epoch`, MLflow run or not."""
     import ray
 
-    from harness.live import LiveRuns
+    from harness.driver.live import LiveRuns
 
     items = [("c/seed/0/h", 0.0, None, {}, 1.0), ("c/seed/0/h", 0.0, 1, {"epoch_seconds": 5.0}, 6.0), ("gone/seed/0/h", 0.0, 1, {}, 6.0)]
     sink = SimpleNamespace(take=SimpleNamespace(remote=lambda: "ref"))

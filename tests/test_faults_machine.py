@@ -202,7 +202,7 @@ def test_full_store_stops_at_once_with_one_line_and_library_logs_in_a_file(tmp_p
 
 
 def _worker_job(tmp_path: Path, run_dir: Path):
-    from harness.jobs import WorkerJob
+    from harness.driver.jobs import WorkerJob
 
     return WorkerJob(
         task="logic",
@@ -229,9 +229,9 @@ def test_a_worker_out_of_space_is_not_recorded_and_stops_the_driver(tmp_path: Pa
     import tasks.training
     from harness.diskfull import DiskFull
     from harness.driver.cells import Job
-    from harness.driver.runner import _stop_if_disk_full
+    from harness.driver.loop import _stop_if_disk_full
+    from harness.driver.worker import run_job
     from harness.record.contract import RunKey, WorkerResult
-    from harness.worker import run_job
 
     run_dir = tmp_path / "run"
 
@@ -360,8 +360,8 @@ def test_restore_without_a_snapshot_is_one_line(tmp_path: Path, capsys) -> None:
 
 @pytest.mark.parametrize("damage", ["truncated", "empty"])
 def test_a_workers_unreadable_checkpoint_is_set_aside_and_the_run_restarts(tmp_path: Path, damage) -> None:
-    from harness.jobs import WorkerJob
-    from harness.worker import run_job
+    from harness.driver.jobs import WorkerJob
+    from harness.driver.worker import run_job
 
     def job(run_dir: Path) -> WorkerJob:
         return _worker_job(tmp_path, run_dir)

@@ -4,7 +4,8 @@ Every module's imports are read with `ast` (nothing is imported): those at modul
 those inside functions (the lazy ones). Two rules:
 
 - layering: `units/` imports neither `tasks/` nor `harness/`, and `tasks/` does not import
-  `harness/` — not even lazily, inside a function;
+  `harness/` — not even lazily, inside a function; inside `harness/`, its packages (and the
+  modules at its root) are layered too (`HARNESS_LAYERS`), each importing only lower layers;
 - no cycle at module level anywhere (a circle there is an import-order bug waiting to happen),
   and none in `units/` and `tasks/` even counting the imports inside functions (a lazy import
   that closes a circle only hides it). Cycles are found with Tarjan's strongly connected
@@ -23,6 +24,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = ("units", "tasks", "harness")  # each may import only those before it
+#: harness's own layers, lowest first: a module may import its own package and the layers
+#: before its own, never a later layer nor another package of its own layer (those are peers that
+#: know nothing of each other). Each entry names a package under harness/ or a module at its root.
+HARNESS_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("diskfull", "faults"),  # out of disk space in one line; the fault points tests kill at
+    ("study",),  # study files → a validated Study → Cells (units and tasks only)
+    ("record",),  # the MLflow record and the Optuna storage: contract, writer, reader, guard
+    ("report", "transfer"),  # tables and figures from the record; a trained run on another task
+    ("analysis", "driver"),  # gradients and interpretation of recorded runs; the study driver
+    ("bench",),  # benchmarks of the harness, the record's scaling and training speed
+    ("commands",),  # one module per CLI subcommand (+ support/)
+    ("cli",),  # `tprbench`: loads the commands by name
+)
 #: Packages in which even function-level imports may not close a circle.
 NO_HIDDEN_CYCLES = ("units", "tasks", "harness")
 
@@ -162,7 +176,8 @@ def test_the_graph_reader_sees_module_and_function_level_imports() -> None:
     top, inner = import_graph()
     assert "harness.record.contract" in top["harness.record.reader"]  # from .contract import …
     assert "tasks.result" in top["harness.record.contract"]  # from tasks.result import …
-    assert "tasks.training" in inner["harness.worker"]  # inside run_job: the lazy torch import
+    assert "tasks.training" in inner["harness.driver.worker"]  # inside run_job: the lazy torch import
+    assert "harness.report.render" in inner["harness.driver.progress"]  # from ..report.render, in a function
     assert len(top) > 100
 
 
@@ -174,6 +189,51 @@ def test_units_tasks_harness_with_no_arrow_back() -> None:
     top, inner = import_graph()
     back = sorted(f"{m} → {t}" + (" (inside a function)" if t not in top[m] else "") for m in top for t in top[m] | inner[m] if _layer(t) > _layer(m))
     assert not back, "imports against the layering units → tasks → harness:\n" + "\n".join(back)
+
+
+def _harness_part(module: str) -> str | None:
+    """The package under harness/ (or module at its root) a harness module belongs to; None for
+    harness/__init__.py itself and for modules outside harness."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "harness" and len(parts) > 1 else None
+
+
+def _harness_layer(part: str) -> int:
+    return next(i for i, layer in enumerate(HARNESS_LAYERS) if part in layer)
+
+
+def test_every_part_of_harness_has_a_layer() -> None:
+    top, _ = import_graph()
+    parts = {p for m in top if (p := _harness_part(m))}
+    listed = [p for layer in HARNESS_LAYERS for p in layer]
+    assert len(listed) == len(set(listed)), "a part of harness named in two layers"
+    assert parts == set(listed), f"HARNESS_LAYERS and harness/ differ: not placed {sorted(parts - set(listed))}, gone {sorted(set(listed) - parts)}"
+
+
+def test_harness_layers_with_no_arrow_up_or_sideways() -> None:
+    """Inside harness, a module imports only its own package and lower layers — counting the
+    imports inside functions: a lazy import against the order is the same dependency, deferred."""
+    top, inner = import_graph()
+    wrong = []
+    for m in top:
+        mine = _harness_part(m)
+        if mine is None:
+            continue
+        for t in top[m] | inner[m]:
+            theirs = _harness_part(t)
+            if theirs is None or theirs == mine:
+                continue
+            if _harness_layer(theirs) >= _harness_layer(mine):
+                how = "a later layer" if _harness_layer(theirs) > _harness_layer(mine) else "a peer of its layer"
+                wrong.append(f"{m} → {t} ({how}" + (", inside a function)" if t not in top[m] else ")"))
+    assert not wrong, "imports against harness's layers (HARNESS_LAYERS):\n" + "\n".join(sorted(wrong))
+
+
+def test_the_layer_check_sees_an_import_against_the_order() -> None:
+    assert _harness_layer("record") < _harness_layer("driver") < _harness_layer("commands") < _harness_layer("cli")
+    assert _harness_layer("report") == _harness_layer("transfer")  # peers: neither may import the other
+    assert _harness_part("harness.driver.plan") == "driver" and _harness_part("harness.faults") == "faults"
+    assert _harness_part("harness") is None and _harness_part("tasks.result") is None
 
 
 def test_no_import_cycle_at_module_level() -> None:

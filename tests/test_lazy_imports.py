@@ -35,7 +35,9 @@ def test_spec_parsing_and_the_cli_parser_do_not_import_torch():
 STUDY_CODE = """
 import sys
 from pathlib import Path
-from harness.study import StudyError, expand, load_study
+from harness.study.cells import expand
+from harness.study.load import load_study
+from harness.study.schema import StudyError
 
 read = 0
 for path in sorted(Path("studies").glob("*.toml")):

@@ -469,7 +469,7 @@ def test_cli_data_logic_writes_files(tmp_path, capsys, monkeypatch):
     # bad input: one line, exit 2
     assert main(["data", "logic", "--out", str(tmp_path / "z"), "--train", "4", "--exclude", str(tmp_path / "nope")]) == 2
     assert "neither a file nor a directory" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as stop:  # a bound argparse checks (harness/bounds.py): its one-line exit 2
+    with pytest.raises(SystemExit) as stop:  # a bound argparse checks (harness/commands/support/bounds.py): its one-line exit 2
         main(["data", "logic", "--out", str(tmp_path / "z"), "--train", "-4"])
     assert stop.value.code == 2
     err = capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Every command that writes files checks where first (harness/output_path.py): one line, exit 2,
+"""Every command that writes files checks where first (harness/commands/support/output_path.py): one line, exit 2,
 nothing created.
 
 `report --out`, `compare --csv`, `papers --out`, `record snapshot` and `record restore` pointed at
@@ -124,7 +124,7 @@ def test_the_user_sees_one_line_from_the_real_command(command, places) -> None:
 def test_a_writable_place_passes_and_nothing_is_created(tmp_path) -> None:
     """The check creates nothing, and accepts what the commands accept: a new folder under a
     writable one, an existing folder, a file to replace, a new file."""
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
 
     (tmp_path / "old.csv").write_text("a\n")
     assert check_output_path(tmp_path / "new" / "deeper", "--out") == tmp_path / "new" / "deeper"

@@ -123,7 +123,8 @@ def importable(plugin_dir, monkeypatch):
 def test_the_plugin_declares_its_facts_and_the_harness_reads_them(importable):
     """Without training: the metric's direction reaches the study, the unit's size the bench."""
     from harness.bench import units as bench_units
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
     from tasks.metrics import metric_direction, metric_scale
 
     path = importable / "missrate.toml"

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-from harness import ray_watchdog
+from harness.driver import ray_watchdog
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(120)"]
 # A "raylet": marked by the token, starts an unmarked child and prints its pid, then sleeps.
@@ -49,7 +49,7 @@ def test_the_unmarked_children_of_a_dead_token_holder_end_with_the_driver() -> N
     )
     agent = int(raylet.stdout.readline())
     watchdog = subprocess.Popen(
-        [sys.executable, "-m", "harness.ray_watchdog", str(driver.pid), token],
+        [sys.executable, "-m", "harness.driver.ray_watchdog", str(driver.pid), token],
         env={**os.environ, ray_watchdog.ENV: ""},
     )
     try:

@@ -133,8 +133,8 @@ def _commands(root: Path, out: Path) -> dict[str, list[str]]:
 
 
 def _run(argv: list[str], capsys) -> tuple[str, str]:
-    from harness import cache_note
     from harness.cli import main
+    from harness.record import cache_note
 
     cache_note._said.clear()  # once per process: each command here stands for one process
     capsys.readouterr()

@@ -55,7 +55,8 @@ def _tables(root: Path, out: Path, monkeypatch, summary: bool) -> dict[str, byte
 
 def _show(root: Path, monkeypatch, summary: bool) -> str:
     from harness.driver.status import study_status
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     monkeypatch.setenv("TPRBENCH_RECORD_SUMMARY", "1" if summary else "0")
     study = load_study(root / "studies" / "summary.toml")

@@ -28,7 +28,7 @@ SEEDS = 3
 
 @dataclass
 class FakeCell:
-    """Just the fields harness.record.writer reads from a harness.study.Cell."""
+    """Just the fields harness.record.writer reads from a harness.study.cells.Cell."""
 
     id: str
     task: str

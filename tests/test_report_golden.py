@@ -62,12 +62,13 @@ def test_comparison_is_identical(root, tmp_path):
 
 def test_study_show_rows_are_identical(root, monkeypatch):
     from harness.driver.status import study_status
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     monkeypatch.syspath_prepend(str(FIXTURE.parents[2]))  # tests.plugin_units (the NaN unit)
     # The record was made under cell-id scheme v2; the fidelity defaults (two-layer encoders, ...) moved every id to v3
     # on purpose, so the plan is expanded with the scheme the record was written with.
-    monkeypatch.setattr("harness.study.ID_VERSION", 2)
+    monkeypatch.setattr("harness.study.cells.ID_VERSION", 2)
     study = load_study(FIXTURE / "study.toml")
     rows = study_status(study, expand(study), root)
     assert json.dumps(rows, indent=1, sort_keys=True) + "\n" == (EXPECTED / "status.json").read_text()

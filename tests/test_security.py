@@ -317,7 +317,9 @@ def _variants(marker: Path) -> list[tuple[str, str]]:
 
 
 def test_no_study_value_is_ever_evaluated(tmp_path: Path, capsys) -> None:
-    from harness.study import StudyError, expand, parse_study
+    from harness.study.cells import expand
+    from harness.study.load import parse_study
+    from harness.study.schema import StudyError
 
     marker = tmp_path / "MARKER"
     variants = _variants(marker)
@@ -376,7 +378,7 @@ def test_a_data_path_payload_is_only_a_path(tmp_path: Path, capsys, monkeypatch)
 
 def test_the_only_code_path_is_a_unit_import_path(tmp_path: Path, monkeypatch) -> None:
     """Documented: a unit named by import path is imported (its module runs) when the study is read."""
-    from harness.study import parse_study
+    from harness.study.load import parse_study
 
     marker = tmp_path / "IMPORTED"
     (tmp_path / "tprb_sec_unit.py").write_text(

@@ -109,7 +109,8 @@ def test_two_ray_start_nodes_a_worker_node_lost_mid_study(ray_cluster, tmp_path:
     path = write_study(tmp_path, "twonodes", [SLOW, "gru"], trials=3, seeds=1, epochs=3)
     log = tmp_path / "driver.log"
     t0 = time.time()
-    from harness.study import expand, load_study
+    from harness.study.cells import expand
+    from harness.study.load import load_study
 
     slow = {c.id for c in expand(load_study(path)) if "SlowUnit" in c.unit}
     driver = start_driver(path, root, log, "--address", head.info["address"])

@@ -10,8 +10,10 @@ import optuna
 import pydantic
 import pytest
 
-from harness import search_space
-from harness.study import Cell, StudyError, expand, filter_cells, load_study, parse_study
+from harness.study import search_space
+from harness.study.cells import Cell, expand, filter_cells
+from harness.study.load import load_study, parse_study
+from harness.study.schema import StudyError
 from tasks.base import TaskAdapter
 from tasks.errors import TaskError
 from tasks.registry import TASKS, get_task, register_task
@@ -674,7 +676,9 @@ def test_cli_exits_2_naming_a_misspelled_search_name(tmp_path, capsys) -> None:
 def test_a_task_entry_overrides_epochs_and_search_for_its_cells_only(tmp_path):
     """`[[tasks]] epochs` / `search` apply to that entry's cells; the other tasks' cells keep their
     ids (bAbI's qa3 on its 1k file: 10× the epochs and patience of the 10k tasks)."""
-    from harness.study import StudyError, expand, parse_study
+    from harness.study.cells import expand
+    from harness.study.load import parse_study
+    from harness.study.schema import StudyError
 
     base = """
 [study]

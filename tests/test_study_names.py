@@ -54,9 +54,10 @@ def test_a_name_too_long_for_the_files_it_names_is_refused_by_study_show(tmp_pat
 def test_the_longest_name_leaves_room_for_every_file_named_after_it(tmp_path) -> None:
     """A name of NAME_MAX characters is accepted, and every file and name made from it fits: a path
     component of 255 bytes, MLflow's 256-character experiment name."""
-    from harness.quiet import log_path
+    from harness.commands.support.quiet import log_path
     from harness.record.contract import experiment_name
-    from harness.study import NAME_MAX, parse_study, study_name_problem
+    from harness.study.load import parse_study
+    from harness.study.schema import NAME_MAX, study_name_problem
 
     name = "n" * NAME_MAX
     assert study_name_problem(name) is None and study_name_problem(name + "n") is not None

@@ -427,7 +427,7 @@ def test_restarted_driver_proposes_the_parameters_an_uninterrupted_one_would(tmp
     from harness.driver.cells import CellState
     from harness.driver.runner import StudyRunner
     from harness.record.storage import open_storage
-    from harness.study import load_study
+    from harness.study.load import load_study
 
     path = write_study(tmp_path, "sampler", ["gru"], trials=4)
     study = load_study(path)
@@ -447,7 +447,7 @@ def test_restarted_driver_proposes_the_parameters_an_uninterrupted_one_would(tmp
             if n == restart_at:
                 runner, st = driver()
             trial = st.study.ask()
-            out.append(runner._trial_job(st, trial.number, trial._trial_id).hparams)
+            out.append(runner.trial_job(st, trial.number, trial._trial_id).hparams)
         return out
 
     uninterrupted = proposals(None)

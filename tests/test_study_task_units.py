@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 import units
-from harness.study import StudyError, expand, load_study, parse_study
+from harness.study.cells import expand
+from harness.study.load import load_study, parse_study
+from harness.study.schema import StudyError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -287,10 +287,10 @@ def test_masks_are_checked_once_per_batch_on_the_host(adapter, monkeypatch):
 
 
 def test_a_worker_sets_a_corrupt_checkpoint_aside_and_reports_it(tmp_path):
-    """harness.worker.run_job (what Ray runs) with a truncated checkpoint.pt in its run directory:
+    """harness.driver.worker.run_job (what Ray runs) with a truncated checkpoint.pt in its run directory:
     the run restarts, finishes, and the note comes back with the result for the driver to log."""
-    from harness.jobs import WorkerJob
-    from harness.worker import run_job
+    from harness.driver.jobs import WorkerJob
+    from harness.driver.worker import run_job
 
     run_dir = tmp_path / "trial-0000"
     run_dir.mkdir()
@@ -319,8 +319,8 @@ def test_a_worker_sets_a_corrupt_checkpoint_aside_and_reports_it(tmp_path):
 
 
 def test_a_worker_reports_an_exception_as_errored_not_diverged(tmp_path):
-    from harness.jobs import WorkerJob
-    from harness.worker import run_job
+    from harness.driver.jobs import WorkerJob
+    from harness.driver.worker import run_job
 
     job = WorkerJob(
         task="logic",

@@ -436,7 +436,7 @@ def test_normalise_fillers_is_relu2_or_softmax():
 
 
 # --------------------------------------------------------------------------------------------
-# 4. Scale of the basis and the init (docs/ARCHITECTURE.md, "TPRU: defaults and their sources")
+# 4. Scale of the basis and the init (docs/science-tpru.md, "TPRU: defaults and their sources")
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", sorted(VARIANTS))
 def test_role_basis_is_standard_normal(name):

@@ -106,7 +106,7 @@ def _same_as_straight(root: Path, straight_root: Path, study: str) -> None:
 
 def _attempts(root: Path) -> int:
     """Workers started on the study's runs so far (each appends a line to its run's attempts.jsonl)."""
-    from harness.worker import ATTEMPTS
+    from harness.driver.worker import ATTEMPTS
 
     return sum(len(f.read_text().splitlines()) for f in root.glob(f"work/*/*/*/{ATTEMPTS}"))
 

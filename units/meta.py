@@ -41,6 +41,16 @@ class UnitMeta:
     # Of those, the ones the papers' tables (Markdown, LaTeX, console) show in a column beside the
     # unit, taken out of its spec there: the TPRU papers compare numbers of roles.
     TABLE_COLUMNS: ClassVar[tuple[str, ...]] = ()
+    # A baseline the papers compare every unit against: reports list baselines first, in this
+    # rank (LSTM, then GRU, as the TPRU papers' tables); None for the units under study.
+    BASELINE_RANK: ClassVar[int | None] = None
+    # Report columns the papers sweep in their learning-curve figures: one line per value of the
+    # first (`curves_<first>`: the TPRU papers' roles figure), and, with a second, one line per
+    # value of the second at each value of the first (`curves_<second>`: the slices figure).
+    FIGURE_SWEEP: ClassVar[tuple[str, ...]] = ()
+    # The unit `tprbench bench units` and `bench train` time every other unit against (its
+    # speed ratios' denominator); exactly one built-in declares it.
+    SPEED_REFERENCE: ClassVar[bool] = False
 
     @classmethod
     def size_against_gru(cls, dim: int) -> tuple[dict[str, object], int]:
@@ -54,10 +64,16 @@ class UnitMeta:
 class LSTMMeta(UnitMeta):
     """units.torch_rnn.LSTM: no options."""
 
+    BASELINE_RANK = 0
+
 
 @register_unit_meta("gru")
 class GRUMeta(UnitMeta):
-    """units.torch_rnn.GRU: no options."""
+    """units.torch_rnn.GRU: no options. The speed reference: the papers size every unit against
+    GRU's 6d² (`size_against_gru`)."""
+
+    BASELINE_RANK = 1
+    SPEED_REFERENCE = True
 
 
 def triton_installed() -> bool:
@@ -80,6 +96,7 @@ class TPRUMeta(UnitMeta):
 
     REPORT_COLUMNS = ("roles", "slices")
     TABLE_COLUMNS = ("roles",)
+    FIGURE_SWEEP = ("roles", "slices")
 
     OPTIONS = {
         "roles": (int, 64),
@@ -113,7 +130,7 @@ def _divisor_near(d: int, target: float) -> int:
 class TPRNMeta(UnitMeta):
     """units.tprn.TPRN (Palangi et al.)."""
 
-    REPORT_COLUMNS = TABLE_COLUMNS = ("roles",)
+    REPORT_COLUMNS = TABLE_COLUMNS = FIGURE_SWEEP = ("roles",)
 
     OPTIONS = {
         "symbols": (int, 100),

@@ -1,5 +1,5 @@
 """TPGN: the Tensor Product Generation Network decoder (Huang, Smolensky, He, Deng, Wu, NAACL 2018,
-arXiv 1709.09118v5), as a recurrent unit. Spec and sources: docs/ARCHITECTURE.md, "TPGN".
+arXiv 1709.09118v5), as a recurrent unit. Spec and sources: docs/science-tpr-family.md, "TPGN".
 
 Two LSTMs interact. The S-LSTM keeps a plan Ŝ_t ∈ R^{d×d}; the U-LSTM keeps p_t ∈ R^d, from which
 an unbinding vector u_t ∈ R^{d²} is read; the output is the filler f_t = S_t u_t with
@@ -78,7 +78,7 @@ class TPGN(RecurrentUnit, TPGNMeta):
         self.unbind_W = nn.Parameter(torch.empty(d * d, d))
         self.unbind_b = nn.Parameter(torch.empty(d * d))
         self.plan = nn.Linear(plan_size, 2 * d * d) if plan_size else None
-        # The paper gives no initialisation (the text read: docs/ARCHITECTURE.md); these are torch's
+        # The paper gives no initialisation (the text read: docs/science-tpr-family.md); these are torch's
         # defaults for the equivalent layers: LSTM weights and biases U(±1/√H) with H = d² for the
         # S-LSTM and H = d for the U-LSTM (so the S-LSTM starts as nn.LSTMCell(d_in + d, d²) would),
         # W_u and b_u as nn.Linear(d, d²): U(±1/√d).
@@ -187,7 +187,7 @@ class TPGN(RecurrentUnit, TPGNMeta):
 
     def initial_carry(self, z: torch.Tensor) -> Carry:
         """The carry that starts generation from a plan vector z [B, plan_size]: (Ŝ_0, C_0) = Linear(z),
-        p_0 = c̃_0 = 0 (docs/ARCHITECTURE.md, TPGN: how the paper's image feature initialises S)."""
+        p_0 = c̃_0 = 0 (docs/science-tpr-family.md, TPGN: how the paper's image feature initialises S)."""
         if self.plan is None:
             raise ValueError(
                 "tpgn was built without a plan projection; build it with plan_size=N (N = the size of the plan vectors) to use initial_carry"

@@ -18,7 +18,7 @@ plain modules the `tpr-rnn` architecture puts around it (the paper's equations):
   with a *scalar* layer norm per hop (`ScalarLayerNorm`) and Z ∈ R^{V×E} onto the whole vocabulary.
 
 MLPs are f(x) = tanh(W2 tanh(W1 x + b1) + b2), Glorot-uniform weights and zero biases (the
-authors' lib.py). Sources of every choice: docs/ARCHITECTURE.md, "TPR-RNN".
+authors' lib.py). Sources of every choice: docs/babi.md, "TPR-RNN".
 
 Speed: the MLPs depend only on the sentence vectors, so they run for all steps at once before
 the loop (`MLPBank`: one matmul per layer for a bank of same-sized MLPs); the loop holds only the

@@ -18,7 +18,7 @@ softmax normalisation; `tpru-v1` also passes the candidate through tanh.
 `biases`: "none" (default) is the equations above; "gate" adds one gate bias b_g; "code" adds
 every bias the authors' code has (its layers are nn.Linear): U = W_u E + b_u 1ᵀ, R = W_r E + b_r 1ᵀ,
 V_b b + b_Vb, V_x x + b_Vx, and W_b b + b_Wb, W_x x + b_Wx in the gate. Init is the authors' code's
-(nn.Linear's default). Sources of every choice: docs/ARCHITECTURE.md.
+(nn.Linear's default). Sources of every choice: docs/science-tpru.md.
 
 Speed: everything that does not depend on b_{t-1} is hoisted out of the loop (gate and filler
 input projections for all steps in one matmul each), Uᵀ V_b is folded into the recurrent
@@ -89,7 +89,7 @@ class TPRUBase(RecurrentUnit, TPRUMeta):
         self.V_x = nn.Parameter(torch.empty(d, din))
         self.c_b = nn.Parameter(torch.ones(()))  # the two scalar filler biases, 1 at init
         self.c_x = nn.Parameter(torch.ones(()))  # (the authors' code: bias_h, bias_x = ones(1))
-        # Biases (docs/ARCHITECTURE.md, "TPRU: defaults and their sources"): "none" is the papers'
+        # Biases (docs/science-tpru.md, "TPRU: defaults and their sources"): "none" is the papers'
         # equations; "gate" one gate bias b_g; "code" every bias of the authors' nn.Linear layers.
         code = biases == "code"
         vector = lambda on: nn.Parameter(torch.empty(d)) if on else None  # noqa: E731

@@ -12,8 +12,8 @@ from tasks.errors import DataError
 from tasks.registry import get_task
 from tasks.result import RunStatus
 
-from ..record.contract import TRAIN_SPEC, Phase, Tag
-from ..record.reader import RecordReader, ReportError
+from ..record.contract import TRAIN_SPEC, Col, Phase, Tag
+from ..record.reader import RecordReader, ReportError, TrackedRuns
 from ..record.sources import default_tracking_uri
 from ..transfer import TransferError, rebuild_tracked_run
 
@@ -43,17 +43,14 @@ def tracking(root: str | Path, uri: str | None) -> str:
 def from_run(uri: str, run_id: str, cache_dir: Path, trained: bool = True, adapters: dict | None = None) -> Source:
     """`adapters`: a dict the caller shares between its sources (one prepared adapter per task,
     options and data: the data is read once however many runs of a study are analysed)."""
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
     try:
-        adapter, model, run, config = rebuild_tracked_run(client, run_id, cache_dir, trained=trained, adapters=adapters)
+        adapter, model, run, config = rebuild_tracked_run(TrackedRuns(uri), run_id, cache_dir, trained=trained, adapters=adapters)
     except TransferError as exc:
         raise AnalysisError(str(exc)) from None
     model.eval()
-    unit = run.data.tags.get(Tag.UNIT, config.unit)
+    unit = run.tags.get(Tag.UNIT, config.unit)
     label = described(unit, adapter)
-    return Source(label if trained else f"{label} (untrained)", unit, run.data.tags.get(Tag.TASK, "?"), adapter, model, run_id, config.seed, trained)
+    return Source(label if trained else f"{label} (untrained)", unit, run.tags.get(Tag.TASK, "?"), adapter, model, run_id, config.seed, trained)
 
 
 def described(unit: str, adapter: Any) -> str:
@@ -145,15 +142,15 @@ def study_runs(uri: str, study: str, only: dict[str, str]) -> list[tuple[str, st
         runs = RecordReader(uri, study).runs()
     except ReportError as exc:
         raise AnalysisError(str(exc)) from None
-    runs = runs[(runs["status"] == RunStatus.FINISHED) & (runs["phase"] == Phase.FINAL)]
+    runs = runs[(runs[Col.STATUS] == RunStatus.FINISHED) & (runs[Col.PHASE] == Phase.FINAL)]
     for key, value in only.items():
         if key not in runs.columns:
             raise AnalysisError(f"--only {key}=...: runs have no {key!r} (use one of task, arch, unit, dim, seed)")
         runs = runs[runs[key].astype(str) == value]
-    runs = runs.sort_values(["start_time"], kind="stable").drop_duplicates("cell_id")
+    runs = runs.sort_values([Col.START_TIME], kind="stable").drop_duplicates(Col.CELL)
     if not len(runs):
         raise AnalysisError(f"study {study!r}: no finished seed runs match {only or 'the study'}")
-    return list(zip(runs["run_id"], runs["unit"]))
+    return list(zip(runs[Col.RUN_ID], runs[Col.UNIT]))
 
 
 def parse_pairs(items: list[str] | None, flag: str) -> dict[str, str]:

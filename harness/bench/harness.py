@@ -40,7 +40,8 @@ from tasks.result import RunStatus
 from ..driver.errors import RunnerError
 from ..driver.ray_start import slots
 from ..driver.runner import StudyRunner
-from ..study import expand, parse_study
+from ..study.cells import expand
+from ..study.load import parse_study
 
 SLEEP_TASK = "bench-sleep"
 EPOCHS = 2

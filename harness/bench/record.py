@@ -3,7 +3,7 @@
 It builds a synthetic record of N runs in C cells (logic task, a grid of `tpru` role counts and
 `gru` over several dims) through the driver's own record-writing code — the
 `StudyRunner` asks and tells the Optuna trials, chooses the final parameters and makes every
-run's tags, params and metrics (`_run_tags`, `Tracker.run_payload`); only the transport is bulk
+run's tags, params and metrics (`StudyRunner.run_tags`, `Tracker.run_payload`); only the transport is bulk
 (`Tracker.log_bulk`: one transaction per 2,000 runs on a SQL store; a buffered Optuna journal
 written once). Building is not timed. Then it times, each in a fresh process as a user types it:
 
@@ -37,16 +37,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.metrics import MAXIMIZE
 from tasks.result import RunStatus
 
 from ..driver.cells import CellState, Job, params_hash
 from ..driver.errors import RunnerError
 from ..driver.runner import StudyRunner
-from ..record.contract import MLFLOW_PARENT, Kind, MlflowStatus, RunKey, Splits, Tag, WorkerResult, experiment_name
-from ..record.reader import CellRecord, split_tags
+from ..record.contract import (
+    MLFLOW_PARENT,
+    CellRecord,
+    Kind,
+    MlflowStatus,
+    Splits,
+    Tag,
+    WorkerInfo,
+    WorkerResult,
+    experiment_name,
+    split_tags,
+)
+from ..record.layout import RunRoot, sqlite_uri
 from ..record.sources import default_tracking_uri
 from ..record.writer import BulkRun, Tracker, git_commit
-from ..study import expand, load_study
+from ..study.cells import expand
+from ..study.load import load_study
 
 SPLITS = ("test_easy", "test_hard", "test_big", "test_massive", "test_exam")
 DIMS10 = list(range(8, 27, 2))
@@ -187,7 +200,7 @@ def _result(job: Any, rng: random.Random, epochs: int) -> WorkerResult:
         best_epoch=best_epoch,
         best_valid=best,
         metric="valid_acc",
-        direction="maximize",
+        direction=MAXIMIZE,
         history=history,
         test=test,
         params_formula=384,
@@ -198,7 +211,7 @@ def _result(job: Any, rng: random.Random, epochs: int) -> WorkerResult:
         notes=[],
         reproducible=True,
         splits=Splits("validate", list(SPLITS)),
-        worker={"host": "bench"},
+        worker=WorkerInfo(host="bench"),
     )
 
 
@@ -220,7 +233,7 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
     runner = StudyRunner(study, cells, root, uri)
     backend = _BufferedJournal()
     runner.storage = optuna.storages.JournalStorage(backend)
-    runner.tracker = tracker = Tracker(uri, study.name, root / "mlartifacts", root=root)
+    runner.tracker = tracker = Tracker(uri, study.name, RunRoot(root).artifacts, root=root)
     runner.study_run_id = tracker.study_run(git_commit())
     clock = int(time.time() * 1000) - case.runs * 1000  # runs end one second apart, up to now
     batch: list[BulkRun] = []
@@ -243,22 +256,21 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
         runs: list[BulkRun] = []
 
         def record(job: Job, result: WorkerResult, cell_run: BulkRun = cell_run, runs: list = runs) -> None:
-            tags, metrics = tracker.run_payload(cell_run.run_id, job.run_key, runner._run_tags(job, result), result)
+            tags, metrics = tracker.run_payload(cell_run.run_id, job.run_key, runner.run_tags(job, result), result)
             runs.append(BulkRun(job.key.name, tags, {**result.hparams, "seed": job.seed}, metrics, status=MlflowStatus.FINISHED))
 
         for _ in range(case.trials):
-            study_ = runner._study(st)
+            study_ = runner.cell_study(st)
             trial = study_.ask()
-            job = runner._trial_job(st, trial.number, trial._trial_id)
+            job = runner.trial_job(st, trial.number, trial._trial_id)
             result = _result(job.work, rng, case.epochs)
             record(job, result)
             study_.tell(trial.number, result.best_valid)
             st.trials_done += 1
-        params = runner._final_params(st)
+        params = runner.final_params(st)
         h = params_hash(params)
         for seed in range(case.seeds):
-            key = RunKey.seed(cell.id, seed, h)
-            job = Job(cell, key, runner._work(cell, seed, dict(params), key.run_dir(runner.work_dir)))
+            job = runner.seed_job(cell, seed, params)
             record(job, _result(job.work, rng, case.epochs))
         rec = CellRecord.of_cell(cell)
         cell_run.tags = {
@@ -281,14 +293,14 @@ def build(case: Case, root: Path, say: Any = print) -> dict[str, Any]:
     if batch:
         tracker.log_bulk(batch)
         written += len(batch)
-    backend.dump(root / "optuna.journal")
+    backend.dump(RunRoot(root).journal)
     return {
         "case": case.name,
         "cells": len(cells),
         "mlflow_runs": written + 1,
         "seconds": time.time() - t0,
-        "db_mb": (root / "mlflow.db").stat().st_size / 2**20,
-        "journal_mb": (root / "optuna.journal").stat().st_size / 2**20,
+        "db_mb": RunRoot(root).db.stat().st_size / 2**20,
+        "journal_mb": RunRoot(root).journal.stat().st_size / 2**20,
     }
 
 
@@ -386,7 +398,7 @@ def tracking_server(root: Path, say: Any = print, timeout: float = 300) -> Itera
         "--workers",
         "1",
         "--backend-store-uri",
-        f"sqlite:///{root / 'mlflow.db'}",
+        sqlite_uri(RunRoot(root).db),
         "--artifacts-destination",
         str(root / "server-artifacts"),
     ]
@@ -407,7 +419,7 @@ def tracking_server(root: Path, say: Any = print, timeout: float = 300) -> Itera
             if proc.poll() is not None or time.monotonic() - t0 > timeout:
                 raise RuntimeError(f"mlflow server did not start (see {root / 'mlflow-server.log'})")
             time.sleep(0.5)
-        say(f"  mlflow server at {url} over {root / 'mlflow.db'} (up in {time.monotonic() - t0:.0f} s)")
+        say(f"  mlflow server at {url} over {RunRoot(root).db} (up in {time.monotonic() - t0:.0f} s)")
         yield url
     finally:
         try:
@@ -427,7 +439,7 @@ def time_case(
         env["PYTHONPATH"] = str(code) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     exe = [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())"]
     out_dir = Path(tempfile.mkdtemp(prefix="tprbench-bench-out-"))
-    summary = root / "cache" / "summary"
+    summary = RunRoot(root).summary
     rows = []
     try:
         for name, argv in commands(case, root, out_dir, tracking_uri):
@@ -473,11 +485,11 @@ def run_record_bench(args: Any) -> int:
         for name in names:
             case = CASES[name]
             root = base / name
-            if not (root / "mlflow.db").exists():
+            if not RunRoot(root).db.exists():
                 say(f"building {name}: {case.cells} cells, {case.runs:,} MLflow runs ({case.note})")
                 info = build(case, root, say)
                 say(f"  built in {info['seconds']:.0f} s: mlflow.db {info['db_mb']:.0f} MB, optuna.journal {info['journal_mb']:.1f} MB")
-            db = root / "mlflow.db"
+            db = RunRoot(root).db
             fl = floor(db, f"bench-{case.name}")
             results.append(
                 Timing(

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.bench.units import BASELINE, check_specs, default_specs, sized_spec, write_json
+from harness.bench.units import baseline, check_specs, default_specs, sized_spec, write_json
 
 COUNTED = {"lm": "tokens", "autoencode": "tokens"}  # what a task's loss `count`s (tasks/*/adapter.py); others: examples
 LOGIC_DEFAULTS = {"units": None, "dim": 64, "arch": "plain", "train_size": 3200, "batch_size": 64}  # the logic mode's options
@@ -217,8 +217,8 @@ def bench_train(
     adapter.prepare()
     adapter.check_arch(arch)
     cases = _logic_cases(adapter, specs, dim, arch, batch_size, repeats)
-    if cases[0].row.skipped or cases[0].row.unit != BASELINE:
-        raise RuntimeError(f"the baseline {BASELINE!r} could not be built")
+    if cases[0].row.skipped or cases[0].row.unit != baseline():
+        raise RuntimeError(f"the baseline {baseline()!r} could not be built")
     built, unbuilt = [c for c in cases if not c.row.skipped], [c for c in cases if c.row.skipped]
     _interleaved(built, repeats, batches, clock, progress=progress)
     for case in built:
@@ -234,9 +234,9 @@ def seed_params(study, cell) -> tuple[dict[str, Any], str | None]:
     """The study values a seed run of the cell trains with, and a note when they are a stand-in.
 
     Without search trials they are the search space's defaults, as the driver's seed phase uses
-    (`_final_params`). With trials the seed runs take the best trial's values, unknown before
+    (`StudyRunner.final_params`). With trials the seed runs take the best trial's values, unknown before
     the search: the defaults stand in and the note names the searched parameters and their values."""
-    from harness.search_space import defaults
+    from harness.study.search_space import defaults
 
     params = defaults(cell.search)
     searched = [name for name, p in cell.search.items() if p["kind"] != "fixed"]
@@ -282,7 +282,7 @@ def _batches_per_epoch(steps) -> int:
 def _study_case(study, cell, adapter, cache_dir: str, threads: int) -> _Case:
     """The cell as one case: its seed run's configuration through the worker's `WorkerJob`."""
     import units
-    from harness.jobs import WorkerJob
+    from harness.driver.jobs import WorkerJob
     from tasks.training import TrainingSteps
 
     runs = study.trials + study.seeds
@@ -335,7 +335,7 @@ def bench_study(study, cells, repeats: int, batches: int | None, cache_dir: str,
     The caller has checked the cells' data paths (`check_study_data`), before printing anything."""
     import torch
 
-    from harness.worker import get_adapter  # prepares each distinct dataset once, as a worker does
+    from harness.driver.worker import get_adapter  # prepares each distinct dataset once, as a worker does
 
     threads = torch.get_num_threads()
     cases = [_study_case(study, cell, get_adapter(cell.task, cell.task_options, cell.data, cache_dir), cache_dir, threads) for cell in cells]
@@ -468,9 +468,9 @@ def _run_study(args) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from harness.commands.run import load_cells
+    from harness.study.load import select
 
-    study, cells = load_cells(args)  # `tprbench run --only`'s selection and errors
+    study, cells = select(args.study, args.only)  # `tprbench run --only`'s selection and errors
     if not args.threads:
         args.threads = study.resources.threads  # what the driver gives each run
     console = Console(width=170)

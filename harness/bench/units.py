@@ -30,7 +30,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 EXTRA_SPECS = ["tpru[slices=8]"]  # benchmarked beside every registered unit by default
-BASELINE = "gru"
+
+
+def baseline() -> str:
+    """The unit every other is timed against: the one whose metadata says SPEED_REFERENCE (GRU)."""
+    from units.registry import speed_reference
+
+    return speed_reference()
 
 
 # -- sizes ------------------------------------------------------------------------------------
@@ -68,14 +74,17 @@ def check_specs(specs: list[str]) -> list[str]:
 
     for raw in specs:
         units.resolve(raw)
-    return [BASELINE] + [s for s in specs if s != BASELINE]
+    base = baseline()
+    return [base] + [s for s in specs if s != base]
 
 
 def default_specs() -> list[str]:
     import units
+    from units.registry import baselines
 
     names = units.available()
-    ordered = [n for n in ("gru", "lstm") if n in names] + [n for n in names if n not in ("gru", "lstm")]
+    first = [baseline()] + [n for n in baselines() if n != baseline()]  # the reference, then the other baselines
+    ordered = first + [n for n in names if n not in first]
     return ordered + EXTRA_SPECS
 
 
@@ -248,8 +257,8 @@ def bench(
             torch.manual_seed(0)
             template = BenchRow("", "", dim, dim, torch.get_num_threads(), seq, batch, padded, "forward" if forward_only else "train")
             cases, skipped = _build_cases(specs, dim, template, device)
-            if not cases or cases[0][0].unit != BASELINE:
-                raise RuntimeError(f"the baseline {BASELINE!r} could not be built at d={dim}")
+            if not cases or cases[0][0].unit != baseline():
+                raise RuntimeError(f"the baseline {baseline()!r} could not be built at d={dim}")
             x, mask = _batch(batch, seq, dim, padded, device)
             times = _interleaved(cases, x, mask, device, warmup, repeats, forward_only, tick)
             for (row, module), samples in zip(cases, times):

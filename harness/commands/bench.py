@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = (
     "benchmarks: `bench units` times every unit against torch's GRU/LSTM, `bench train` the training "
@@ -123,7 +123,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
 
     for option in ("--csv", "--json"):  # before anything is timed
         path = getattr(args, option[2:], None)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = "compare two studies, or two git commits of one study, cell by cell (mean ± std and the difference of means)"
 
@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
 
     if args.csv:
         check_output_path(args.csv, "--csv", folder=False)  # before pandas is loaded and both records are read

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = "generate task data: `data logic` writes train/validate/test_* pairs of the logical entailment task"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = "gradient flow of trained (or freshly initialised) encoders: ‖∂L/∂s_t‖ vs t, Jacobian spectrum, update overlap"
 
@@ -29,7 +29,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-pairs", type=bounds.COUNT, default=2048, help="Jacobians computed per source (steps of real sequences)")
     p.add_argument("--root", default="runs", help="run directory (default ./runs)")
     p.add_argument("--tracking-uri", default=None)
-    p.add_argument("--out", default="reports/gradients", help="folder for gradients.md/.csv and the figures")
+    p.add_argument(
+        "--out",
+        default="runs/gradients",
+        help="folder for gradients.md/.csv and the figures (default runs/gradients, an ignored folder: a report to keep names its own --out)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,8 +51,9 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.analysis import gradients as grad
     from harness.analysis.sources import AnalysisError, from_run, from_spec, parse_pairs, study_runs, tracking
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
     from harness.record.compressed import reading_root
+    from harness.record.layout import RunRoot
     from harness.record.store_check import check_stores
 
     check_output_path(args.out, "--out")  # before any model is built or measured
@@ -58,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     if args.unit and not args.task:
         raise AnalysisError("--unit needs --task (whose validation data the unit reads)")
     root = reading_root(Path(args.root).expanduser().resolve())  # a committed mlflow.db.gz: its decompressed copy
-    cache = root / "cache"
+    cache = RunRoot(root).cache
     console = Console()
     uri = tracking(root, args.tracking_uri)
     if args.run_ids or args.study:

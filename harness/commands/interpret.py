@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = "per-token roles of a trained encoder vs gold POS on UD English EWT (NMI, purity, probe, PMI table, controls)"
 
@@ -47,7 +47,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-untrained", action="store_true", help="skip the untrained-model control")
     p.add_argument("--root", default="runs", help="run directory (default ./runs)")
     p.add_argument("--tracking-uri", default=None)
-    p.add_argument("--out", default=None, help="folder for interpret.md/.json, roles.md, polysemy.md (default reports/interpret/<run>)")
+    p.add_argument("--out", default=None, help="folder for interpret.md/.json, roles.md, polysemy.md (default runs/interpret/<run>)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -62,15 +62,16 @@ def run(args: argparse.Namespace) -> int:
 
     from harness.analysis import interpret as ip
     from harness.analysis.sources import load_source, tracking
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
     from harness.record.compressed import reading_root
+    from harness.record.layout import RunRoot
     from harness.record.store_check import check_stores
 
-    out = Path(args.out) if args.out else Path("reports") / "interpret" / Path(args.run_id).name[:8]
+    out = Path(args.out) if args.out else Path("runs") / "interpret" / Path(args.run_id).name[:8]
     check_output_path(out, "--out")  # before any model is loaded
     console = Console()
     root = reading_root(Path(args.root).expanduser().resolve())  # a committed mlflow.db.gz: its decompressed copy
-    cache = root / "cache"
+    cache = RunRoot(root).cache
     uri = tracking(root, args.tracking_uri)
     check_stores(args.tracking_uri, reading=True)
     treebank = Path(args.treebank) if args.treebank else Path(os.environ.get("TPRBENCH_DATA", "../shared/data")) / "ud_english_ewt"

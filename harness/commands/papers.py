@@ -24,7 +24,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
 
     check_output_path(args.out, "--out")  # before the claims and records are read
     from rich.console import Console

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from harness.driver.errors import RunnerError
     from harness.record import guard
     from harness.record.compressed import reading_root, refuse_writing
+    from harness.record.layout import RunRoot, sqlite_uri
     from harness.record.sources import sqlite_path
 
     root = Path(args.root).expanduser().resolve()
@@ -47,14 +48,14 @@ def run(args: argparse.Namespace) -> int:
     if args.action in ("snapshot", "restore"):
         refuse_writing(root, f"record {args.action}")
     read = reading_root(root) if args.action == "check" else root  # a committed mlflow.db.gz: its decompressed copy
-    uri = args.tracking_uri or f"sqlite:///{read / 'mlflow.db'}"
+    uri = args.tracking_uri or sqlite_uri(RunRoot(read).db)
     db = sqlite_path(uri)
     if db is None:
         raise RunnerError(
             f"record {args.action}: {uri} is not a SQLite file; a PostgreSQL store or a tracking server "
             "is checked and backed up by its database (docs/reliability.md)"
         )
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
 
     if args.action in ("snapshot", "restore"):  # they write snapshots/ under --root, and mlflow.db in its folder
         check_output_path(root, "--root")
@@ -100,7 +101,7 @@ def _carry(args: argparse.Namespace, root) -> int:
     if folder is None:
         raise carry.CarryError(f"record {args.action}: give {'--to DIR' if args.action == 'save' else '--from DIR'}")
     folder = Path(folder).expanduser().resolve()
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
 
     if args.action == "save":  # where each writes
         check_output_path(folder, "--to")

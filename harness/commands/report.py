@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = "tables (Markdown, LaTeX, CSV) and figures of a study, regenerated from its MLflow record (no training)"
 
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.markup import escape
 
-    from harness.output_path import check_output_path
+    from harness.commands.support.output_path import check_output_path
     from harness.record.store_check import check_stores
 
     if args.out:  # before the record is read (the default folder is known once the study's name is)

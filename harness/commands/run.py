@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = "run a study: Optuna search per cell, final seed runs, everything recorded in MLflow (rerun = resume)"
 
@@ -42,20 +42,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def load_cells(args: argparse.Namespace):
-    """The study and its cells, restricted by `--only`; a filter that keeps no cell is an error
-    (exit 2) naming the filter and the values the study has, never "nothing to do"."""
-    from harness.study import StudyError, expand, filter_cells, load_study
+    """The study and its cells, restricted by `--only` (harness.study.load.select: a filter that
+    keeps no cell is an error, exit 2, naming the filter and the values the study has)."""
+    from harness.study.load import select
 
-    study = load_study(args.study)
-    cells = expand(study)
-    if not args.only:
-        return study, cells
-    kept = filter_cells(cells, args.only)
-    if not kept:
-        keys = sorted({p.partition("=")[0].strip() for p in args.only})
-        have = "; ".join(f"{k}: {', '.join(sorted({v for c in cells for v in _listed(c, k)}))}" for k in keys)
-        raise StudyError(args.study, [(" ".join(f"--only {p}" for p in args.only), f"matches no cell of the study ({have})")])
-    return study, kept
+    return select(args.study, args.only)
 
 
 def check_root(root: str):
@@ -95,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from harness.commands.support.logs import route_library_logs
+    from harness.commands.support.quiet import log_path, quiet_libraries, stderr_to
     from harness.driver.runner import StudyRunner
-    from harness.logs import route_library_logs
-    from harness.quiet import log_path, quiet_libraries, stderr_to
     from harness.record.store_check import check_stores
 
     quiet_libraries()
@@ -127,12 +118,3 @@ def run(args: argparse.Namespace) -> int:
         study, cells, runner.tracking_uri, console, root=runner.root, reader=None if tracker is None else tracker.reader, agg=runner.closing_aggregate
     )
     return 0
-
-
-def _listed(cell, key: str) -> tuple[str, ...]:
-    """A cell's values an error lists for `key`: a task's name and label (both select), a unit's
-    spec as the study writes it (its canonical form, all options spelled out, would double a long list)."""
-    from harness.study import filter_values
-
-    values = filter_values(cell, key)
-    return values if key == "task" else values[:1]

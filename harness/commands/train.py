@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 from harness.record.contract import TRAIN_SPEC
 from tasks.result import RunStatus
 
@@ -80,6 +80,7 @@ def _setup(args: argparse.Namespace):
     from pathlib import Path
 
     import units
+    from harness.record.layout import RunRoot
     from tasks.meta import run_metric
     from tasks.registry import get_task
     from tasks.training import TrainConfig, fingerprint_of
@@ -89,7 +90,7 @@ def _setup(args: argparse.Namespace):
     units.resolve(args.unit, args.dim)
     adapter_cls = get_task(args.task)
     root = Path(args.root)
-    adapter = adapter_cls({k: _value(v) for k, v in args.set}, args.data or "generated", root / "cache")
+    adapter = adapter_cls({k: _value(v) for k, v in args.set}, args.data or "generated", RunRoot(root).cache)
     adapter.check_data()  # a wrong data folder is one line now, not after minutes of data work
     arch = args.arch or adapter_cls.archs[0]
     adapter.check_arch(arch)
@@ -111,7 +112,7 @@ def _setup(args: argparse.Namespace):
         metric=args.metric,
         deterministic=args.deterministic,
     )
-    run_dir = Path(args.run_dir) if args.run_dir else root / "train" / fingerprint_of(adapter, config)
+    run_dir = Path(args.run_dir) if args.run_dir else RunRoot(root).train / fingerprint_of(adapter, config)
     return adapter, config, run_dir
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = (
     "evaluate the frozen sentence encoder of tracked runs on SentEval transfer tasks: accuracy in per cent (Pearson × 100 for "
@@ -36,13 +36,14 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from harness.record.compressed import reading_root, refuse_writing
+    from harness.record.layout import RunRoot
     from harness.record.sources import default_tracking_uri
     from harness.record.store_check import check_stores
     from harness.transfer import TransferError, evaluate_run
     from tasks.transfer.senteval_data import TASKS
 
     if args.out:
-        from harness.output_path import check_output_path
+        from harness.commands.support.output_path import check_output_path
 
         check_output_path(args.out, "--out")  # before any encoder is evaluated
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for run_id in args.run_ids:
         with console.status(f"SentEval on run {run_id}: {', '.join(tasks)}"):
-            results = evaluate_run(uri, run_id, tasks, args.task_path, args.kfold, root / "cache", log=not args.no_log)
+            results = evaluate_run(uri, run_id, tasks, args.task_path, args.kfold, RunRoot(root).cache, log=not args.no_log)
         row = {"run": run_id[:8], "encoder": results.pop("_source")["label"]}
         for task in tasks:
             r = results[task]

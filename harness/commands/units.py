@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from harness import bounds
+from harness.commands.support import bounds
 
 HELP = "list registered units with their options and parameter counts"
 

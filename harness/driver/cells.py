@@ -13,13 +13,16 @@ import os
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tasks.result import CHECKPOINT, REPLACEABLE, RESULT
 
-from ..jobs import WorkerJob
 from ..record.contract import Phase, RunKey, Tag, carried_attempt
 from ..record.storage import TRIAL_ENDED, TrialState
+from .jobs import WorkerJob
+
+if TYPE_CHECKING:
+    from ..study.cells import Cell
 
 
 def params_hash(params: dict[str, Any]) -> str:
@@ -71,7 +74,7 @@ def _partly_trained_cells(work_dir: Path) -> set[str]:
 class Job:
     """The driver's side of one dispatched run: the `WorkerJob` sent to a worker plus bookkeeping."""
 
-    cell: Any
+    cell: Cell
     key: RunKey
     work: WorkerJob
     started: float = 0.0
@@ -151,8 +154,8 @@ def cell_status(
 
 @dataclass
 class CellState:
-    cell: Any
-    study: Any  # optuna.Study, opened on first use (StudyRunner._study): a done cell never opens it
+    cell: Cell
+    study: Any  # optuna.Study, opened on first use (StudyRunner.cell_study): a done cell never opens it
     trials_wanted: int
     seeds_wanted: int
     trials_done: int = 0
@@ -195,7 +198,7 @@ class CellState:
         """The hash of the final parameters the cell run records, if they are still current: chosen
         from as many trials as are done now (trials are only ever added, so they stay current while
         that number does); None otherwise. The driver then reuses them instead of asking Optuna
-        (`StudyRunner._final_params`), and the ETA knows the seeds' run keys before planning."""
+        (`StudyRunner.final_params`), and the ETA knows the seeds' run keys before planning."""
         h = self.tags.get(Tag.FINAL_PARAMS_HASH)
         current = self.tags.get(Tag.FINAL_PARAMS) and self.tags.get(Tag.FINAL_TRIALS) == str(self.trials_done)
         return h if current and h else None

@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Any
 
-from ..ray_watchdog import start as start_watchdog
-from ..ray_watchdog import unmark
 from .errors import RunnerError
+from .ray_watchdog import start as start_watchdog
+from .ray_watchdog import unmark
 
 ADDRESS_TIMEOUT = 5.0  # seconds a cluster address gets to accept a connection before `run` gives up
 
@@ -56,7 +56,7 @@ def init_ray(address: str | None, num_cpus: int | None = None, temp_dir: str | N
     if address:
         ray.init(address=address, **{k: v for k, v in kwargs.items() if k != "include_dashboard"})
     else:
-        start_watchdog()  # a SIGKILLed driver's Ray processes end with it (harness/ray_watchdog.py)
+        start_watchdog()  # a SIGKILLed driver's Ray processes end with it (harness/driver/ray_watchdog.py)
         try:
             start_local_ray(lambda: ray.init(num_cpus=num_cpus, _temp_dir=temp_dir, **kwargs), ray.shutdown)
         finally:

@@ -9,7 +9,7 @@ Optuna study.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tasks.result import RunStatus, is_diverged
 
@@ -20,8 +20,13 @@ from ..record.sources import default_tracking_uri
 from ..record.storage import cell_study_name, default_storage_url, read_trial_states
 from .cells import cell_status, count_trials
 
+if TYPE_CHECKING:
+    from ..study.cells import Cell, Study
 
-def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | None = None, storage_url: str | None = None) -> list[dict[str, Any]]:
+
+def study_status(
+    study: Study, cells: list[Cell], root: Path, tracking_uri: str | None = None, storage_url: str | None = None
+) -> list[dict[str, Any]]:
     """What is done per cell, read from Optuna and MLflow without changing (or creating) either."""
     root = Path(root).resolve()
     ids = [c.id for c in cells]
@@ -82,7 +87,7 @@ def study_status(study: Any, cells: list[Any], root: Path, tracking_uri: str | N
     return rows
 
 
-def describe_optuna_study(study: Any, cell: Any, study_name: str) -> None:
+def describe_optuna_study(study: Any, cell: Cell, study_name: str) -> None:
     """What optuna-dashboard shows beside `<study>/<cell id>`: the cell's label, task, unit and
     dims as user attributes, and the objective's name (the cell's metric, not "Objective 0")."""
     attrs = {

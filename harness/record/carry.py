@@ -35,11 +35,10 @@ from tasks.result import BEST_WEIGHTS, CHECKPOINT, RESULT
 
 from .compressed import DB, GZ, compress, decompress, reading_root, stored_record
 from .guard import RecordCorrupt
+from .layout import ARTIFACTS, JOURNAL, RunRoot
 
-JOURNAL = "optuna.journal"
 STATE = "state"  # under the saved record: <cell>/<run>/{checkpoint.pt,best.pt} and MANIFEST
 MANIFEST = "manifest.json"
-ARTIFACTS = "mlartifacts"  # a local store's artifact folder under the root (harness/record/writer.py)
 COPY_TRIES = 20
 
 
@@ -74,7 +73,7 @@ def save(root: Path, dest: Path) -> list[str]:
     if (root / JOURNAL).is_file():
         shutil.copyfile(root / JOURNAL, dest / JOURNAL)
         lines.append(f"{dest / JOURNAL}: {(dest / JOURNAL).stat().st_size / 1e6:.1f} MB")
-    runs = _save_state(root / "work", dest / STATE)
+    runs = _save_state(RunRoot(root).work, dest / STATE)
     size = sum(p.stat().st_size for p in (dest / STATE).rglob("*") if p.is_file()) if runs else 0
     lines.append(f"{dest / STATE}: {len(runs)} unfinished run(s), {size / 1e6:.1f} MB")
     return lines
@@ -175,10 +174,10 @@ def load(saved: Path, root: Path) -> list[str]:
     if (saved / JOURNAL).is_file():
         shutil.copyfile(saved / JOURNAL, root / JOURNAL)
     for run in runs:
-        _load_run(saved / STATE / run.path, root / "work" / run.path, run)
+        _load_run(saved / STATE / run.path, RunRoot(root).work / run.path, run)
     os.replace(tmp, root / DB)  # last: a root with a record is a loaded root
     lines.append(f"{root / DB}: the record of {saved}")
-    lines.append(f"{root / 'work'}: {len(runs)} unfinished run(s) continue from their checkpoints at the next `tprbench run`")
+    lines.append(f"{RunRoot(root).work}: {len(runs)} unfinished run(s) continue from their checkpoints at the next `tprbench run`")
     return lines
 
 

@@ -30,9 +30,8 @@ from pathlib import Path
 from tasks.paths import file_sha256
 
 from .guard import RecordCorrupt
+from .layout import DB, GZ
 
-DB = "mlflow.db"
-GZ = DB + ".gz"
 CACHE = ("tprbench", "records")  # under $XDG_CACHE_HOME (~/.cache)
 LEVEL = 9
 GZIP_DAMAGE = (gzip.BadGzipFile, EOFError, zlib.error)

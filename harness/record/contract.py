@@ -25,8 +25,16 @@ lives in MLflow — and imports nothing from the project but that:
   MLflow run states the driver sets and the readers filter on.
 - `RunKey`: the record's idempotency key of a trial or seed run (`<cell>/trial/<n>`,
   `<cell>/seed/<s>/<params hash>`): built, parsed and turned into its run directory here only.
-- `RUN_COLUMNS`, `CELL_COLUMNS`, `FIXED`: the readers' columns, derived from `Tag`.
-- `WorkerResult`: what a worker sends back (the return-trip twin of harness.jobs.WorkerJob).
+- `RUN_COLUMNS`, `CELL_COLUMNS`, `FIXED`: the readers' columns, derived from `Tag`; `Col`: each
+  of them by name. A run frame's metric and param columns and the step-0 metric keys are built
+  and parsed here only: `metric_col`/`metric_of`, `param_col`/`param_of`, `valid_metric`,
+  `best_metric`/`best_valid`/`parse_best_valid`, `test_metric`/`parse_test_metric`/`split_metric`,
+  `per_epoch`; a transfer run's: `transfer_metric`, `transfer_run_name`.
+- The shapes: `CellRecord` (what a cell run records about its cell), `split_tags`, `RunRecord`
+  (one ended trial/seed run as stored), written by harness.record.writer and read back by
+  harness.record.reader.
+- `WorkerResult`: what a worker sends back (the return-trip twin of harness.driver.jobs.WorkerJob), with
+  `WorkerInfo`: where and how the attempt ran (the worker's fields, and the two the driver adds).
 - The errored-run retry rule (`max_attempts`, `attempt_of`, `will_retry`): an errored run is not
   a result; the next `tprbench run` retries it (a search trial is left unfinished in Optuna and
   dispatched again with the same number and parameters; a seed run is run again) until its key
@@ -36,13 +44,20 @@ lives in MLflow — and imports nothing from the project but that:
 
 Records written before the cell-schema tags (metric, direction, splits) still read: the frame
 columns are then missing (None) and the report infers the metric and splits from the names.
+
+The files and folders of a study's run root (mlflow.db, optuna.journal, work/, cache/, ...) are
+named in harness/record/layout.py. tests/test_record_contract_guard.py keeps the names here and
+there: MLflow's client, the MLflow statuses, the tag keys and the root's layout spelled outside
+their owners fail it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -58,6 +73,16 @@ TRAIN_SPEC = "train.json"  # in a `tprbench train` run directory: what it traine
 
 def experiment_name(study: str) -> str:
     return EXPERIMENT_PREFIX + study
+
+
+def transfer_run_name(source_run_id: str) -> str:
+    """The name of a `tprbench transfer` run in the UI (`transfer/<source run id, 8 characters>`)."""
+    return f"transfer/{source_run_id[:8]}"
+
+
+def transfer_metric(task: str, key: str) -> str:
+    """A transfer run's metric: one SentEval task's score (`MR`, `acc` → `senteval_MR_acc`)."""
+    return f"senteval_{task}_{key}"
 
 
 class Tag(StrEnum):
@@ -262,6 +287,130 @@ CELL_COLUMNS = (
 CELL_SCHEMA_COLUMNS = tuple(t.bare for t in (Tag.METRIC, Tag.DIRECTION, Tag.VALID_SPLIT, Tag.TEST_SPLITS))
 
 
+class Col:
+    """The readers' frame columns by name (a run frame's RUN_COLUMNS, a cell frame's CELL_COLUMNS
+    and CELL_SCHEMA_COLUMNS): what report/ and the other readers index frames and rows with. Plain
+    strings (a tag's column is its bare name); metric and param columns: `metric_col`, `param_col`."""
+
+    RUN_ID = "run_id"
+    MLFLOW_STATUS = "mlflow_status"
+    START_TIME = "start_time"
+    END_TIME = "end_time"
+    STUDY = Tag.STUDY.bare
+    CELL = Tag.CELL.bare
+    TASK = Tag.TASK.bare
+    ARCH = Tag.ARCH.bare
+    UNIT = Tag.UNIT.bare
+    DIM = Tag.DIM.bare
+    INPUT_DIM = Tag.INPUT_DIM.bare
+    LABEL = Tag.LABEL.bare
+    RUN_KEY = Tag.RUN_KEY.bare
+    PHASE = Tag.PHASE.bare
+    SEED = Tag.SEED.bare
+    TRIAL = Tag.TRIAL.bare
+    STATUS = Tag.STATUS.bare
+    REASON = Tag.REASON.bare
+    PARAMS_HASH = Tag.PARAMS_HASH.bare
+    PARAMS_FORMULA = Tag.PARAMS_FORMULA.bare
+    PARAMS_TOTAL = Tag.PARAMS_TOTAL.bare
+    GIT_COMMIT = Tag.GIT_COMMIT.bare
+    HOST = Tag.HOST.bare
+    METRIC = Tag.METRIC.bare
+    DIRECTION = Tag.DIRECTION.bare
+    VALID_SPLIT = Tag.VALID_SPLIT.bare
+    TEST_SPLITS = Tag.TEST_SPLITS.bare
+    FINAL_PARAMS_HASH = Tag.FINAL_PARAMS_HASH.bare
+    FINAL_PARAMS = Tag.FINAL_PARAMS.bare
+    UNIT_CANONICAL = "unit_canonical"
+    EPOCHS = "epochs"
+    DATA = "data"
+    TASK_OPTIONS = "task_options"
+
+
+# ---------------------------------------------------------------------------------------------
+# Column names: the run frame's `metric.<key>` / `param.<name>` columns and the metric keys a run
+# logs at step 0 (`best_<metric key>`, `test_<split>_<name>`, ...). Built and parsed here only.
+
+METRIC_PREFIX = "metric."  # a run frame's column of a metric (its final value, or last per-epoch value)
+PARAM_PREFIX = "param."  # a run frame's column of a hyperparameter
+VALID = "valid"  # the validation split's name in metric keys (`valid_acc`, `best_valid_acc`)
+BEST = "best_"  # step-0 metric: the best validation score (`best_<metric key>`)
+TEST = "test_"  # step-0 metric: a test split's score of the best model (`test_<split>_<name>`)
+BEST_EPOCH = "best_epoch"
+TRAIN_SECONDS = "train_seconds"
+PARAMS_TOTAL = "params_total"
+PARAMS_FORMULA = "params_formula"
+SUMMARY_SPLIT = "summary"  # the pseudo split of a task's summary over its test splits (`test_summary_<name>`)
+#: Metrics logged once per run at step 0 (everything else is per epoch): these prefixes and keys.
+FINAL_PREFIXES = (BEST, TEST)
+FINAL_KEYS = (TRAIN_SECONDS, PARAMS_TOTAL, PARAMS_FORMULA)
+
+
+def metric_col(key: str) -> str:
+    """The run frame's column of a metric key (`best_valid_acc` → `metric.best_valid_acc`)."""
+    return METRIC_PREFIX + key
+
+
+def param_col(name: str) -> str:
+    """The run frame's column of a hyperparameter (`lr` → `param.lr`)."""
+    return PARAM_PREFIX + name
+
+
+def metric_of(col: str) -> str | None:
+    """The metric key of a run frame's metric column; None for any other column."""
+    return col[len(METRIC_PREFIX) :] if col.startswith(METRIC_PREFIX) else None
+
+
+def param_of(col: str) -> str | None:
+    """The hyperparameter of a run frame's param column; None for any other column."""
+    return col[len(PARAM_PREFIX) :] if col.startswith(PARAM_PREFIX) else None
+
+
+def valid_metric(name: str) -> str:
+    """The validation key of a metric (`acc` → `valid_acc`): what picks best epochs and trials."""
+    return f"{VALID}_{name}"
+
+
+def best_metric(key: str) -> str:
+    """The step-0 metric holding a run's best score of a per-epoch key (`valid_acc` → `best_valid_acc`)."""
+    return BEST + key
+
+
+def best_valid(name: str) -> str:
+    """`acc` → `best_valid_acc`: a run's best validation score of a metric."""
+    return best_metric(valid_metric(name))
+
+
+def test_metric(split: str, name: str) -> str:
+    """The step-0 metric of one test split's score (`hard`, `acc` → `test_hard_acc`)."""
+    return f"{TEST}{split}_{name}"
+
+
+def parse_best_valid(key: str) -> str | None:
+    """The metric name of a `best_valid_<name>` key (`best_valid_acc` → `acc`); None otherwise."""
+    prefix = best_valid("")
+    return key[len(prefix) :] if key.startswith(prefix) and len(key) > len(prefix) else None
+
+
+def parse_test_metric(key: str, name: str) -> str | None:
+    """The split of a `test_<split>_<name>` key of the metric `name`; None otherwise."""
+    suffix = "_" + name
+    if key.startswith(TEST) and key.endswith(suffix) and len(key) > len(TEST) + len(suffix):
+        return key[len(TEST) : -len(suffix)]
+    return None
+
+
+def split_metric(key: str, split: str) -> str | None:
+    """The metric name of a `test_<split>_<name>` key of the split `split`; None otherwise."""
+    prefix = test_metric(split, "")
+    return key[len(prefix) :] if key.startswith(prefix) and len(key) > len(prefix) else None
+
+
+def per_epoch(key: str) -> bool:
+    """A metric key logged once per epoch (not one of the step-0 ones)."""
+    return not key.startswith(FINAL_PREFIXES) and key not in FINAL_KEYS
+
+
 # ---------------------------------------------------------------------------------------------
 # Errored runs: retried up to a cap; paused runs: continued
 
@@ -299,6 +448,128 @@ def carried_attempt(status: str | None, tags: dict[str, str]) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# The shapes
+
+
+@dataclass(frozen=True)
+class CellRecord:
+    """What a cell run records about its cell, as written (`tags()`) and read (`from_row`)."""
+
+    cell_id: str
+    study: str
+    label: str
+    task: str
+    arch: str
+    unit: str
+    unit_canonical: str | None
+    dim: int
+    input_dim: int
+    epochs: int | None = None
+    data: str | None = None
+    task_options: dict[str, Any] = field(default_factory=dict)
+    metric: str | None = None  # e.g. valid_acc: the validation key that picks best epochs and trials
+    direction: str | None = None
+    valid_split: str | None = None  # known once a run has prepared the task's data
+    test_splits: tuple[str, ...] | None = None
+    final_params_hash: str | None = None
+    final_params: str | None = None  # JSON
+
+    @classmethod
+    def of_cell(cls, cell: Any) -> CellRecord:
+        """From a harness.study.cells.Cell (or anything with its attributes)."""
+        return cls(
+            cell.id,
+            cell.study,
+            cell.label,
+            cell.task,
+            cell.arch,
+            cell.unit,
+            getattr(cell, "unit_canonical", None),
+            cell.dim,
+            cell.input_dim,
+            getattr(cell, "epochs", None),
+            getattr(cell, "data", None),
+            dict(getattr(cell, "task_options", {}) or {}),
+            getattr(cell, "metric", None),
+            getattr(cell, "direction", None),
+        )
+
+    def tags(self) -> dict[str, Any]:
+        """Tags of the cell run (and, less the final params and splits, of each of its runs)."""
+        out: dict[str, Any] = {
+            Tag.STUDY: self.study,
+            Tag.CELL: self.cell_id,
+            Tag.TASK: self.task,
+            Tag.ARCH: self.arch,
+            Tag.UNIT: self.unit,
+            Tag.DIM: self.dim,
+            Tag.INPUT_DIM: self.input_dim,
+            Tag.LABEL: self.label,
+        }
+        if self.metric:
+            out[Tag.METRIC], out[Tag.DIRECTION] = self.metric, self.direction
+        return out
+
+    def params(self) -> dict[str, Any]:
+        values = (
+            self.unit,
+            self.unit_canonical,
+            self.task,
+            self.arch,
+            self.dim,
+            self.input_dim,
+            self.epochs,
+            self.data,
+            json.dumps(self.task_options, sort_keys=True),
+        )
+        return dict(zip(CELL_PARAMS, values))
+
+
+def split_tags(valid_split: str, test_splits: Iterable[str]) -> dict[str, str]:
+    """The cell-run tags naming the validation split and the ordered test splits."""
+    return {Tag.VALID_SPLIT: valid_split, Tag.TEST_SPLITS: json.dumps(list(test_splits))}
+
+
+@dataclass
+class RunRecord:
+    """One finished (ended) trial or seed run, as stored in MLflow."""
+
+    run_id: str
+    run_key: str
+    status: str
+    tags: dict[str, str]
+    params: dict[str, str]
+    metrics: dict[str, float]
+    experiment_id: str = ""  # known when read by id (harness.record.reader.TrackedRuns)
+
+    @property
+    def cell_id(self) -> str:
+        return self.tags.get(Tag.CELL, "")
+
+    @property
+    def phase(self) -> str:
+        return self.tags.get(Tag.PHASE, "")
+
+    @classmethod
+    def from_run(cls, run: Any) -> RunRecord:
+        tags = dict(run.data.tags)
+        return cls(
+            run.info.run_id,
+            tags.get(Tag.RUN_KEY, ""),
+            tags.get(Tag.STATUS, ""),
+            tags,
+            dict(run.data.params),
+            dict(run.data.metrics),
+            str(run.info.experiment_id),
+        )
+
+    @property
+    def parent(self) -> str | None:
+        """The run it is nested under (a trial/seed run's cell run)."""
+        return self.tags.get(MLFLOW_PARENT)
+
+
+# ---------------------------------------------------------------------------------------------
 # The way back from a worker
 
 
@@ -311,14 +582,49 @@ class Splits:
 
 
 @dataclass
+class WorkerInfo:
+    """Where and how one attempt of a run ran. The worker fills the first fields
+    (harness.driver.worker.worker_info, then its timings); the driver adds the last two when it collects
+    the result. Every field is optional: a result that never reached a worker (a lost node) has
+    none of the worker's."""
+
+    host: str = ""
+    pid: int | None = None
+    start: float | None = None  # the worker's wall clock when the attempt started (time.time())
+    node_id: str | None = None  # under Ray: the node, the resources Ray assigned, the GPU ids
+    resources: dict[str, float] | None = None
+    gpu_ids: list[str] | None = None
+    pruning: str | None = None  # why pruning was turned off (the Optuna storage was unavailable)
+    setup_seconds: float | None = None  # preparing the task's data
+    worker_seconds: float | None = None  # the whole attempt, in the worker
+    end: float | None = None  # the worker's wall clock when it returned
+    # Set by the driver:
+    ready_at: float | None = None  # when the driver saw the result ready (time.time())
+    get_seconds: float = 0.0  # how long fetching it took
+
+    def attempt_line(self) -> dict[str, Any]:
+        """The worker's fields that are set, as the run directory's attempts.jsonl lists them."""
+        return {k: v for k, v in asdict(self).items() if v is not None and k not in DRIVER_FIELDS}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> WorkerInfo:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in (data or {}).items() if k in known})
+
+
+#: The fields of `WorkerInfo` the driver sets (not the worker's: attempts.jsonl leaves them out).
+DRIVER_FIELDS = ("ready_at", "get_seconds")
+
+
+@dataclass
 class WorkerResult(RunResult):
-    """What `harness.worker.run_job` returns to the driver: the trainer's `RunResult` and where
+    """What `harness.driver.worker.run_job` returns to the driver: the trainer's `RunResult` and where
     and how it ran. An exception in the worker is an `errored` result with the reason and the
     traceback; a run that ran out of disk space names the path (`disk_full`): not a result, the
     driver stops before recording it."""
 
     splits: Splits | None = None  # known once the worker has prepared the task's data
-    worker: dict[str, Any] = field(default_factory=dict)  # harness.worker.worker_info, the attempt's timings
+    worker: WorkerInfo = field(default_factory=WorkerInfo)  # where the attempt ran, and its timings
     epoch_times: dict[int, float] = field(default_factory=dict)  # the worker's wall clock at each epoch's end
     traceback: str = ""
     disk_full: str | None = None
@@ -338,4 +644,6 @@ class WorkerResult(RunResult):
         out = super().from_dict(data)
         if isinstance(out.splits, dict):
             out.splits = Splits(out.splits["valid"], list(out.splits["test"]))
+        if isinstance(out.worker, dict):
+            out.worker = WorkerInfo.from_dict(out.worker)
         return out

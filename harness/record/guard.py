@@ -47,11 +47,12 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from ..cache_note import unsaved
 from ..diskfull import DiskFull, disk_full_error, free_space, is_disk_full
 from ..faults import fault_point
 from . import leftovers
+from .cache_note import unsaved
 from .contract import Tag
+from .layout import SNAPSHOTS, RunRoot
 from .lease import describe as describe_holder
 from .lease import holder_alive, parse
 
@@ -59,7 +60,7 @@ HEADER = b"SQLite format 3\x00"
 KEEP = 3
 ENV_SECONDS = "TPRBENCH_SNAPSHOT_SECONDS"
 DEFAULT_SECONDS = 300.0
-SNAPSHOT_DIR = "snapshots"
+SNAPSHOT_DIR = SNAPSHOTS
 
 
 class RecordCorrupt(RuntimeError):
@@ -83,7 +84,7 @@ class SnapshotError(RuntimeError):
 def _stamp(path: Path) -> tuple[Path, str]:
     st = path.stat()
     key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
-    return path.resolve().parent / "cache" / "record-check" / f"{key}.json", f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
+    return RunRoot(path.resolve().parent).record_check / f"{key}.json", f"{st.st_size}:{st.st_mtime_ns}:{st.st_ino}"
 
 
 def quick_check(path: Path) -> str | None:
@@ -303,8 +304,8 @@ def restore(db: str | Path, root: str | Path, force: bool = False) -> str:
                 "are taken by `tprbench run` as cells finish); see docs/reliability.md"
             )
         lines = _put_in_place(db, _verified_copy(good, db), "damaged" if problem is not None else "replaced")
-    shutil.rmtree(db.resolve().parent / "cache" / "record-check", ignore_errors=True)
-    shutil.rmtree(db.resolve().parent / "cache" / "summary", ignore_errors=True)  # rebuilt from the restored record
+    shutil.rmtree(RunRoot(db.resolve().parent).record_check, ignore_errors=True)
+    shutil.rmtree(RunRoot(db.resolve().parent).summary, ignore_errors=True)  # rebuilt from the restored record
     lines.append(f"restored {db} from the snapshot {good.name}")
     lines.append(
         "runs that ended after that snapshot come back from their run directories: rerun each study of "
@@ -322,7 +323,7 @@ class _study_locks:
         self.root, self.db, self.handles = root, db, []
 
     def __enter__(self) -> _study_locks:
-        for path in sorted((self.root / "locks").glob("*.lock")):
+        for path in sorted(RunRoot(self.root).locks.glob("*.lock")):
             try:
                 fd = os.open(path, os.O_RDONLY)
             except OSError:  # removed meanwhile

@@ -1,34 +1,40 @@
-"""Reading a study's record: `RecordReader`, and the shapes of a cell run and a trial/seed run.
+"""Reading a study's record: `RecordReader`.
 
 Every reader goes through `RecordReader`: a few queries per read whatever the number of cells
 asked for (plain SQL on a SQL store, `search_runs` on a tracking server: harness.record.sources),
 ended runs through the study's columnar summary (harness.record.summary), turned into pandas
-frames here and nowhere else (`runs(cell_ids)`, `cells(cell_ids)`, `history(...)`). The names
-and columns are the contract's (harness.record.contract); `CellRecord` is what a cell run
-records about its cell, written by harness.record.writer and read back here.
+frames here and nowhere else (`runs(cell_ids)`, `cells(cell_ids)`, `history(...)`). The names,
+columns and shapes (`CellRecord`, `RunRecord`) are the contract's (harness.record.contract).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .contract import (
     CELL_COLUMNS,
-    CELL_PARAMS,
     CELL_SCHEMA_COLUMNS,
+    FINAL_KEYS,
+    FINAL_PREFIXES,
     FIXED,
     INT_TAGS,
+    MLFLOW_PARENT,
     PREFIX,
     RUN_COLUMNS,
+    CellRecord,
+    RunRecord,
     Tag,
     experiment_name,
+    metric_of,
+    param_of,
+    per_epoch,
     prefixed,
+    split_tags,
 )
+from .layout import RunRoot
 from .sources import empty_columns, open_source, sqlite_path
 from .summary import Summary, enabled, ended_runs, summary_path
 
@@ -40,123 +46,21 @@ class ReportError(LookupError):
 
 
 # ---------------------------------------------------------------------------------------------
-# The shapes
-
-
-@dataclass(frozen=True)
-class CellRecord:
-    """What a cell run records about its cell, as written (`tags()`) and read (`from_row`)."""
-
-    cell_id: str
-    study: str
-    label: str
-    task: str
-    arch: str
-    unit: str
-    unit_canonical: str | None
-    dim: int
-    input_dim: int
-    epochs: int | None = None
-    data: str | None = None
-    task_options: dict[str, Any] = field(default_factory=dict)
-    metric: str | None = None  # e.g. valid_acc: the validation key that picks best epochs and trials
-    direction: str | None = None
-    valid_split: str | None = None  # known once a run has prepared the task's data
-    test_splits: tuple[str, ...] | None = None
-    final_params_hash: str | None = None
-    final_params: str | None = None  # JSON
-
-    @classmethod
-    def of_cell(cls, cell: Any) -> CellRecord:
-        """From a harness.study.Cell (or anything with its attributes)."""
-        return cls(
-            cell.id,
-            cell.study,
-            cell.label,
-            cell.task,
-            cell.arch,
-            cell.unit,
-            getattr(cell, "unit_canonical", None),
-            cell.dim,
-            cell.input_dim,
-            getattr(cell, "epochs", None),
-            getattr(cell, "data", None),
-            dict(getattr(cell, "task_options", {}) or {}),
-            getattr(cell, "metric", None),
-            getattr(cell, "direction", None),
-        )
-
-    def tags(self) -> dict[str, Any]:
-        """Tags of the cell run (and, less the final params and splits, of each of its runs)."""
-        out: dict[str, Any] = {
-            Tag.STUDY: self.study,
-            Tag.CELL: self.cell_id,
-            Tag.TASK: self.task,
-            Tag.ARCH: self.arch,
-            Tag.UNIT: self.unit,
-            Tag.DIM: self.dim,
-            Tag.INPUT_DIM: self.input_dim,
-            Tag.LABEL: self.label,
-        }
-        if self.metric:
-            out[Tag.METRIC], out[Tag.DIRECTION] = self.metric, self.direction
-        return out
-
-    def params(self) -> dict[str, Any]:
-        values = (
-            self.unit,
-            self.unit_canonical,
-            self.task,
-            self.arch,
-            self.dim,
-            self.input_dim,
-            self.epochs,
-            self.data,
-            json.dumps(self.task_options, sort_keys=True),
-        )
-        return dict(zip(CELL_PARAMS, values))
-
-
-def split_tags(valid_split: str, test_splits: Iterable[str]) -> dict[str, str]:
-    """The cell-run tags naming the validation split and the ordered test splits."""
-    return {Tag.VALID_SPLIT: valid_split, Tag.TEST_SPLITS: json.dumps(list(test_splits))}
-
-
-@dataclass
-class RunRecord:
-    """One finished (ended) trial or seed run, as stored in MLflow."""
-
-    run_id: str
-    run_key: str
-    status: str
-    tags: dict[str, str]
-    params: dict[str, str]
-    metrics: dict[str, float]
-
-    @property
-    def cell_id(self) -> str:
-        return self.tags.get(Tag.CELL, "")
-
-    @property
-    def phase(self) -> str:
-        return self.tags.get(Tag.PHASE, "")
-
-    @classmethod
-    def from_run(cls, run: Any) -> RunRecord:
-        tags = dict(run.data.tags)
-        return cls(run.info.run_id, tags.get(Tag.RUN_KEY, ""), tags.get(Tag.STATUS, ""), tags, dict(run.data.params), dict(run.data.metrics))
-
-
-# ---------------------------------------------------------------------------------------------
 # Frames
 
-#: Metrics logged once per run at step 0 (everything else is per epoch).
-FINAL_PREFIXES = ("best_", "test_")
-FINAL_KEYS = ("train_seconds", "params_total", "params_formula")
-
-
-def per_epoch(key: str) -> bool:
-    return not key.startswith(FINAL_PREFIXES) and key not in FINAL_KEYS
+#: The shapes and step-0 metric keys, as this module named them before the contract held them.
+__all__ = [
+    "CellRecord",
+    "RunRecord",
+    "split_tags",
+    "FINAL_KEYS",
+    "FINAL_PREFIXES",
+    "per_epoch",
+    "RecordReader",
+    "ReportError",
+    "RunNotFound",
+    "TrackedRuns",
+]
 
 
 def _cast(values: list[Any]) -> list[Any] | None:
@@ -234,7 +138,7 @@ def runs_frame(cols: dict[str, list[Any]]) -> Any:
     for col in RUN_COLUMNS:
         if col not in df.columns:
             df[col] = None
-    param_cols = sorted(c for c in df.columns if c.startswith("param."))
+    param_cols = sorted(c for c in df.columns if param_of(c) is not None)
     df = cast_columns(df, [*INT_TAGS, *param_cols], int_cols=INT_TAGS)
     # One row per run key (the tracker guarantees it; keep the latest if a store was merged by hand).
     df = df.sort_values(["run_key", "start_time", "run_id"], kind="stable")
@@ -253,10 +157,10 @@ def run_records(cols: dict[str, list[Any]]) -> dict[str, RunRecord]:
     for name, values in cols.items():
         if name in FIXED:
             continue
-        if name.startswith("param."):
-            into, key = params, name[6:]
-        elif name.startswith("metric."):
-            into, key = metrics, name[7:]
+        if param_of(name) is not None:
+            into, key = params, param_of(name)
+        elif metric_of(name) is not None:
+            into, key = metrics, metric_of(name)
         else:
             into, key = tags, PREFIX + name
         for row, v in zip(into, values):
@@ -274,9 +178,9 @@ def summary_dir(tracking_uri: str, root: str | Path | None = None) -> Path | Non
     """Where a study's summary of ended runs lives: `<root>/cache/summary` (the run directory the
     command was given), else next to a SQLite store; None (no summary) for a server without a root."""
     if root is not None:
-        return Path(root).expanduser().resolve() / "cache" / "summary"
+        return RunRoot(Path(root).expanduser().resolve()).summary
     path = sqlite_path(tracking_uri)
-    return None if path is None else path.resolve().parent / "cache" / "summary"
+    return None if path is None else RunRoot(path.resolve().parent).summary
 
 
 class RecordReader:
@@ -398,10 +302,10 @@ class RecordReader:
                 wanted = set(run_ids)
                 keys = sorted(
                     {
-                        k[len("metric.") :]
+                        metric_of(k)
                         for k, values in cols.items()
-                        if k.startswith("metric.")
-                        and per_epoch(k[len("metric.") :])
+                        if metric_of(k) is not None
+                        and per_epoch(metric_of(k))
                         and any(v is not None and r in wanted for r, v in zip(cols["run_id"], values))
                     }
                 )
@@ -411,3 +315,69 @@ class RecordReader:
         df = df.sort_values(["run_id", "key", "step", "timestamp"], kind="stable")
         df = df.drop_duplicates(["run_id", "key", "step"], keep="last").drop(columns="timestamp")
         return df.reset_index(drop=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs read by id
+
+
+class RunNotFound(LookupError):
+    """No run with that id in the store (or the store cannot be read). One line, exit 2."""
+
+    user_error = True
+
+
+class TrackedRuns:
+    """Runs read by their id, whatever their study (`tprbench transfer RUN_ID`, the analyses'
+    RUN_ID sources), and their artifacts. Through MLflow's client, created on first use; each read
+    retried while the store is transiently unavailable (harness.record.retry)."""
+
+    def __init__(self, tracking_uri: str, client: Any = None) -> None:
+        self.uri = tracking_uri
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            from mlflow import MlflowClient
+
+            from .retry import http_defaults
+
+            http_defaults()
+            self._client = MlflowClient(tracking_uri=self.uri)
+        return self._client
+
+    def _read(self, fn: Any, what: str) -> Any:
+        from .retry import with_retry
+
+        return with_retry(fn, f"MLflow tracking store {self.uri} ({what})")
+
+    def run(self, run_id: str) -> RunRecord:
+        """The run `run_id` (tags, params, final metrics, experiment); RunNotFound if there is none."""
+        try:
+            found = self._read(lambda: self.client.get_run(run_id), "get run")
+        except Exception as exc:
+            from .retry import StoreUnavailable
+
+            if isinstance(exc, StoreUnavailable):
+                raise
+            raise RunNotFound(f"run {run_id!r} not found in {self.uri}: {str(exc).splitlines()[0]}") from None
+        return RunRecord.from_run(found)
+
+    def cell_params(self, run: RunRecord) -> dict[str, str]:
+        """The params of the cell run a trial/seed run is nested under (task options, data, epochs)."""
+        parent = run.parent
+        if parent is None:
+            raise RunNotFound(f"run {run.run_id}: no cell run above it (no {MLFLOW_PARENT} tag)")
+        return self.run(parent).params
+
+    def artifact(self, run_id: str, path: str, dest: str | Path) -> Path:
+        """Download one artifact of a run into `dest`; its local path. RunNotFound if it has none."""
+        try:
+            return Path(self._read(lambda: self.client.download_artifacts(run_id, path, str(dest)), "download artifact"))
+        except Exception as exc:
+            from .retry import StoreUnavailable
+
+            if isinstance(exc, StoreUnavailable):
+                raise
+            raise RunNotFound(f"run {run_id}: no {path} artifact ({str(exc).splitlines()[0]})") from None

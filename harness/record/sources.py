@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .contract import FIXED, MLFLOW_ENDED, PREFIX, Kind, Tag, bare, sql_list
+from .contract import FIXED, MLFLOW_ENDED, PREFIX, Kind, Tag, bare, metric_col, param_col, sql_list
 from .guard import check
+from .layout import RunRoot
 
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mssql")
 CHUNK = 500  # ids per IN (...) list: well below every database's bound-parameter limit
@@ -65,7 +66,7 @@ def sqlite_path(uri: str) -> Path | None:
 
 
 def default_tracking_uri(root: Path) -> str:
-    return f"sqlite:///{(root / 'mlflow.db').resolve()}"
+    return RunRoot(root).tracking_uri
 
 
 def is_server(tracking_uri: str) -> bool:
@@ -191,11 +192,11 @@ class SqlSource:
         for run_id, key, value in self.query(f"SELECT t.run_uuid, t.key, t.value FROM tags t WHERE t.run_uuid IN ({where}) {_OUR_TAGS}", params):
             b.set(run_id, key[cut:], value)
         for run_id, key, value in self.query(f"SELECT p.run_uuid, p.key, p.value FROM params p WHERE p.run_uuid IN ({where})", params):
-            b.set(run_id, "param." + key, value)
+            b.set(run_id, param_col(key), value)
         for run_id, key, value, is_nan in self.query(
             f"SELECT m.run_uuid, m.key, m.value, m.is_nan FROM latest_metrics m WHERE m.run_uuid IN ({where})", params
         ):
-            b.set(run_id, "metric." + key, _metric_value(value, is_nan))
+            b.set(run_id, metric_col(key), _metric_value(value, is_nan))
 
     def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = Kind.RUN) -> Columns:
         """Every ended run of one kind of the experiment (of `cell_ids` when given), as Columns:
@@ -315,9 +316,9 @@ class ClientSource:
                 if k.startswith(PREFIX) and k != Tag.KIND:
                     b.set(rid, bare(k), v)
             for k, v in run.data.params.items():
-                b.set(rid, "param." + k, v)
+                b.set(rid, param_col(k), v)
             for k, v in run.data.metrics.items():
-                b.set(rid, "metric." + k, float(v))
+                b.set(rid, metric_col(k), float(v))
         return b.cols
 
     def runs(self, experiment_id: str, cell_ids: Iterable[str] | None = None, kind: str = Kind.RUN, extra: str = "") -> Columns:

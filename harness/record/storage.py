@@ -19,7 +19,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-JOURNAL_PREFIX = "journal://"
+from .layout import JOURNAL_PREFIX, RunRoot
+
 DRIVER_HINT = "pip install 'tprbench[cluster]' (psycopg 3, what SQLAlchemy uses for postgresql://)"
 
 
@@ -41,7 +42,7 @@ def cell_study_name(study: str, cell_id: str) -> str:
 
 
 def default_storage_url(root: Path) -> str:
-    return JOURNAL_PREFIX + str((root / "optuna.journal").resolve())
+    return RunRoot(root).storage_url
 
 
 def display_url(url: str) -> str:

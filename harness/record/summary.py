@@ -28,8 +28,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..cache_note import unsaved
-from .contract import Kind
+from .cache_note import unsaved
+from .contract import Kind, metric_of
 from .sources import ClientSource, Columns, SqlSource, empty_columns, kind_filter
 
 VERSION = 1
@@ -53,7 +53,7 @@ def _arrow_type(name: str):
 
     if name in ("start_time", "end_time"):
         return pa.int64()
-    if name.startswith("metric."):
+    if metric_of(name) is not None:
         return pa.float64()
     return pa.string()
 
@@ -125,7 +125,7 @@ class Summary:
     def save(self) -> None:
         """Atomically (temp file + rename), then its digest beside it (a crash between the two
         leaves a file that does not verify: rebuilt). A reader that cannot write (read-only
-        root) says so once (harness.cache_note) and goes on."""
+        root) says so once (harness.record.cache_note) and goes on."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 

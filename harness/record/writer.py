@@ -19,29 +19,45 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tasks.result import REPLACEABLE, RunResult
 
 from ..faults import fault_point
 from . import leftovers
 from .contract import (
+    BEST_EPOCH,
     LIVE_STATUS,
     MLFLOW_ENDED,
     MLFLOW_PARENT,
+    PARAMS_FORMULA,
+    PARAMS_TOTAL,
+    TRAIN_SECONDS,
+    VALID,
+    CellRecord,
     Kind,
     MlflowStatus,
     RunKey,
+    RunRecord,
     Tag,
     WorkerResult,
+    best_metric,
     carried_attempt,
     experiment_name,
     mlflow_status,
+    split_tags,
+    test_metric,
+    transfer_metric,
+    transfer_run_name,
 )
 from .guard import RecordCorrupt
-from .reader import CellRecord, RecordReader, RunRecord, split_tags
+from .layout import sqlite_uri
+from .reader import RecordReader
 from .retry import http_defaults, is_transient, with_retry
 from .sources import SqlSource, chunks, is_server, is_sql_uri, sqlite_path
+
+if TYPE_CHECKING:
+    from ..study.cells import Cell
 
 T = TypeVar("T")
 MAX_BATCH = {"metrics": 1000, "params": 100, "tags": 100}  # MLflow's log_batch limits
@@ -225,7 +241,7 @@ class Tracker:
             if experiment.tags.get(k) != v:
                 self.retry(lambda k=k, v=v: self.client.set_experiment_tag(self.experiment_id, k, v), "experiment tag")
 
-    def create_cell_run(self, cell: Any, study_run_id: str, extra_tags: dict[str, Any] | None = None) -> str:
+    def create_cell_run(self, cell: Cell, study_run_id: str, extra_tags: dict[str, Any] | None = None) -> str:
         """A new cell run holding the cell's record (and `extra_tags`): two writes."""
         record = CellRecord.of_cell(cell)
         tags = {Tag.KIND: Kind.CELL, Tag.STUDY: self.study, Tag.CELL: cell.id, MLFLOW_PARENT: study_run_id, **record.tags(), **(extra_tags or {})}
@@ -239,7 +255,7 @@ class Tracker:
         self._parents[f"cell/{cell.id}"] = run_id
         return run_id
 
-    def cell_run(self, cell: Any, study_run_id: str) -> str:
+    def cell_run(self, cell: Cell, study_run_id: str) -> str:
         """The cell's run, found by its tags or created (one query: use `reader.cell_runs` for many)."""
         key = f"cell/{cell.id}"
         if key not in self._parents:
@@ -332,12 +348,45 @@ class Tracker:
         """Delete a run that never ended (a live run given up, or one a dead driver left RUNNING),
         ending it KILLED first: deleted runs stay in the store, and a committed or shared record
         should not carry runs that say RUNNING forever to whoever reads it without MLflow's filter."""
-        self.client.set_terminated(run_id, "KILLED")
+        self.client.set_terminated(run_id, MlflowStatus.KILLED)
         self.client.delete_run(run_id)
 
     def set_splits(self, cell_run_id: str, valid_split: str, test_splits: list[str]) -> None:
         """Name the cell's validation split and ordered test splits (known once a worker prepared the data)."""
         self.retry(lambda: self._log(cell_run_id, tags=split_tags(valid_split, test_splits)), "set splits")
+
+    def log_transfer(self, source: RunRecord, scores: dict[str, dict[str, Any]]) -> str:
+        """A `tprbench transfer` run nested under the trial/seed run `source`: one metric per
+        SentEval task and score (`transfer_metric`), at step 0, ended FINISHED. Returns its id."""
+        from mlflow.entities import Metric
+
+        tags = {
+            Tag.KIND: Kind.TRANSFER,
+            Tag.STUDY: source.tags.get(Tag.STUDY, ""),
+            MLFLOW_PARENT: source.run_id,
+            Tag.SOURCE_RUN: source.run_id,
+            Tag.UNIT: source.tags.get(Tag.UNIT, ""),
+            Tag.CELL: source.tags.get(Tag.CELL, ""),
+        }
+        experiment_id = source.experiment_id or self.experiment_id
+        run_id = self.retry(
+            lambda: (
+                self.client.create_run(
+                    experiment_id, tags={str(k): str(v) for k, v in tags.items()}, run_name=transfer_run_name(source.run_id)
+                ).info.run_id
+            ),
+            "create a transfer run",
+        )
+        now = int(time.time() * 1000)
+        metrics = [
+            Metric(transfer_metric(task, k), float(v), now, 0)
+            for task, values in scores.items()
+            for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        ]
+        self.retry(lambda: self._log(run_id, metrics), "log transfer scores")
+        self.end(run_id, MlflowStatus.FINISHED)
+        return run_id
 
     # -- writing runs ----------------------------------------------------------------------
     def _log(self, run_id: str, metrics: Iterable[Any] = (), params: dict[str, Any] | None = None, tags: dict[str, Any] | None = None) -> None:
@@ -410,7 +459,7 @@ class Tracker:
                     self._retire(run.info.run_id)  # half-written by a killed driver: write again
         attempt = max((carried_attempt(r.data.tags.get(Tag.STATUS), r.data.tags) for r in errored), default=0) + 1
         worker = result.worker
-        end_ms = _ms(worker.get("end")) or int(time.time() * 1000)
+        end_ms = _ms(worker.end) or int(time.time() * 1000)
         all_tags, metrics = self.run_payload(cell_run_id, run_key, tags, result, end_ms, attempt, logged_epochs if live_ok else set())
         if live_ok:
             run_id = live_run_id
@@ -420,7 +469,7 @@ class Tracker:
             # params, then ended, is either complete or invisible (and deleted by the next driver).
             run_id = self.client.create_run(
                 self.experiment_id,
-                start_time=_ms(worker.get("start")),
+                start_time=_ms(worker.start),
                 tags={str(k): str(v)[:5000] for k, v in all_tags.items()},
                 run_name=run_name(str(tags.get(Tag.LABEL, "")), run_key),
             ).info.run_id
@@ -466,7 +515,7 @@ class Tracker:
             epoch = int(row["epoch"])
             if logged_epochs and epoch in logged_epochs:
                 continue
-            ts = int(times[epoch] * 1000) if epoch in times else (_ms(worker.get("start")) or now)
+            ts = int(times[epoch] * 1000) if epoch in times else (_ms(worker.start) or now)
             metrics += [Metric(k, float(v), ts, epoch) for k, v in row.items() if k != "epoch" and v is not None]
         metrics += [Metric(k, v, now, 0) for k, v in final_metrics(result).items()]
         return all_tags, metrics
@@ -618,8 +667,8 @@ def create_sqlite_store(path: Path) -> None:
         if logging.getLogger(name).level < logging.WARNING:
             logging.getLogger(name).setLevel(logging.WARNING)
     try:
-        MlflowClient(tracking_uri=f"sqlite:///{tmp}").search_experiments()
-        _dispose_engine(f"sqlite:///{tmp}")
+        MlflowClient(tracking_uri=sqlite_uri(tmp)).search_experiments()
+        _dispose_engine(sqlite_uri(tmp))
         fault_point("creating")  # a kill here leaves the new store unrenamed (tests/test_record_leftovers.py)
         if path.exists() and path.stat().st_size > 0:  # another process created it meanwhile
             return
@@ -654,25 +703,25 @@ def param_text(value: Any) -> str:
 def final_metrics(result: RunResult) -> dict[str, float]:
     """The summary numbers of a run: best validation score, its epoch, each test split, time."""
     out: dict[str, float] = {}
-    metric = result.metric or "valid"
+    metric = result.metric or VALID
     if result.best_valid is not None:
-        out[f"best_{metric}"] = float(result.best_valid)
-        out["best_epoch"] = float(result.best_epoch)
+        out[best_metric(metric)] = float(result.best_valid)
+        out[BEST_EPOCH] = float(result.best_epoch)
     for split, values in (result.test or {}).items():
         for k, v in values.items():
-            out[f"test_{split}_{k}"] = float(v)
-    out["train_seconds"] = float(result.seconds or 0.0)
+            out[test_metric(split, k)] = float(v)
+    out[TRAIN_SECONDS] = float(result.seconds or 0.0)
     if result.params_total:
-        out["params_total"] = float(result.params_total)
+        out[PARAMS_TOTAL] = float(result.params_total)
     if result.params_formula is not None:
-        out["params_formula"] = float(result.params_formula)
+        out[PARAMS_FORMULA] = float(result.params_formula)
     return out
 
 
-def cell_tags(cell: Any) -> dict[str, Any]:
-    """The cell's tags as every run of it carries them (harness.record.reader.CellRecord.tags)."""
+def cell_tags(cell: Cell) -> dict[str, Any]:
+    """The cell's tags as every run of it carries them (harness.record.contract.CellRecord.tags)."""
     return CellRecord.of_cell(cell).tags()
 
 
-def cell_params(cell: Any) -> dict[str, Any]:
+def cell_params(cell: Cell) -> dict[str, Any]:
     return CellRecord.of_cell(cell).params()

@@ -33,8 +33,6 @@ from __future__ import annotations
 from ..record.contract import CELL_COLUMNS, RUN_COLUMNS
 from ..record.reader import ReportError
 from .aggregate import (
-    BASELINES,
-    LOGIC_SPLITS,
     UnitColumns,
     aggregate,
     counted_runs,
@@ -61,11 +59,9 @@ from .render import (
 from .write import Report, cells_frame, print_summary, provenance, write_report
 
 __all__ = [
-    "BASELINES",
     "CELL_COLUMNS",
     "Comparison",
     "DASH",
-    "LOGIC_SPLITS",
     "RUN_COLUMNS",
     "Report",
     "ReportError",

@@ -13,21 +13,59 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tasks.metrics import metric_direction, metric_scale
+from tasks.metrics import MINIMIZE, metric_direction, metric_scale
 from tasks.result import RunStatus, is_failure
 from units.registry import UNITS, unit_meta
 from units.spec import UnitSpecError, parse_spec
 
-from ..record.contract import Phase
+from ..record.contract import (
+    BEST_EPOCH,
+    PARAMS_FORMULA,
+    PARAMS_TOTAL,
+    SUMMARY_SPLIT,
+    TEST,
+    Col,
+    Phase,
+    best_valid,
+    metric_col,
+    metric_of,
+    parse_best_valid,
+    parse_test_metric,
+    split_metric,
+    test_metric,
+    valid_metric,
+)
 
-#: Logical-entailment test splits in the papers' column order (records without a test_splits tag).
-LOGIC_SPLITS = ("easy", "hard", "big", "massive", "exam")
-BASELINES = {"lstm": 0, "gru": 1}
+
+@functools.lru_cache(maxsize=1)
+def papers_split_order() -> tuple[str, ...]:
+    """The test splits tasks want shown in their papers' column order (tasks/meta.py
+    `ReportLayout.split_order`: logic's easy … exam), every registered task's in turn; other
+    splits follow sorted by name."""
+    from tasks.registry import available_tasks, task_meta
+
+    order: list[str] = []
+    for name in available_tasks():
+        try:
+            layout = task_meta(name).report_layout
+        except Exception:  # a plug-in task that is gone or fails to import: no order of its own
+            continue
+        order += [s for s in getattr(layout, "split_order", ()) if s not in order]
+    return tuple(order)
+
+
+@functools.lru_cache(maxsize=256)
+def baseline_order(unit_name: str | None) -> float:
+    """Baselines first, in the rank their units declare (units/meta.py `BASELINE_RANK`: LSTM, GRU)."""
+    from units.registry import baseline_rank
+
+    rank = baseline_rank(unit_name) if unit_name else None
+    return float("inf") if rank is None else rank
+
 
 # -- unit specs → table columns --------------------------------------------------------------
 
@@ -116,14 +154,14 @@ def _sort_key(row: dict[str, Any], columns: UnitColumns) -> tuple:
     """Task, architecture, sizes, baselines first, then units by name and their report columns' numbers."""
     return (
         str(row.get("task_label") or ""),
-        str(row.get("arch") or ""),
-        _num(row.get("dim")),
-        _num(row.get("input_dim")),
-        BASELINES.get(row.get("unit_name"), 2),
+        str(row.get(Col.ARCH) or ""),
+        _num(row.get(Col.DIM)),
+        _num(row.get(Col.INPUT_DIM)),
+        baseline_order(row.get("unit_name")),
         str(row.get("unit_name") or ""),
         *(_num(row.get(c)) for c in columns.report),
-        str(row.get("unit") or ""),
-        str(row.get("cell_id")),
+        str(row.get(Col.UNIT) or ""),
+        str(row.get(Col.CELL)),
     )
 
 
@@ -150,29 +188,29 @@ def records(frame: Any, columns: Any = None) -> list[dict[str, Any]]:
 
 def _splits_of(runs: Any, metric: str) -> list[tuple[str, str]]:
     """(display name, metric column) of every test split seen for this metric, papers' order first."""
-    pat = re.compile(rf"^metric\.test_(?P<split>.+)_{re.escape(metric)}$")
     found = {}
     for col in runs.columns:
-        m = pat.match(col)
-        if m and runs[col].notna().any():
-            split = m.group("split")
-            found[split[5:] if split.startswith("test_") else split] = col
-    logic = [s for s in LOGIC_SPLITS if s in found]
-    return [(s, found[s]) for s in logic + sorted(s for s in found if s not in LOGIC_SPLITS)]
+        split = parse_test_metric(metric_of(col) or "", metric)
+        if split is not None and runs[col].notna().any():
+            found[_display(split)] = col
+    order = papers_split_order()
+    first = [s for s in order if s in found]
+    return [(s, found[s]) for s in first + sorted(s for s in found if s not in order)]
 
 
 def _metric_of(runs: Any) -> str | None:
     counts: dict[str, int] = {}
     for col in runs.columns:
-        if col.startswith("metric.best_valid_"):
-            counts[col[len("metric.best_valid_") :]] = int(runs[col].notna().sum())
+        name = parse_best_valid(metric_of(col) or "")
+        if name is not None:
+            counts[name] = int(runs[col].notna().sum())
     counts = {k: v for k, v in counts.items() if v}
     return min(counts, key=lambda k: (-counts[k], k)) if counts else None
 
 
 def infer_seeds(runs: Any) -> int:
     """Seeds wanted when no study file says: the highest final seed recorded + 1 (at least 1)."""
-    final = runs[runs["phase"] == Phase.FINAL]["seed"].dropna()
+    final = runs[runs[Col.PHASE] == Phase.FINAL][Col.SEED].dropna()
     return int(final.max()) + 1 if len(final) else 1
 
 
@@ -184,32 +222,33 @@ def counted_runs(runs: Any, cells: Any, seeds_wanted: int | None = None, any_par
     """
     if seeds_wanted is None:
         seeds_wanted = infer_seeds(runs)
-    final = runs[(runs["phase"] == Phase.FINAL) & runs["seed"].notna() & (runs["seed"] < seeds_wanted)]
-    hashes = dict(zip(cells["cell_id"], cells["final_params_hash"]))
+    final = runs[(runs[Col.PHASE] == Phase.FINAL) & runs[Col.SEED].notna() & (runs[Col.SEED] < seeds_wanted)]
+    hashes = dict(zip(cells[Col.CELL], cells[Col.FINAL_PARAMS_HASH]))
     if not any_params:  # one vectorised filter, not a pandas group per cell (5,010 cells: 15 s → 0.1 s)
-        current = final["cell_id"].map({k: v for k, v in hashes.items() if not _is_missing(v)})
-        match = final["params_hash"].eq(current).fillna(False).astype(bool) & current.notna()
+        current = final[Col.CELL].map({k: v for k, v in hashes.items() if not _is_missing(v)})
+        match = final[Col.PARAMS_HASH].eq(current).fillna(False).astype(bool) & current.notna()
         out = final[match.to_numpy()]
-        return out.sort_values(["cell_id", "seed", "run_key"], kind="stable").reset_index(drop=True)
+        return out.sort_values([Col.CELL, Col.SEED, Col.RUN_KEY], kind="stable").reset_index(drop=True)
     keep = []
-    for cid, group in final.groupby("cell_id", sort=True):
+    for cid, group in final.groupby(Col.CELL, sort=True):
         h = hashes.get(cid)
         h = None if _is_missing(h) else h
-        if h is None or not (group["params_hash"] == h).any():
-            counts = group["params_hash"].value_counts()
+        if h is None or not (group[Col.PARAMS_HASH] == h).any():
+            counts = group[Col.PARAMS_HASH].value_counts()
             h = sorted(counts.index[counts == counts.max()])[-1]
         if h is not None:
-            keep.append(group[group["params_hash"] == h])
+            keep.append(group[group[Col.PARAMS_HASH] == h])
     if not keep:
         return final.iloc[0:0]
     import pandas as pd
 
     out = pd.concat(keep)
-    return out.sort_values(["cell_id", "seed", "run_key"], kind="stable").reset_index(drop=True)
+    return out.sort_values([Col.CELL, Col.SEED, Col.RUN_KEY], kind="stable").reset_index(drop=True)
 
 
 def _display(split: str) -> str:
-    return split[5:] if split.startswith("test_") else split
+    """A split as tables name it (a split named `test_<x>` by its task shows as `<x>`)."""
+    return split.removeprefix(TEST)
 
 
 def _recorded(rows: list[dict[str, Any]], key: str) -> Any:
@@ -227,16 +266,16 @@ def _task_tables(cell_rows: list[dict[str, Any]], runs: Any) -> dict[str, tuple]
     out = {}
     for task_label in sorted({r["task_label"] or "" for r in cell_rows}):
         rows = [r for r in cell_rows if (r["task_label"] or "") == task_label]
-        metric, tests = _recorded(rows, "metric"), _recorded(rows, "test_splits")
-        metric = None if metric is None else str(metric).removeprefix("valid_")
+        metric, tests = _recorded(rows, Col.METRIC), _recorded(rows, Col.TEST_SPLITS)
+        metric = None if metric is None else str(metric).removeprefix(valid_metric(""))
         if metric is not None and tests is not None:
             splits = [_scored_split(t, metric, runs) for t in json.loads(tests)]
         else:  # an older record, or cells not run yet (their study gives the metric, not the splits)
-            task_runs = runs[runs["cell_id"].isin({r["cell_id"] for r in rows})] if len(runs) else runs.iloc[0:0]
+            task_runs = runs[runs[Col.CELL].isin({r[Col.CELL] for r in rows})] if len(runs) else runs.iloc[0:0]
             metric = metric or _metric_of(task_runs) or "acc"
             splits = _splits_of(task_runs, metric)
-        direction = metric_direction(metric, _recorded(rows, "direction"))
-        out[task_label] = (metric, direction, [("valid", f"metric.best_valid_{metric}")] + splits)
+        direction = metric_direction(metric, _recorded(rows, Col.DIRECTION))
+        out[task_label] = (metric, direction, [("valid", metric_col(best_valid(metric)))] + splits)
     return out
 
 
@@ -247,12 +286,12 @@ CORRELATION_METRICS = ("pearson",)
 
 
 def _scored_split(split: str, metric: str, runs: Any) -> tuple[str, str]:
-    col = f"metric.test_{split}_{metric}"
+    col = metric_col(test_metric(split, metric))
     if len(runs) and col not in runs.columns:
         for alt in CORRELATION_METRICS:
-            if f"metric.test_{split}_{alt}" in runs.columns:
+            if metric_col(test_metric(split, alt)) in runs.columns:
                 scale = metric_scale(metric)[0]
-                return f"{_display(split)} ({alt}{' ×100' if scale == 100 else ''})", f"metric.test_{split}_{alt}"
+                return f"{_display(split)} ({alt}{' ×100' if scale == 100 else ''})", metric_col(test_metric(split, alt))
     return _display(split), col
 
 
@@ -263,22 +302,22 @@ def _present(v: Any) -> bool:
 def _search_stats(search: list[dict[str, Any]], metric: str, direction: str) -> dict[str, Any]:
     """Search-phase statistics of one cell from its search runs (dicts): the best trial is the
     first with the best value in trial order (as pandas' idxmax/idxmin over trials sorted stably)."""
-    best_col = f"metric.best_valid_{metric}"
-    s_fin = [r for r in search if r.get("status") == RunStatus.FINISHED]
+    best_col = metric_col(best_valid(metric))
+    s_fin = [r for r in search if r.get(Col.STATUS) == RunStatus.FINISHED]
     best_search, best_trial = float("nan"), None
     vals = [r for r in s_fin if _present(r.get(best_col))]
     if vals:
-        vals.sort(key=lambda r: (0, float(r["trial"])) if _present(r.get("trial")) else (1, 0.0))
+        vals.sort(key=lambda r: (0, float(r[Col.TRIAL])) if _present(r.get(Col.TRIAL)) else (1, 0.0))
         best = vals[0]
         for r in vals[1:]:
-            if (r[best_col] < best[best_col]) if direction == "minimize" else (r[best_col] > best[best_col]):
+            if (r[best_col] < best[best_col]) if direction == MINIMIZE else (r[best_col] > best[best_col]):
                 best = r
-        best_search, best_trial = float(best[best_col]), best.get("trial")
+        best_search, best_trial = float(best[best_col]), best.get(Col.TRIAL)
     return {
         "trials": len(search),
         "trials_finished": len(s_fin),
-        "trials_pruned": sum(r.get("status") == RunStatus.PRUNED for r in search),
-        "trials_failed": sum(bool(is_failure(r.get("status"))) for r in search),
+        "trials_pruned": sum(r.get(Col.STATUS) == RunStatus.PRUNED for r in search),
+        "trials_failed": sum(bool(is_failure(r.get(Col.STATUS))) for r in search),
         "best_search": best_search,
         "best_trial": None if _is_missing(best_trial) else int(best_trial),
     }
@@ -286,7 +325,7 @@ def _search_stats(search: list[dict[str, Any]], metric: str, direction: str) -> 
 
 def _first_count(rows: list[dict[str, Any]], col: str) -> int | None:
     """A parameter count as the runs record it (tag, else the final metric)."""
-    for c in (col, f"metric.{col}"):
+    for c in (col, metric_col(col)):
         for r in rows:
             if _present(r.get(c)):
                 return int(r[c])
@@ -296,20 +335,24 @@ def _first_count(rows: list[dict[str, Any]], col: str) -> int | None:
 def _summaries(finished: list[dict[str, Any]]) -> str:
     """Means over the counted finished runs of the metrics a task logs over its test splits
     (`TaskAdapter.summarize_tests`, logged as test_summary_<name>): JSON {name: mean}."""
-    prefix = "metric.test_summary_"
-    names = sorted({k for r in finished for k in r if k.startswith(prefix)})
+    names = sorted({k for r in finished for k in r if _summary_name(k) is not None})
     out = {}
     for key in names:
         vals = [float(r[key]) for r in finished if _present(r.get(key))]
         if vals:
-            out[key[len(prefix) :]] = sum(vals) / len(vals)
+            out[_summary_name(key)] = sum(vals) / len(vals)
     return json.dumps(out, sort_keys=True)
+
+
+def _summary_name(col: str) -> str | None:
+    """The name of a `metric.test_summary_<name>` column (a task's summary over its test splits)."""
+    return split_metric(metric_of(col) or "", SUMMARY_SPLIT)
 
 
 def _by_seed(finished: list[dict[str, Any]], col: str) -> str:
     """JSON {seed: value} of one metric column over the counted finished runs (reports that pair
     seeds across cells, e.g. bAbI's per-run mean error over single-task models, read it)."""
-    pairs = [(int(r["seed"]), float(r[col])) for r in finished if _present(r.get(col))]
+    pairs = [(int(r[Col.SEED]), float(r[col])) for r in finished if _present(r.get(col))]
     return json.dumps(dict(sorted(pairs)), sort_keys=True)
 
 
@@ -346,35 +389,35 @@ def _cell_base(
     runs and counted runs as dicts: plain Python, since a dozen pandas operations on each
     cell's small frames cost ~40 ms a cell — minutes at 5,000 cells."""
     metric, direction, _ = table
-    finished = sum(r.get("status") == RunStatus.FINISHED for r in cur)
+    finished = sum(r.get(Col.STATUS) == RunStatus.FINISHED for r in cur)
     # Errored seeds are not results (tasks/result.py): counted apart, shown as missing, never as †.
-    errored = [r for r in cur if r.get("status") == RunStatus.ERRORED]
+    errored = [r for r in cur if r.get(Col.STATUS) == RunStatus.ERRORED]
     # Paused seeds (`run --until-epoch`) give their best model so far: averaged, and marked §.
-    paused = [r for r in cur if r.get("status") == RunStatus.PAUSED]
-    failed = [r for r in cur if r.get("status") not in (RunStatus.FINISHED, RunStatus.ERRORED, RunStatus.PAUSED)]
-    valued = [r for r in cur if r.get("status") in (RunStatus.FINISHED, RunStatus.PAUSED)]
-    present = {int(r["seed"]) for r in cur}
+    paused = [r for r in cur if r.get(Col.STATUS) == RunStatus.PAUSED]
+    failed = [r for r in cur if r.get(Col.STATUS) not in (RunStatus.FINISHED, RunStatus.ERRORED, RunStatus.PAUSED)]
+    valued = [r for r in cur if r.get(Col.STATUS) in (RunStatus.FINISHED, RunStatus.PAUSED)]
+    present = {int(r[Col.SEED]) for r in cur}
     missing = [s for s in range(seeds_wanted) if s not in present]
-    search = [r for r in mine if r.get("phase") == Phase.SEARCH]
-    commits = sorted({str(r["git_commit"]) for r in cur + search if _present(r.get("git_commit"))})
-    reasons = [f"seed {int(r['seed'])}: {r['reason']}" for r in failed if _present(r.get("reason"))]
-    errored_reasons = [f"seed {int(r['seed'])}: {r['reason']}" for r in errored if _present(r.get("reason"))]
+    search = [r for r in mine if r.get(Col.PHASE) == Phase.SEARCH]
+    commits = sorted({str(r[Col.GIT_COMMIT]) for r in cur + search if _present(r.get(Col.GIT_COMMIT))})
+    reasons = [f"seed {int(r[Col.SEED])}: {r[Col.REASON]}" for r in failed if _present(r.get(Col.REASON))]
+    errored_reasons = [f"seed {int(r[Col.SEED])}: {r[Col.REASON]}" for r in errored if _present(r.get(Col.REASON))]
     counts = cur + mine if cur else mine
     return {
         "order": order,
-        "cell_id": cell["cell_id"],
-        "task": cell.get("task"),
+        "cell_id": cell[Col.CELL],
+        "task": cell.get(Col.TASK),
         "task_label": cell["task_label"],
-        "label": cell.get("label"),
-        "arch": cell.get("arch"),
-        "dim": cell.get("dim"),
-        "input_dim": cell.get("input_dim"),
-        "unit": cell.get("unit"),
+        "label": cell.get(Col.LABEL),
+        "arch": cell.get(Col.ARCH),
+        "dim": cell.get(Col.DIM),
+        "input_dim": cell.get(Col.INPUT_DIM),
+        "unit": cell.get(Col.UNIT),
         "unit_short": cell["unit_short"],
         "unit_name": cell["unit_name"],
-        "unit_canonical": cell.get("unit_canonical"),
+        "unit_canonical": cell.get(Col.UNIT_CANONICAL),
         **{c: cell[c] for c in columns.report},
-        "task_options": cell.get("task_options"),
+        "task_options": cell.get(Col.TASK_OPTIONS),
         "summary": _summaries(valued),
         "metric": metric,
         "direction": direction,
@@ -383,21 +426,21 @@ def _cell_base(
         "seeds_failed": len(failed),
         "seeds_missing": len(missing),
         "seeds_errored": len(errored),
-        "failed_seeds": ",".join(str(int(r["seed"])) for r in failed),
+        "failed_seeds": ",".join(str(int(r[Col.SEED])) for r in failed),
         "missing_seeds": ",".join(map(str, missing)),
-        "errored_seeds": ",".join(str(int(r["seed"])) for r in errored),
+        "errored_seeds": ",".join(str(int(r[Col.SEED])) for r in errored),
         "seeds_paused": len(paused),
-        "paused_reasons": "; ".join(f"seed {int(r['seed'])} {r['reason']}" for r in paused if _present(r.get("reason"))),
+        "paused_reasons": "; ".join(f"seed {int(r[Col.SEED])} {r[Col.REASON]}" for r in paused if _present(r.get(Col.REASON))),
         "failure_reasons": "; ".join(reasons),
         "errored_reasons": "; ".join(errored_reasons),
         "params_formula": _first_count(counts, "params_formula"),
         "params_total": _first_count(counts, "params_total"),
-        "final_params": None if _is_missing(cell.get("final_params")) else cell.get("final_params"),
-        "final_params_hash": None if _is_missing(cell.get("final_params_hash")) else cell.get("final_params_hash"),
+        "final_params": None if _is_missing(cell.get(Col.FINAL_PARAMS)) else cell.get(Col.FINAL_PARAMS),
+        "final_params_hash": None if _is_missing(cell.get(Col.FINAL_PARAMS_HASH)) else cell.get(Col.FINAL_PARAMS_HASH),
         **_search_stats(search, metric, direction),
         "git_commits": ",".join(commits),
         # the epoch each finished seed kept (its best validation epoch): bAbI's "epochs to convergence"
-        "best_epochs": _by_seed(valued, "metric.best_epoch"),
+        "best_epochs": _by_seed(valued, metric_col(BEST_EPOCH)),
     }
 
 
@@ -405,28 +448,28 @@ def _run_columns(frame: Any, tables: dict[str, tuple]) -> list[str]:
     """The runs' columns the per-cell statistics read (`_cell_base`, the split means): a 100k-run
     record has ~50, most of them hyperparameters no table shows."""
     wanted = {
-        "cell_id",
-        "status",
-        "phase",
-        "seed",
-        "trial",
-        "git_commit",
-        "reason",
-        "params_formula",
-        "params_total",
-        "metric.params_formula",
-        "metric.params_total",
-        "metric.best_epoch",
+        Col.CELL,
+        Col.STATUS,
+        Col.PHASE,
+        Col.SEED,
+        Col.TRIAL,
+        Col.GIT_COMMIT,
+        Col.REASON,
+        PARAMS_FORMULA,
+        PARAMS_TOTAL,
+        metric_col(PARAMS_FORMULA),
+        metric_col(PARAMS_TOTAL),
+        metric_col(BEST_EPOCH),
     }
     wanted.update(col for _metric, _direction, splits in tables.values() for _split, col in splits)
-    wanted.update(f"metric.best_valid_{metric}" for metric, _direction, _splits in tables.values())
-    return [c for c in frame.columns if c in wanted or c.startswith("metric.test_summary_")]
+    wanted.update(metric_col(best_valid(metric)) for metric, _direction, _splits in tables.values())
+    return [c for c in frame.columns if c in wanted or _summary_name(c) is not None]
 
 
 def _records_by_cell(frame: Any, columns: list[str]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for rec in records(frame, columns) if len(frame) else []:
-        out.setdefault(rec["cell_id"], []).append(rec)
+        out.setdefault(rec[Col.CELL], []).append(rec)
     return out
 
 
@@ -439,11 +482,11 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
         seeds_wanted = infer_seeds(runs)
     counted = counted_runs(runs, cells, seeds_wanted, any_params)
     cell_rows = records(cells)
-    unit_cols = unit_columns_of({parse_unit(r.get("unit") or "")[0] for r in cell_rows})
+    unit_cols = unit_columns_of({parse_unit(r.get(Col.UNIT) or "")[0] for r in cell_rows})
     for r in cell_rows:
-        r.update(unit_columns(r.get("unit") or "", r.get("unit_canonical"), unit_cols))
-        label = r.get("label") or ""
-        r["task_label"] = label.split("/", 1)[0] if "/" in label else r.get("task")
+        r.update(unit_columns(r.get(Col.UNIT) or "", r.get(Col.UNIT_CANONICAL), unit_cols))
+        label = r.get(Col.LABEL) or ""
+        r["task_label"] = label.split("/", 1)[0] if "/" in label else r.get(Col.TASK)
     cell_rows.sort(key=lambda r: _sort_key(r, unit_cols))
     tables = _task_tables(cell_rows, runs)
 
@@ -451,11 +494,11 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
     runs_recs, counted_recs = _records_by_cell(runs, columns), _records_by_cell(counted, columns)
     out = []
     for order, cell in enumerate(cell_rows):
-        cid = cell["cell_id"]
+        cid = cell[Col.CELL]
         table = tables[cell["task_label"] or ""]
         cur = counted_recs.get(cid, [])
         base = _cell_base(order, cell, runs_recs.get(cid, []), cur, seeds_wanted, table, unit_cols)
-        finished = [r for r in cur if r.get("status") in (RunStatus.FINISHED, RunStatus.PAUSED)]  # paused: best so far (§)
+        finished = [r for r in cur if r.get(Col.STATUS) in (RunStatus.FINISHED, RunStatus.PAUSED)]  # paused: best so far (§)
         for split_order, (split, col) in enumerate(table[2]):
             vals = [float(r[col]) for r in finished if _present(r.get(col))]
             n = len(vals)
@@ -465,7 +508,7 @@ def aggregate(runs: Any, cells: Any, seeds_wanted: int | None = None, *, any_par
                     **base,
                     "split": split,
                     "split_order": split_order,
-                    "metric_key": col[len("metric.") :],
+                    "metric_key": metric_of(col),
                     "mean": mean,
                     "std": std,
                     "n": n,
@@ -498,5 +541,5 @@ def search_frame(df: Any) -> Any:
     ]
     if df is None or not len(df):
         return pd.DataFrame(columns=cols)
-    out = df.sort_values(["order"], kind="stable").drop_duplicates("cell_id")[cols].reset_index(drop=True)
+    out = df.sort_values(["order"], kind="stable").drop_duplicates(Col.CELL)[cols].reset_index(drop=True)
     return out.rename(columns={"best_search": "best_valid"})

@@ -8,6 +8,7 @@ from typing import Any
 
 from tasks.metrics import metric_scale
 
+from ..record.contract import Col
 from ..record.reader import ReportError
 from .aggregate import _is_missing, aggregate, infer_seeds, records
 from .load import load_record, resolve_study
@@ -69,8 +70,8 @@ def _side(spec: dict[str, Any], seeds_wanted: int | None) -> Side:
     runs, cells = load_record(spec["uri"], name, ids, root=spec.get("root"))
     commit = spec.get("commit")
     if commit:
-        recorded = sorted({str(c) for c in runs["git_commit"].dropna()})
-        runs = runs[runs["git_commit"].fillna("").astype(str).str.startswith(commit)].reset_index(drop=True)
+        recorded = sorted({str(c) for c in runs[Col.GIT_COMMIT].dropna()})
+        runs = runs[runs[Col.GIT_COMMIT].fillna("").astype(str).str.startswith(commit)].reset_index(drop=True)
         if not len(runs):
             raise ReportError(
                 f"study {name!r} in {spec['uri']}: no runs at git commit {commit!r} (commits recorded: {', '.join(recorded) or 'none'})"
@@ -84,11 +85,11 @@ def _side(spec: dict[str, Any], seeds_wanted: int | None) -> Side:
 
 def _pairs(ca: Any, cb: Any) -> tuple[list[tuple[str, str, str]], set[str]]:
     """(cell id in A, cell id in B, "id" | "label"): same cell id first, else the same label."""
-    b_ids, b_labels = set(cb["cell_id"]), {}
-    for cid, label in zip(cb["cell_id"], cb["label"]):
+    b_ids, b_labels = set(cb[Col.CELL]), {}
+    for cid, label in zip(cb[Col.CELL], cb[Col.LABEL]):
         b_labels.setdefault(label, cid)
     pairs, used_b = [], set()
-    for cid, label in zip(ca["cell_id"], ca["label"]):
+    for cid, label in zip(ca[Col.CELL], ca[Col.LABEL]):
         if cid in b_ids:
             pairs.append((cid, cid, "id"))
             used_b.add(cid)
@@ -104,7 +105,7 @@ def _by_cell(agg: Any) -> dict[str, dict[str, dict[str, Any]]]:
     ~0.5 ms a row at 5,000 cells)."""
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for rec in records(agg) if len(agg) else []:
-        out.setdefault(rec["cell_id"], {})[rec["split"]] = rec
+        out.setdefault(rec[Col.CELL], {})[rec["split"]] = rec
     return out
 
 
@@ -114,9 +115,9 @@ def _rows(ga: dict[str, dict[str, Any]], gb: dict[str, dict[str, Any]], ida: str
         ra, rb = ga[split], gb[split]
         rows.append(
             {
-                "label": ra["label"],
+                "label": ra[Col.LABEL],
                 "split": split,
-                "metric": ra["metric"],
+                "metric": ra[Col.METRIC],
                 "match": how,
                 "cell_id_a": ida,
                 "cell_id_b": idb,
@@ -140,7 +141,7 @@ def _rows(ga: dict[str, dict[str, Any]], gb: dict[str, dict[str, Any]], ida: str
 
 def _params(row: Any) -> Any:
     """The papers' parameter count (weights only) of a cell's row, None when not recorded."""
-    v = row["params_formula"]
+    v = row[Col.PARAMS_FORMULA]
     return None if _is_missing(v) else int(v)
 
 
@@ -154,9 +155,9 @@ def _one_side_rows(g: dict[str, dict[str, Any]], cell_id: str, which: str) -> li
         a, b = (mine, none) if which == ONLY_A else (none, mine)
         rows.append(
             {
-                "label": r["label"],
+                "label": r[Col.LABEL],
                 "split": r["split"],
-                "metric": r["metric"],
+                "metric": r[Col.METRIC],
                 "match": which,
                 "cell_id_a": cell_id if which == ONLY_A else "",
                 "cell_id_b": cell_id if which == ONLY_B else "",
@@ -176,14 +177,14 @@ def compare_studies(a: dict[str, Any], b: dict[str, Any], seeds_wanted: int | No
     import pandas as pd
 
     sa, sb = _side(a, seeds_wanted), _side(b, seeds_wanted)
-    ca = sa.agg.sort_values(["order"], kind="stable").drop_duplicates("cell_id")
-    cb = sb.agg.sort_values(["order"], kind="stable").drop_duplicates("cell_id")
+    ca = sa.agg.sort_values(["order"], kind="stable").drop_duplicates(Col.CELL)
+    cb = sb.agg.sort_values(["order"], kind="stable").drop_duplicates(Col.CELL)
     pairs, used_b = _pairs(ca, cb)
     matched_a = {p[0] for p in pairs}
     by_a, by_b = _by_cell(sa.agg), _by_cell(sb.agg)
     rows = [row for ida, idb, how in pairs for row in _rows(by_a[ida], by_b[idb], ida, idb, how)]
-    only_a = [(cid, lbl) for cid, lbl in zip(ca["cell_id"], ca["label"]) if cid not in matched_a]
-    only_b = [(cid, lbl) for cid, lbl in zip(cb["cell_id"], cb["label"]) if cid not in used_b]
+    only_a = [(cid, lbl) for cid, lbl in zip(ca[Col.CELL], ca[Col.LABEL]) if cid not in matched_a]
+    only_b = [(cid, lbl) for cid, lbl in zip(cb[Col.CELL], cb[Col.LABEL]) if cid not in used_b]
     rows += [row for cid, _ in only_a for row in _one_side_rows(by_a[cid], cid, ONLY_A)]
     rows += [row for cid, _ in only_b for row in _one_side_rows(by_b[cid], cid, ONLY_B)]
     return Comparison(
@@ -209,14 +210,14 @@ def comparison_rows(result: Comparison) -> tuple[list[str], list[list[str]]]:
     columns = ["cell", "split", f"A: {a}", f"B: {b}", "B − A", "# params (A / B)"]
     rows = []
     for r in records(result.frame):
-        ma = format_cell(r["mean_a"], r["std_a"], r["n_a"], r["metric"]) + ("†" if r["failed_a"] else "") + ("‡" if r["missing_a"] else "")
-        mb = format_cell(r["mean_b"], r["std_b"], r["n_b"], r["metric"]) + ("†" if r["failed_b"] else "") + ("‡" if r["missing_b"] else "")
-        label = r["label"] + (" (matched by label)" if r["match"] == "label" else "")
+        ma = format_cell(r["mean_a"], r["std_a"], r["n_a"], r[Col.METRIC]) + ("†" if r["failed_a"] else "") + ("‡" if r["missing_a"] else "")
+        mb = format_cell(r["mean_b"], r["std_b"], r["n_b"], r[Col.METRIC]) + ("†" if r["failed_b"] else "") + ("‡" if r["missing_b"] else "")
+        label = r[Col.LABEL] + (" (matched by label)" if r["match"] == "label" else "")
         if r["match"] == ONLY_A:
-            label, mb = f"{r['label']} (A only)", "not in B"
+            label, mb = f"{r[Col.LABEL]} (A only)", "not in B"
         elif r["match"] == ONLY_B:
-            label, ma = f"{r['label']} (B only)", "not in A"
-        rows.append([label, r["split"], ma, mb, format_diff(r["diff"], r["metric"]), _format_params(r["params_a"], r["params_b"], r["match"])])
+            label, ma = f"{r[Col.LABEL]} (B only)", "not in A"
+        rows.append([label, r["split"], ma, mb, format_diff(r["diff"], r[Col.METRIC]), _format_params(r["params_a"], r["params_b"], r["match"])])
     return columns, rows
 
 
@@ -238,7 +239,7 @@ def print_comparison(result: Comparison, console: Any) -> None:
     print_sections([Section("", "", title, columns, ["l", "l"] + ["r"] * (len(columns) - 2), rows)], console)
     from rich.markup import escape
 
-    percent = any(metric_scale(str(m))[0] == 100 for m in result.frame["metric"])
+    percent = any(metric_scale(str(m))[0] == 100 for m in result.frame[Col.METRIC])
     console.print("† some seeds diverged · ‡ some seeds missing" + (" · accuracy in %, B − A in points" if percent else ""))
     for side, labels in (("A", result.only_a), ("B", result.only_b)):
         if labels:

@@ -4,6 +4,8 @@
   panels), one line per number of roles (mean over the counted seed runs; TPRU family, one
   slice) — like the workshop paper's Fig. 1 and the ICLR paper's Fig. 2.
 - `curves_slices`: the same with one slice vs several (solid: 1 slice, dashed: more) — Fig. 2.
+  Which columns these two sweep is the units' to say (units/meta.py `FIGURE_SWEEP`: TPRU's
+  ("roles", "slices"), TPRN's ("roles",)); the figures are named `curves_<column>`.
 - `units`: every cell (LSTM, GRU, new units alike) compared per split: mean ± std over the
   counted seeds, one panel per task and split.
 - `curves`: learning curves of every cell — training loss and validation score per epoch, the
@@ -24,13 +26,15 @@ and `metadata` without Date/Software/Creator; the regenerating command goes in D
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
-from tasks.metrics import metric_scale
+from tasks.metrics import MAXIMIZE, MINIMIZE, metric_scale
 
+from ..record.contract import Col
 from ..record.reader import ReportError
-from .aggregate import BASELINES, _is_missing, parse_unit
+from .aggregate import _is_missing, baseline_order, parse_unit
 
 DPI = 100
 SALT = "tprbench"
@@ -60,20 +64,42 @@ def save(fig: Any, out_dir: Path, stem: str, header: list[str]) -> list[Path]:
 
 
 def _cell_info(agg: Any) -> Any:
-    return agg.sort_values("order", kind="stable").drop_duplicates("cell_id").reset_index(drop=True)
+    return agg.sort_values("order", kind="stable").drop_duplicates(Col.CELL).reset_index(drop=True)
 
 
-def _family(cells: Any) -> str | None:
-    """The unit name (among those with roles) with the most distinct role counts."""
-    with_roles = cells[cells["roles"].notna()]
-    if not len(with_roles):
+@functools.lru_cache(maxsize=1)
+def sweeps() -> tuple[tuple[str, str | None], ...]:
+    """(swept column, inner column or None) of every registered unit's `FIGURE_SWEEP`
+    (units/meta.py: the TPRU papers' roles and slices figures), each figure once. Every
+    registered unit's, present in the record or not, so a report always names the same figures."""
+    from units.registry import available, unit_meta
+
+    out: list[tuple[str, str | None]] = []
+    for name in available():
+        try:
+            sweep = tuple(getattr(unit_meta(name), "FIGURE_SWEEP", ()))
+        except Exception:  # a plug-in that fails to import: no figure of its own
+            continue
+        if sweep and (sweep[0], None) not in out:
+            out.append((sweep[0], None))
+        if len(sweep) > 1 and (sweep[0], sweep[1]) not in out:
+            out.append((sweep[0], sweep[1]))
+    return tuple(out)
+
+
+def _family(cells: Any, col: str) -> str | None:
+    """The unit name (among those with a value of `col`) with the most distinct values of it."""
+    if col not in cells.columns:
         return None
-    counts = with_roles.groupby("unit_name")["roles"].nunique()
+    with_col = cells[cells[col].notna()]
+    if not len(with_col):
+        return None
+    counts = with_col.groupby("unit_name")[col].nunique()
     return sorted(counts.index, key=lambda n: (-int(counts[n]), str(n)))[0]
 
 
 def _mean_curves(history: Any, run_ids: list[str], key: str) -> Any:
-    h = history[(history["key"] == key) & history["run_id"].isin(run_ids)]
+    h = history[(history["key"] == key) & history[Col.RUN_ID].isin(run_ids)]
     return h.groupby("step", sort=True)["value"].mean()
 
 
@@ -123,9 +149,9 @@ def _best_rows(rows: Any, limit: int, score: str = "mean") -> Any:
     then the best by `score` in the metric's direction; the table order is kept."""
     if len(rows) <= limit:
         return rows
-    base = rows["unit_name"].isin(list(BASELINES))
+    base = rows["unit_name"].map(lambda n: baseline_order(n) != float("inf")).astype(bool)
     others = rows[~base & rows[score].notna()]
-    ascending = str(rows.iloc[0].get("direction") or "maximize") == "minimize"
+    ascending = str(rows.iloc[0].get(Col.DIRECTION) or MAXIMIZE) == MINIMIZE
     keep = set(rows[base].index[:limit]) | set(others.sort_values(score, ascending=ascending, kind="stable").index[: max(limit - int(base.sum()), 0)])
     return rows[rows.index.isin(keep)]
 
@@ -167,8 +193,8 @@ def _groups(cells: Any) -> list[tuple[str, bool, Any]]:
     layers: a roles curve averaged the seeds of both as if they were one model's). Each comes with
     its panel title and whether that title names the shape (only where there are several)."""
     out = []
-    for (task, arch, dim), g in cells.groupby(["task_label", "arch", "dim"], sort=True):
-        shapes = g["unit"].map(_shape)
+    for (task, arch, dim), g in cells.groupby(["task_label", Col.ARCH, Col.DIM], sort=True):
+        shapes = g[Col.UNIT].map(_shape)
         several = shapes.nunique() > 1
         for shape in dict.fromkeys(shapes):  # the cells' order (baselines first), not alphabetical
             title = f"{task} / {arch} / d={dim}" + (f" / {shape or 'default shape'}" if several else "")
@@ -176,47 +202,56 @@ def _groups(cells: Any) -> list[tuple[str, bool, Any]]:
     return out
 
 
-def fig_roles(cells: Any, used: Any, history: Any) -> Any | None:
+def fig_roles(cells: Any, used: Any, history: Any, col: str = "roles") -> Any | None:
+    """One line per value of `col` (roles) for the unit that sweeps it most; where the unit also
+    sweeps an inner column (slices), at its smallest value only."""
     panels = []
+    inners = [inner for swept, inner in sweeps() if swept == col and inner is not None]
     for title, _named, g in _groups(cells):
-        fam = _family(g)
+        fam = _family(g, col)
         if fam is None:
             continue
-        f = g[(g["unit_name"] == fam) & g["roles"].notna()]
-        one = f["slices"].dropna()
-        if len(one):
-            f = f[f["slices"].isna() | (f["slices"] == one.min())]
+        f = g[(g["unit_name"] == fam) & g[col].notna()]
+        for inner in (c for c in inners if c in f.columns):
+            one = f[inner].dropna()
+            if len(one):
+                f = f[f[inner].isna() | (f[inner] == one.min())]
         lines = []
-        for roles, rc in f.groupby("roles", sort=True):
-            ids = list(used[used["cell_id"].isin(rc["cell_id"])]["run_id"])
+        for value, rc in f.groupby(col, sort=True):
+            ids = list(used[used[Col.CELL].isin(rc[Col.CELL])][Col.RUN_ID])
             if ids:
-                lines.append((f"{int(roles)} roles", ids, "-"))
+                lines.append((f"{int(value)} {col}", ids, "-"))
         lines = _spread(lines, MAX_LINES)  # a role grid of hundreds: evenly spaced counts
         if len(lines) >= 2:
-            panels.append((f"{title}: {fam}", str(g.iloc[0]["metric"]), lines))
+            panels.append((f"{title}: {fam}", str(g.iloc[0][Col.METRIC]), lines))
     return _draw(panels, history) if panels else None
 
 
-def fig_slices(cells: Any, used: Any, history: Any) -> Any | None:
+def fig_slices(cells: Any, used: Any, history: Any, col: str = "roles", inner: str = "slices") -> Any | None:
+    """One line per value of `inner` (slices) at each value of `col` (roles) swept at two or more."""
     panels = []
     for title, _named, g in _groups(cells):
-        fam = _family(g)
-        if fam is None:
+        fam = _family(g, col)
+        if fam is None or inner not in g.columns:
             continue
-        f = g[(g["unit_name"] == fam) & g["roles"].notna() & g["slices"].notna()]
-        lines = [line for roles, rc in f.groupby("roles", sort=True) if rc["slices"].nunique() >= 2 for line in _slice_lines(int(roles), rc, used)]
+        f = g[(g["unit_name"] == fam) & g[col].notna() & g[inner].notna()]
+        lines = [
+            line for value, rc in f.groupby(col, sort=True) if rc[inner].nunique() >= 2 for line in _inner_lines(int(value), rc, used, col, inner)
+        ]
         if len({ln[3] for ln in lines}) >= 1 and len(lines) >= 2:
-            panels.append((f"{title}: {fam}, slices", str(g.iloc[0]["metric"]), lines))
+            panels.append((f"{title}: {fam}, {inner}", str(g.iloc[0][Col.METRIC]), lines))
     return _draw(panels, history, color_by_group=True) if panels else None
 
 
-def _slice_lines(roles: int, rc: Any, used: Any) -> list[tuple]:
-    """One curve per slice count at this number of roles (label, run ids, style, colour group)."""
+def _inner_lines(value: int, rc: Any, used: Any, col: str, inner: str) -> list[tuple]:
+    """One curve per `inner` value (slice count) at this `col` value (number of roles): (label,
+    run ids, style, colour group). The label's inner name is singular at 1 ("1 slice")."""
     lines = []
-    for i, (slices, sc) in enumerate(rc.groupby("slices", sort=True)):
-        ids = list(used[used["cell_id"].isin(sc["cell_id"])]["run_id"])
+    one = inner[:-1] if inner.endswith("s") else inner
+    for i, (n, sc) in enumerate(rc.groupby(inner, sort=True)):
+        ids = list(used[used[Col.CELL].isin(sc[Col.CELL])][Col.RUN_ID])
         if ids:
-            lines.append((f"{roles} roles, {int(slices)} slice{'s' if slices != 1 else ''}", ids, STYLES[i % len(STYLES)], roles))
+            lines.append((f"{value} {col}, {int(n)} {inner if n != 1 else one}", ids, STYLES[i % len(STYLES)], value))
     return lines
 
 
@@ -253,14 +288,14 @@ def _draw(panels: list, history: Any, color_by_group: bool = False) -> Any:
 
 def _unit_label(row: Any, many_dims: bool, shape_in_title: bool = False) -> str:
     """The unit as a legend names it; without its shape options where the panel's title names them."""
-    unit = str(row["unit_short"] if not _missing(row.get("roles")) else row["unit"])
+    unit = str(row["unit_short"] if not _missing(row.get("roles")) else row[Col.UNIT])
     if shape_in_title:
         name, opts = parse_unit(unit)
         rest = [f"{k}={v}" for k, v in opts.items() if k not in SHAPE_OPTIONS]
         unit = name + (f"[{','.join(rest)}]" if rest else "")
     if not _missing(row.get("roles")) and "roles" not in unit:
         unit += f" ({int(row['roles'])} roles)"
-    return unit + (f" d={int(row['dim'])}" if many_dims else "")
+    return unit + (f" d={int(row[Col.DIM])}" if many_dims else "")
 
 
 def _missing(v: Any) -> bool:
@@ -271,7 +306,7 @@ def fig_units(agg: Any) -> Any | None:
     """Per task and split: a bar per cell (mean over its counted seeds) with ± std error bars."""
     panels = []
     for task, part in agg.groupby(agg["task_label"].fillna(""), sort=True):
-        many = part["dim"].nunique() > 1 or part["arch"].nunique() > 1
+        many = part[Col.DIM].nunique() > 1 or part[Col.ARCH].nunique() > 1
         for _, rows in part.groupby("split_order", sort=True):
             rows = rows.sort_values("order", kind="stable")
             rows = rows[rows["n"] > 0]
@@ -285,11 +320,11 @@ def fig_units(agg: Any) -> Any | None:
     fig, axes = _figure(nrows, cols, width=4.2, height=height)
     for i, (task, split, rows, many, total) in enumerate(panels):
         ax = axes[i // cols][i % cols]
-        metric = str(rows.iloc[0]["metric"])
+        metric = str(rows.iloc[0][Col.METRIC])
         scale, _, desc = metric_scale(metric)
         means = rows["mean"].astype(float).to_numpy() * scale
         stds = rows["std"].astype(float).fillna(0.0).to_numpy() * scale
-        labels = [(f"{r['arch']} " if many else "") + _unit_label(r, many) for _, r in rows.iterrows()]
+        labels = [(f"{r[Col.ARCH]} " if many else "") + _unit_label(r, many) for _, r in rows.iterrows()]
         y = list(range(len(rows)))
         ax.barh(y, means, xerr=stds, color=[f"C{k % 10}" for k in y], capsize=3, alpha=0.85)
         ax.set_yticks(y, labels, fontsize=7)
@@ -313,12 +348,12 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
     (the same panels as the roles/slices curves: `_panel_keys`)."""
     panels = []
     for title, shape_named, g in _groups(cells):
-        g = g[g["cell_id"].isin(set(used["cell_id"]))].sort_values("order", kind="stable")
+        g = g[g[Col.CELL].isin(set(used[Col.CELL]))].sort_values("order", kind="stable")
         drawn = _best_rows(g, MAX_LINES)  # `cells` rows are the valid split's
-        lines = [(_unit_label(r, False, shape_named), list(used[used["cell_id"] == r["cell_id"]]["run_id"])) for _, r in drawn.iterrows()]
+        lines = [(_unit_label(r, False, shape_named), list(used[used[Col.CELL] == r[Col.CELL]][Col.RUN_ID])) for _, r in drawn.iterrows()]
         lines = [ln for ln in lines if ln[1]]
         if lines:
-            panels.append((title, str(g.iloc[0]["metric"]), lines, len(g)))
+            panels.append((title, str(g.iloc[0][Col.METRIC]), lines, len(g)))
     if not panels:
         return None
     from matplotlib.ticker import MaxNLocator
@@ -329,7 +364,7 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
         for col, (key, ylabel, scale) in enumerate(_panel_keys(metric, history)):
             ax = axes[row][col]
             for i, (label, ids) in enumerate(lines):
-                h = history[(history["key"] == key) & history["run_id"].isin(ids)]
+                h = history[(history["key"] == key) & history[Col.RUN_ID].isin(ids)]
                 if not len(h):
                     continue
                 stats = h.groupby("step", sort=True)["value"].agg(["mean", "std", "count"])
@@ -351,12 +386,12 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
 def fig_speed(cells: Any, runs: Any, history: Any, bench: Any | None) -> Any | None:
     """Median epoch seconds per unit (and the bench's ms and × gru when given)."""
     es = history[history["key"] == "epoch_seconds"]
-    info = runs[["run_id", "cell_id"]].merge(cells[["cell_id", "unit", "dim", "order"]], on="cell_id")
-    es = es.merge(info, on="run_id")
+    info = runs[[Col.RUN_ID, Col.CELL]].merge(cells[[Col.CELL, Col.UNIT, Col.DIM, "order"]], on=Col.CELL)
+    es = es.merge(info, on=Col.RUN_ID)
     bars = []
     if len(es):
-        dims = es["dim"].nunique()
-        for (_order, unit, dim), g in es.groupby(["order", "unit", "dim"], sort=True):
+        dims = es[Col.DIM].nunique()
+        for (_order, unit, dim), g in es.groupby(["order", Col.UNIT, Col.DIM], sort=True):
             bars.append((f"{unit}" + (f" d={dim}" if dims > 1 else ""), float(g["value"].median())))
         # one bar per unit spec and dim (cells of several archs/tasks share it): first occurrence wins
         merged: dict[str, list[float]] = {}
@@ -380,7 +415,7 @@ def fig_speed(cells: Any, runs: Any, history: Any, bench: Any | None) -> Any | N
         ax.grid(True, axis="x", alpha=0.3)
     if bench is not None and len(bench):
         ax = axes[0][i]
-        labels = [f"{u} d={d}" for u, d in zip(bench["unit"], bench["dim"])]
+        labels = [f"{u} d={d}" for u, d in zip(bench[Col.UNIT], bench[Col.DIM])]
         values = bench["total_ms"].astype(float).to_numpy()
         ax.barh(range(len(labels)), values, color="C1")
         ax.set_yticks(range(len(labels)), labels, fontsize=8)
@@ -414,11 +449,20 @@ def make_figures(
         missing = {"unit", "dim", "total_ms"} - set(bench.columns)
         if missing:
             raise ReportError(f"--bench {bench_csv}: columns {', '.join(sorted(missing))} missing (expected `bench units --csv` output)")
+    swept = [
+        (f"curves_{col}", lambda col=col: fig_roles(cells, used, history, col), f"fewer than two values of {col} with finished seed runs")
+        if inner is None
+        else (
+            f"curves_{inner}",
+            lambda col=col, inner=inner: fig_slices(cells, used, history, col, inner),
+            f"no value of {col} with finished runs at two values of {inner}",
+        )
+        for col, inner in sweeps()
+    ]
     for stem, make, why in (
         ("units", lambda: fig_units(agg), "no cell has a finished seed run"),
         ("curves", lambda: fig_curves(cells, used, history), "no finished seed run with per-epoch metrics"),
-        ("curves_roles", lambda: fig_roles(cells, used, history), "fewer than two role counts with finished seed runs"),
-        ("curves_slices", lambda: fig_slices(cells, used, history), "no role count with finished runs at two slice counts"),
+        *swept,
         ("speed", lambda: fig_speed(cells, runs, history, bench), "no epoch timings recorded"),
     ):
         fig = make()

@@ -39,7 +39,8 @@ def resolve_study(study: str) -> tuple[str, int | None, list[str] | None, str | 
         raise ReportError(f"study file {study} not found (give a study file or a recorded study's name)")
     note = None
     try:
-        from harness.study import expand, load_study
+        from harness.study.cells import expand
+        from harness.study.load import load_study
 
         st = load_study(path)
         section = getattr(st, "study", st)
@@ -65,7 +66,7 @@ def resolve_study(study: str) -> tuple[str, int | None, list[str] | None, str | 
 def _checked_name(name: str, what: str) -> str:
     """A study name that did not come through the study schema (a name on the command line, a file
     read without it), checked by the schema's own rule: `reports/<name>/` is written from it."""
-    from harness.study import study_name_problem
+    from harness.study.schema import study_name_problem
 
     problem = study_name_problem(name)
     if problem:

@@ -46,6 +46,8 @@ from tasks.result import RunStatus, paused_epoch
 from units.spec import glob_regex, spec_pattern
 
 from ..record.compressed import DB, reading_root, stored_record
+from ..record.contract import Col, metric_col, metric_of
+from ..record.layout import sqlite_uri
 from ..record.reader import ReportError
 
 
@@ -303,19 +305,19 @@ def read_study(study_file: Path, record: Path) -> StudyRuns:
     if not db.is_file():
         return StudyRuns(name, seeds, [], [], recorded=False)
     try:
-        runs, cells = load_record(f"sqlite:///{db.resolve()}", name, cell_ids, root=read)
+        runs, cells = load_record(sqlite_uri(db.resolve()), name, cell_ids, root=read)
     except ReportError:
         return StudyRuns(name, seeds, [], [], recorded=False)
     counted = counted_runs(runs, cells, seeds)
     cell_rows = records(cells)
     for c in cell_rows:
-        label = c.get("label") or ""
-        c["task_label"] = label.split("/", 1)[0] if "/" in label else c.get("task")
+        label = c.get(Col.LABEL) or ""
+        c["task_label"] = label.split("/", 1)[0] if "/" in label else c.get(Col.TASK)
     # Finished runs give values; diverged ones (a NaN loss) are results too — the seed ran to its
     # end — so they count as done and are reported, never averaged. Errored runs (the machine's
     # fault, not the model's) are neither: they will be rerun. Paused runs (`run --until-epoch`)
     # give their best-so-far values but have not ended: a measure over them is in progress.
-    done = [r for r in records(counted) if r.get("status") in (RunStatus.FINISHED, RunStatus.DIVERGED, RunStatus.PAUSED)]
+    done = [r for r in records(counted) if r.get(Col.STATUS) in (RunStatus.FINISHED, RunStatus.DIVERGED, RunStatus.PAUSED)]
     return StudyRuns(name, seeds, cell_rows, done, recorded=True)
 
 
@@ -381,35 +383,33 @@ def _at_epochs(epochs: list[int | None]) -> str:
 def measure(m: Measure, data: StudyRuns) -> Measured:
     """Compute one measure from a study's counted runs (see `Measure`)."""
     cells = [c for c in data.cells if _matches(c, m.select)]
-    col = f"metric.{m.metric}"
+    col = metric_col(m.metric)
     by_cell: dict[str, list[float]] = {}
     ended: dict[str, int] = {}  # finished or diverged seeds per cell
     diverged = 0
     paused: list[int | None] = []  # the epoch each paused seed's best-so-far value is from
     commits: set[str] = set()
-    wanted = {c["cell_id"] for c in cells}
+    wanted = {c[Col.CELL] for c in cells}
     for r in data.runs:
-        if r["cell_id"] not in wanted:
+        if r[Col.CELL] not in wanted:
             continue
-        if r.get("status") == RunStatus.PAUSED:  # its best so far: a value, not an ended seed
-            paused.append(paused_epoch(r.get("reason")))
+        if r.get(Col.STATUS) == RunStatus.PAUSED:  # its best so far: a value, not an ended seed
+            paused.append(paused_epoch(r.get(Col.REASON)))
         else:
-            ended[r["cell_id"]] = ended.get(r["cell_id"], 0) + 1
-        if r.get("git_commit"):
-            commits.add(str(r["git_commit"]))
+            ended[r[Col.CELL]] = ended.get(r[Col.CELL], 0) + 1
+        if r.get(Col.GIT_COMMIT):
+            commits.add(str(r[Col.GIT_COMMIT]))
         v = r.get(col)
-        if r.get("status") not in (RunStatus.FINISHED, RunStatus.PAUSED):
+        if r.get(Col.STATUS) not in (RunStatus.FINISHED, RunStatus.PAUSED):
             diverged += 1
         elif v is not None and not (isinstance(v, float) and math.isnan(v)):
-            by_cell.setdefault(r["cell_id"], []).append(float(v) * m.scale)
+            by_cell.setdefault(r[Col.CELL], []).append(float(v) * m.scale)
         else:
             logged = sorted(
-                k[len("metric.") :]
-                for k, x in r.items()
-                if k.startswith("metric.") and x is not None and not (isinstance(x, float) and math.isnan(x))
+                metric_of(k) for k, x in r.items() if metric_of(k) is not None and x is not None and not (isinstance(x, float) and math.isnan(x))
             )
             raise PapersError(
-                f"metric {m.metric!r} is not in the record's finished run {r.get('run_key') or r.get('run_id')} (it logs: {', '.join(logged)})"
+                f"metric {m.metric!r} is not in the record's finished run {r.get(Col.RUN_KEY) or r.get(Col.RUN_ID)} (it logs: {', '.join(logged)})"
             )
     need_cells = m.cells or len(cells) or 1
     if m.over == "seeds" and len(cells) > 1:

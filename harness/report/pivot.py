@@ -17,6 +17,7 @@ import re
 import statistics
 from typing import Any
 
+from ..record.contract import Col
 from .aggregate import _is_missing
 
 SPLIT_RE = re.compile(r"^qa(\d+)$")
@@ -67,15 +68,15 @@ def _columns(df: Any, notes: list[str]) -> list[_Column]:
     columns: dict[tuple, _Column] = {}
     for _, cell in df.sort_values(["order", "split_order"], kind="stable").groupby("order", sort=True):
         first = cell.iloc[0]
-        metric = str(first["metric"])
+        metric = str(first[Col.METRIC])
         tests = cell[cell["split"].map(lambda s: bool(SPLIT_RE.match(str(s))))]
         if metric not in ("acc", "error") or not len(tests):
             continue
         setting = "all-task" if len(tests) > 1 else "single-task"
-        key = (setting, _options_key(first.get("task_options")), str(first["arch"]), first["dim"], str(first["unit"]))
+        key = (setting, _options_key(first.get(Col.TASK_OPTIONS)), str(first[Col.ARCH]), first[Col.DIM], str(first[Col.UNIT]))
         col = columns.get(key)
         if col is None:
-            col = columns[key] = _Column(f"{first['arch']} · {first['unit_short']} · d={first['dim']} ({setting})")
+            col = columns[key] = _Column(f"{first[Col.ARCH]} · {first['unit_short']} · d={first[Col.DIM]} ({setting})")
         marks = ("†" if first["seeds_failed"] else "") + ("‡" if first["seeds_missing"] else "")
         summary = json.loads(first.get("summary") or "{}") if not _is_missing(first.get("summary")) else {}
         for _, row in tests.iterrows():

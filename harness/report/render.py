@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.meta import ReportLayout
-from tasks.metrics import get_metric, metric_direction, metric_scale
+from tasks.metrics import MAXIMIZE, get_metric, metric_direction, metric_scale
 from tasks.registry import get_task, task_meta
 
+from ..record.contract import Col
 from .aggregate import UnitColumns, _is_missing, records, unit_columns_of
 from .pivot import epochs_pivot, split_pivot
 
@@ -88,7 +89,7 @@ def _best_cells(cells: list[Any], splits: list[str], offset: int, metric: str, d
                 shown[i] = round(float(g["mean"]) * scale, digits)
         if len(shown) < 2:
             continue
-        top = (max if direction == "maximize" else min)(shown.values())
+        top = (max if direction == MAXIMIZE else min)(shown.values())
         best |= {(i, offset + j) for i, v in shown.items() if v == top}
     return best
 
@@ -105,10 +106,10 @@ def pivot_sections(df: Any) -> list[Section]:
     """bAbI-style tables (harness/report/pivot.py): test splits × models, error (%), mean error
     and failed tasks at the bottom, the task's published numbers beside them."""
     out = []
-    part = df[df["task"].map(lambda t: report_layout(t).pivot)]
-    for task in sorted(part["task"].dropna().unique()):
+    part = df[df[Col.TASK].map(lambda t: report_layout(t).pivot)]
+    for task in sorted(part[Col.TASK].dropna().unique()):
         layout = report_layout(task).name
-        made = split_pivot(part[part["task"] == task], _references(task))
+        made = split_pivot(part[part[Col.TASK] == task], _references(task))
         if made is None:
             continue
         columns, rows, notes = made
@@ -119,7 +120,7 @@ def pivot_sections(df: Any) -> list[Section]:
             "vectors), not the papers' word-level LSTM"
         )
         out.append(Section(f"{task} per task", layout, title, columns, ["l"] + ["r"] * (len(columns) - 1), rows, notes))
-        epochs = epochs_pivot(part[part["task"] == task])
+        epochs = epochs_pivot(part[part[Col.TASK] == task])
         if epochs is not None:
             head, erows = epochs
             out.append(
@@ -175,16 +176,16 @@ class _Table:
     @classmethod
     def of(cls, part: list[dict[str, Any]], unit_cols: UnitColumns) -> _Table:
         first, cells = part[0], _by_order(part)
-        layout = report_layout(first["task"])  # first: a plug-in task's module registers its metrics
+        layout = report_layout(first[Col.TASK])  # first: a plug-in task's module registers its metrics
         show_input = any(
-            int(c[0]["input_dim"]) != int(c[0]["dim"]) for c in cells if not _is_missing(c[0]["input_dim"]) and not _is_missing(c[0]["dim"])
+            int(c[0][Col.INPUT_DIM]) != int(c[0][Col.DIM]) for c in cells if not _is_missing(c[0][Col.INPUT_DIM]) and not _is_missing(c[0][Col.DIM])
         )
         shown = [
             c
             for c in dict.fromkeys((*unit_cols.table, *layout.unit_columns))
             if c in layout.unit_columns or any(not _is_missing(cell[0].get(c)) for cell in cells)
         ]
-        return cls(layout, str(first["metric"]), first.get("direction"), list(dict.fromkeys(r["split"] for r in part)), cells, show_input, shown)
+        return cls(layout, str(first[Col.METRIC]), first.get(Col.DIRECTION), list(dict.fromkeys(r["split"] for r in part)), cells, show_input, shown)
 
     @property
     def keys(self) -> list[str]:
@@ -199,24 +200,24 @@ class _Table:
 
     def row(self, cell: list[dict[str, Any]]) -> list[str]:
         r = cell[0]
-        unit = r["unit_short"] if self.unit_columns else r["unit"]
+        unit = r["unit_short"] if self.unit_columns else r[Col.UNIT]
         errored = int(r.get("seeds_errored") or 0)
         paused = int(r.get("seeds_paused") or 0)
         marks = ("†" if r["seeds_failed"] else "") + ("‡" if r["seeds_missing"] or errored else "") + ("§" if paused else "")
         vals = {g["split"]: format_cell(g["mean"], g["std"], int(g["n"]), self.metric) for g in cell}
-        row = [str(r["arch"]), _count(r["dim"])] + ([_count(r["input_dim"])] if self.show_input else [])
+        row = [str(r[Col.ARCH]), _count(r[Col.DIM])] + ([_count(r[Col.INPUT_DIM])] if self.show_input else [])
         row += [f"{unit}{marks}"] + [_count(r.get(c)) for c in self.unit_columns]
         row += [vals.get(s, DASH) for s in self.splits]
-        return row + [_count(r["params_formula"]), _count(r["params_total"]), f"{r['seeds_finished'] + paused}/{r['seeds_wanted']}"]
+        return row + [_count(r[Col.PARAMS_FORMULA]), _count(r[Col.PARAMS_TOTAL]), f"{r['seeds_finished'] + paused}/{r['seeds_wanted']}"]
 
     def search_row(self, r: dict[str, Any]) -> list[str]:
-        params = r["final_params"]
+        params = r[Col.FINAL_PARAMS]
         try:
             params = ", ".join(f"{k}={_short(v)}" for k, v in sorted(json.loads(params).items())) if params else DASH
         except (TypeError, ValueError):
             params = str(params)
         return [
-            str(r["label"]),
+            str(r[Col.LABEL]),
             f"{r['trials']}",
             f"{r['trials_pruned']}",
             f"{r['trials_failed']}",
@@ -256,7 +257,7 @@ def _task_section(task_label: str, part: list[dict[str, Any]], unit_cols: UnitCo
 def _footnotes(r: dict[str, Any]) -> list[str]:
     """A cell's footnotes: † seeds that diverged, ‡ seeds missing, § seeds paused (their best so
     far), ‡ seeds errored (not results)."""
-    where = f"{r['label']} ({r['cell_id']})"
+    where = f"{r[Col.LABEL]} ({r[Col.CELL]})"
     notes = []
     if r["seeds_failed"]:
         why = f"; {r['failure_reasons'][:160]}" if r["failure_reasons"] else ""
@@ -265,7 +266,7 @@ def _footnotes(r: dict[str, Any]) -> list[str]:
             f"(failed {_seeds(r['failed_seeds'])}{why}); mean over the {r['seeds_finished']} finished"
         )
     if r["seeds_missing"]:
-        state = "search not finished" if _is_missing(r["final_params_hash"]) else "not yet run"
+        state = "search not finished" if _is_missing(r[Col.FINAL_PARAMS_HASH]) else "not yet run"
         notes.append(f"‡ {where}: {r['seeds_missing']} of {r['seeds_wanted']} seeds missing ({_seeds(r['missing_seeds'])}: {state})")
     paused = int(r.get("seeds_paused") or 0)
     if paused:

@@ -8,16 +8,19 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tasks.result import RunStatus
 
-from ..record.contract import CELL_COLUMNS, RUN_COLUMNS, Tag
+from ..record.contract import CELL_COLUMNS, RUN_COLUMNS, Col, Tag, metric_of
 from ..record.reader import RecordReader, ReportError, frame, per_epoch
 from . import figures as figs
 from .aggregate import aggregate, counted_runs, infer_seeds, search_frame
 from .load import load_history, load_record
 from .render import Section, make_table, print_sections, sections
+
+if TYPE_CHECKING:
+    from ..study.cells import Cell, Study
 
 
 @dataclass
@@ -117,9 +120,9 @@ def write_report(
     notes: list[str] = [n for n in [dirty_note(agg)] if n]
     if figures:
         counted = counted_runs(runs, cells, seeds_wanted)
-        used = counted[counted["status"].isin([RunStatus.FINISHED, RunStatus.PAUSED])]  # paused: its epochs so far
+        used = counted[counted[Col.STATUS].isin([RunStatus.FINISHED, RunStatus.PAUSED])]  # paused: its epochs so far
         history = load_history(
-            tracking_uri, study_name, run_ids=list(used["run_id"]) + list(runs["run_id"]), keys=sorted({*_history_keys(runs), "epoch_seconds"})
+            tracking_uri, study_name, run_ids=list(used[Col.RUN_ID]) + list(runs[Col.RUN_ID]), keys=sorted({*_history_keys(runs), "epoch_seconds"})
         )
         made, fig_notes = figs.make_figures(agg, runs, used, history, out_dir, header, bench_csv=bench_csv)
         files += made
@@ -128,40 +131,40 @@ def write_report(
 
 
 def _history_keys(runs: Any) -> list[str]:
-    keys = {c[len("metric.") :] for c in runs.columns if c.startswith("metric.")}
+    keys = {metric_of(c) for c in runs.columns if metric_of(c) is not None}
     return sorted(k for k in keys if per_epoch(k) and (k.startswith(("train_", "valid_", "grad_")) or k == "epoch_seconds"))
 
 
 def cells_frame(cells: Iterable[Any], study_name: str | None = None) -> Any:
-    """Cell objects (harness.study.Cell) → the frame `load_cells` returns (no final params)."""
+    """Cell objects (harness.study.cells.Cell) → the frame `load_cells` returns (no final params)."""
     import pandas as pd
 
     rows = [
         {
-            "run_id": None,
-            "cell_id": c.id,
-            "task": c.task,
-            "arch": c.arch,
-            "unit": c.unit,
-            "unit_canonical": getattr(c, "unit_canonical", None),
-            "dim": c.dim,
-            "input_dim": c.input_dim,
-            "label": c.label,
-            "epochs": getattr(c, "epochs", None),
-            "data": getattr(c, "data", None),
-            "task_options": json.dumps(getattr(c, "task_options", {}), sort_keys=True, default=str),
-            "final_params_hash": None,
-            "final_params": None,
+            Col.RUN_ID: None,
+            Col.CELL: c.id,
+            Col.TASK: c.task,
+            Col.ARCH: c.arch,
+            Col.UNIT: c.unit,
+            Col.UNIT_CANONICAL: getattr(c, "unit_canonical", None),
+            Col.DIM: c.dim,
+            Col.INPUT_DIM: c.input_dim,
+            Col.LABEL: c.label,
+            Col.EPOCHS: getattr(c, "epochs", None),
+            Col.DATA: getattr(c, "data", None),
+            Col.TASK_OPTIONS: json.dumps(getattr(c, "task_options", {}), sort_keys=True, default=str),
+            Col.FINAL_PARAMS_HASH: None,
+            Col.FINAL_PARAMS: None,
             # the study's metric and direction, so a table of cells not run yet is labelled as it will be
-            Tag.METRIC.bare: getattr(c, "metric", None),
-            Tag.DIRECTION.bare: getattr(c, "direction", None),
+            Col.METRIC: getattr(c, "metric", None),
+            Col.DIRECTION: getattr(c, "direction", None),
         }
         for c in cells
     ]
     return pd.DataFrame(rows, columns=[*CELL_COLUMNS, Tag.METRIC.bare, Tag.DIRECTION.bare])
 
 
-def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any, root: Any = None, reader: Any = None, agg: Any = None) -> Any:
+def print_summary(study: Study, cells: list[Cell], tracking_uri: str, console: Any, root: Any = None, reader: Any = None, agg: Any = None) -> Any:
     """The aggregated table of these cells, printed to the console (end of `tprbench run`).
 
     Cells with no record yet are shown with every seed missing. Returns the aggregated frame.
@@ -183,7 +186,7 @@ def print_summary(study: Any, cells: list[Any], tracking_uri: str, console: Any,
         runs, recorded = reader.runs(ids), reader.cells(ids)
     except ReportError:  # nothing recorded yet
         runs, recorded = frame([], RUN_COLUMNS), cells_frame([])
-    have = set(recorded["cell_id"])
+    have = set(recorded[Col.CELL])
     unrecorded = [c for c in cells if c.id not in have]
     if unrecorded:
         recorded = pd.concat([recorded, cells_frame(unrecorded)], ignore_index=True)

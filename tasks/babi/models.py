@@ -3,7 +3,7 @@
 - `TPRRNNModel` (arch `tpr-rnn`): Schlag & Schmidhuber's whole model — `SentenceEncoder` (input
   module), the unit `tpr3` (update module: F_T after each story's last sentence, `TPR3.memory`)
   and `TPRInference` (three hops through F_T from the question, one scalar LayerNorm per hop, Z
-  onto the whole vocabulary). Equations: units/tpr_rnn.py; sources in docs/ARCHITECTURE.md.
+  onto the whole vocabulary). Equations: units/tpr_rnn.py; sources in docs/babi.md.
 - `SentenceModel` (arch `plain`): a *sentence-level* baseline for any registered unit — the same
   input module, the unit over the story's sentence vectors with the question vector appended as
   the last step, and a linear readout of the unit's final state onto the vocabulary. The paper's

@@ -103,7 +103,7 @@ class LanguageModel(nn.Module):
             x = self.embed(tokens)
         elif self.sequence_sum:  # the loss is lingvo's already (summed per sequence): β as written
             x = hrr.embed(tokens)
-        else:  # lingvo's loss is summed over each sequence's tokens: β weighs against that (ARCHITECTURE.md)
+        else:  # lingvo's loss is summed over each sequence's tokens: β weighs against that (docs/hrr.md)
             tokens_per_row = (mask.sum() if mask is not None else tokens.numel()) / max(tokens.shape[0], 1)
             x = hrr.embed(tokens, loss_scale=1.0 / max(float(tokens_per_row), 1.0))
         outputs, carry = self._encode(self.dropout(x), carry, mask)

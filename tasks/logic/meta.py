@@ -36,5 +36,7 @@ class LogicMeta(TaskMeta):
         'test_{easy,hard,big,massive,exam}.txt, lines `A,B,E,H1,H2,H3`; or data = "generated"'
     )
     metric = "acc"
-    report_layout = ReportLayout("logic", unit_columns=("roles",))  # the papers' Table 1: roles beside every unit
+    report_layout = ReportLayout(
+        "logic", unit_columns=("roles",), split_order=("easy", "hard", "big", "massive", "exam")
+    )  # the papers' Table 1: roles beside every unit
     defaults = {"lr": 1e-3, "lr_step": 30, "lr_gamma": 0.1, "clip": 5.0, "batch_size": 64, "dropout": 0.0}

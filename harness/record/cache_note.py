@@ -4,6 +4,8 @@ The caches under `<root>/cache/` (the summary of ended runs, the record-check st
 time: every reader works without them. An archived study on a read-only mount (or a root the
 user may not write) must still give its tables, so a failed cache write is not an error. It is
 not silent either: the user learns once why the next read will be as slow as this one.
+
+In harness/record/: the record's caches (guard, summary) are its only users.
 """
 
 from __future__ import annotations

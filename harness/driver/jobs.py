@@ -1,14 +1,20 @@
 """The unit of work the driver sends to a worker: one trial or seed run of one cell.
 
 One dataclass, built by the driver (harness/driver/runner.py) and read by the worker
-(harness/worker.py), so neither reads the other's dicts. It pickles to the worker through
+(harness/driver/worker.py), so neither reads the other's dicts. It pickles to the worker through
 Ray; everything in it is plain data.
+
+In harness/driver/: the driver builds jobs and its worker reads them (`bench train` builds one
+to time it).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..study.cells import Cell
 
 
 @dataclass(frozen=True)
@@ -42,12 +48,12 @@ class WorkerJob:
     trial: TrialRef | None = None
     label: str = ""  # the cell label, for messages
     run_key: str = ""  # the record's key of this run (<cell>/trial/<n> or <cell>/seed/<s>/<hash>)
-    sink: Any = None  # harness.live.EpochSink actor: per-epoch metrics go to the driver while training
+    sink: Any = None  # harness.driver.live.EpochSink actor: per-epoch metrics go to the driver while training
     until_epoch: int | None = None  # pause the run after this epoch (`run --until-epoch`); None: to the end
 
     @classmethod
-    def for_cell(cls, cell: Any, **fields: Any) -> WorkerJob:
-        """A job for a harness.study.Cell; `fields` gives seed, hparams, run_dir, cache_dir, ..."""
+    def for_cell(cls, cell: Cell, **fields: Any) -> WorkerJob:
+        """A job for a harness.study.cells.Cell; `fields` gives seed, hparams, run_dir, cache_dir, ..."""
         return cls(
             task=cell.task,
             task_options=dict(cell.task_options),

@@ -7,6 +7,8 @@ MLflow run, created when the worker's first message says it has started (so the 
 time is the worker's). The final record (`Tracker.log_run`) then adds only what was not logged
 live. Best effort throughout: if the actor cannot be created or dies, runs are recorded at
 their end exactly as before, and a worker whose message cannot be sent trains on.
+
+In harness/driver/: the driver and its worker are its only users.
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ On a terminal, a live table (rich). Unattended (output to a file, a batch schedu
 pipe: no TTY), a live table cannot redraw, so the driver prints one progress line every
 $TPRBENCH_PROGRESS_SECONDS (default 30) and the whole table, at its natural width, at the end.
 The ETA counts epochs (`EpochEta`, fed by the driver), not runs.
+
+In harness/driver/: the driver's loop is its only user (the final table borrows harness.report.render's
+plain-text table for very long studies).
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from statistics import median
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tasks.progress import interval  # one setting for every progress line (the driver's, train's, data's)
 from tasks.result import RunStatus, paused_epoch
 
-from .record.contract import RunKey, Tag, will_retry
+from ..record.contract import RunKey, Tag, will_retry
+
+if TYPE_CHECKING:
+    from ..study.cells import Cell
+
 
 EPOCH_SECONDS = "epoch_seconds"  # the trainer's per-epoch metric (tasks/training.py): a run's last epoch's wall time
 #: Epoch durations kept per cell for its median: the recent ones (a machine that fills up slows
@@ -58,7 +65,7 @@ class EpochEta:
         self.recent: dict[str, deque[float]] = {}  # cell id → its recent epoch durations (seconds)
         self._waiting_of: dict[str, tuple[tuple, int]] = {}  # cell id → (its state's signature, epochs waiting): see `_waiting`
 
-    def target(self, cell: Any) -> int:
+    def target(self, cell: Cell) -> int:
         """The epoch this invocation trains a cell's runs to."""
         return cell.epochs if self.until_epoch is None else min(cell.epochs, self.until_epoch)
 
@@ -90,7 +97,7 @@ class EpochEta:
         fallback = median(prices.values()) if prices else 1.0
         return sorted(states, key=lambda st: -left.get(st.cell.id, 0) * prices.get(st.cell.id, fallback))
 
-    def dispatched(self, run_key: str, cell: Any) -> None:
+    def dispatched(self, run_key: str, cell: Cell) -> None:
         self.running[run_key] = [cell.id, self.target(cell), self.credit.get(run_key, 0)]
 
     def epoch(self, run_key: str, epoch: int, row: dict[str, float] | None, at: float | None) -> None:
@@ -162,7 +169,7 @@ class EpochEta:
         """Epochs of a cell's seed runs not dispatched yet. Planned (final parameters chosen): its
         to-do list. Not yet (the driver plans a cell when it first visits it): the seeds its record
         does not hold as ended under the final parameters it records, if those are current (the
-        rule of `StudyRunner._final_params`), else every seed from epoch 0."""
+        rule of `StudyRunner.final_params`), else every seed from epoch 0."""
         if st.final_params is not None:
             if not self.credit:
                 return len(st.final_todo) * target
@@ -256,7 +263,7 @@ def render(runner: Any, states: list[Any], in_flight: int, limit: int | None = L
 def print_final(runner: Any, states: list[Any], console: Any) -> None:
     """Every cell's line at the end of an unattended run, at its natural width: a rich table, or
     aligned plain text above `render.PLAIN_ROWS` cells (rich took ~25 s for 5,010 rows)."""
-    from .report.render import PLAIN_ROWS, Section, _print_wide, plain_table
+    from ..report.render import PLAIN_ROWS, Section, _print_wide, plain_table
 
     if len(states) <= PLAIN_ROWS:
         _print_wide(console, render(runner, states, 0, limit=None))

@@ -19,6 +19,8 @@ token or was remembered, and is still the same process (same pid *and* start tim
 pid is never hit) — only processes this driver's Ray started, found by their environment and
 parentage, never by name — and exits. After a normal end (`ray.shutdown()`) there is usually
 nothing left to kill.
+
+In harness/driver/ beside `ray_start`, its only user; started as `python -m harness.driver.ray_watchdog`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def start() -> str:
     token = f"{os.getpid()}-{uuid.uuid4().hex}"
     os.environ[ENV] = token
     subprocess.Popen(
-        [sys.executable, "-m", "harness.ray_watchdog", str(os.getpid()), token],
+        [sys.executable, "-m", "harness.driver.ray_watchdog", str(os.getpid()), token],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
