@@ -78,19 +78,24 @@ def available() -> list[str]:
     return UNITS.available()
 
 
-def baseline_rank(name: str) -> int | None:
-    """The unit's `BASELINE_RANK` (units/meta.py): reports list baselines first, in this rank; None
-    for a unit under study, or one whose code cannot be loaded (a report reads the record even
-    where a plug-in is not installed)."""
+def meta_or_none(name: str) -> type | None:
+    """`unit_meta(name)`, or None where the unit's code cannot be loaded: readers of a record
+    (reports, figures) still work where a plug-in that made it is gone or fails to import."""
     try:
-        return getattr(unit_meta(name), "BASELINE_RANK", None)
+        return unit_meta(name)
     except Exception:
         return None
 
 
+def baseline_rank(name: str) -> int | None:
+    """The unit's `BASELINE_RANK` (units/meta.py): reports list baselines first, in this rank; None
+    for a unit under study, or one whose code cannot be loaded."""
+    return getattr(meta_or_none(name), "BASELINE_RANK", None)
+
+
 def speed_reference() -> str:
     """The registered unit every benchmark times the others against (`SPEED_REFERENCE`)."""
-    found = [n for n in available() if getattr(_meta_or_none(n), "SPEED_REFERENCE", False)]
+    found = [n for n in available() if getattr(meta_or_none(n), "SPEED_REFERENCE", False)]
     if len(found) != 1:
         raise RuntimeError(f"exactly one unit must declare SPEED_REFERENCE = True, found {found}")
     return found[0]
@@ -100,13 +105,6 @@ def baselines() -> list[str]:
     """The registered baselines by rank (LSTM, GRU)."""
     ranked = [(r, n) for n in available() if (r := baseline_rank(n)) is not None]
     return [n for _, n in sorted(ranked)]
-
-
-def _meta_or_none(name: str) -> type | None:
-    try:
-        return unit_meta(name)
-    except Exception:
-        return None
 
 
 def lookup(name: str) -> type:

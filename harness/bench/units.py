@@ -83,7 +83,8 @@ def default_specs() -> list[str]:
     from units.registry import baselines
 
     names = units.available()
-    first = [baseline()] + [n for n in baselines() if n != baseline()]  # the reference, then the other baselines
+    base = baseline()
+    first = [base] + [n for n in baselines() if n != base]  # the reference, then the other baselines
     ordered = first + [n for n in names if n not in first]
     return ordered + EXTRA_SPECS
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from tasks.metrics import MINIMIZE, metric_direction, metric_scale
 from tasks.result import RunStatus, is_failure
-from units.registry import UNITS, unit_meta
+from units.registry import UNITS, meta_or_none
 from units.spec import UnitSpecError, parse_spec
 
 from ..record.contract import (
@@ -94,10 +94,7 @@ class UnitColumns:
 def _declared(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(REPORT_COLUMNS, TABLE_COLUMNS) of one unit; none where its code cannot be loaded (a report
     reads the record even where a plug-in unit is not installed)."""
-    try:
-        meta = unit_meta(name)
-    except Exception:  # a plug-in that is gone, or fails to import: its cells get no columns of their own
-        return (), ()
+    meta = meta_or_none(name)  # None for a plug-in that is gone or fails to import: no columns of its own
     return tuple(getattr(meta, "REPORT_COLUMNS", ())), tuple(getattr(meta, "TABLE_COLUMNS", ()))
 
 

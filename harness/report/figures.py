@@ -72,14 +72,11 @@ def sweeps() -> tuple[tuple[str, str | None], ...]:
     """(swept column, inner column or None) of every registered unit's `FIGURE_SWEEP`
     (units/meta.py: the TPRU papers' roles and slices figures), each figure once. Every
     registered unit's, present in the record or not, so a report always names the same figures."""
-    from units.registry import available, unit_meta
+    from units.registry import available, meta_or_none
 
     out: list[tuple[str, str | None]] = []
     for name in available():
-        try:
-            sweep = tuple(getattr(unit_meta(name), "FIGURE_SWEEP", ()))
-        except Exception:  # a plug-in that fails to import: no figure of its own
-            continue
+        sweep = tuple(getattr(meta_or_none(name), "FIGURE_SWEEP", ()))  # a plug-in that fails to import: none
         if sweep and (sweep[0], None) not in out:
             out.append((sweep[0], None))
         if len(sweep) > 1 and (sweep[0], sweep[1]) not in out:
