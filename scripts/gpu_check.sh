@@ -17,6 +17,9 @@
 #                --json` at d = 256, 512, 1024 for B 64 / T 50 and B 256 / T 100 against cuDNN GRU, every TPRU
 #                variant and slices=8; the JSON (meta: card, driver, CUDA, torch, Triton) goes to
 #                $OUT/persist_b64_t50.json and $OUT/persist_b256_t100.json, to be committed under docs/gpu/
+#   lm           one language-model epoch at the paper's d = 1024 on WikiText-2 (.gpudata/wikitext2, carried),
+#                GRU against TPRU, the first LM_TOKENS train tokens (default 300000) so both fit one call:
+#                seconds per epoch and per batch from each run's result.json
 #   crossover    where the persistent kernel starts to win: `bench units --json` at d = 64, 128, 256 with
 #                TPRBENCH_TRITON_KERNEL=batch and =persistent (gru, tpru, slices=8), for the selection rule
 #                ($OUT/crossover_<kernel>_b<B>.json)
@@ -40,6 +43,8 @@ rm -rf /tmp/gpu-run-1 /tmp/gpu-run-2 /tmp/gpu-full /tmp/gpu-killed /tmp/gpu-nond
 DATA=generated
 [ -d .gpudata/logical_entailment ] && DATA=.gpudata/logical_entailment
 # one --root for every run: the generated training pairs are cached there once
+# per-step time limits (seconds), to fit several steps into one device call: PERSIST_TEST_S (300),
+# BENCH_S (240 a bench run), LM_S (60 a run); crossover's batches: GPU_CHECK_BATCHES ("64 256")
 # GPU_CHECK_DEVICE/GPU_CHECK_TRAIN_SIZE: a dry run of the train steps on a CPU-only machine;
 # GPU_CHECK_DEVICE=cpu also dry-runs persist and crossover (with GPU_CHECK_DIMS, e.g. 16, for their sizes)
 DEV=${GPU_CHECK_DEVICE:-cuda}
@@ -82,7 +87,7 @@ PY
 # bench units --json into $OUT/$1.json, annotated; the remaining arguments go to bench units
 bench_json() {
     local name=$1; shift
-    timeout 240 python3 -m harness.cli bench units --device "$DEV" --json "$OUT/$name.json" "$@" 2>&1 | tail -40
+    timeout ${BENCH_S:-240} python3 -m harness.cli bench units --device "$DEV" --json "$OUT/$name.json" "$@" 2>&1 | tail -40
     [ -f "$OUT/$name.json" ] && annotate "$OUT/$name.json" "bench units --device $DEV --json $name.json $(printf '%q ' "$@")"
 }
 epoch_seconds() {
@@ -147,17 +152,40 @@ print('GPU', round(g['seconds'], 1), 's; CPU', round(c['seconds'], 1), 's; CPU/G
         done ;;
     persist)
         step "persistent kernel: its CUDA tests (realistic sizes, determinism, barrier, co-residency)"
-        timeout 300 python3 -m pytest -q -p no:cacheprovider tests/test_tpru_persist.py -k cuda 2>&1 | tail -25
+        timeout ${PERSIST_TEST_S:-300} python3 -m pytest -q -p no:cacheprovider tests/test_tpru_persist.py -k cuda 2>&1 | tail -25
         step "persistent kernel: bench units, B 64 / T 50 and B 256 / T 100 (the recurrence column names the kernel)"
         bench_json persist_b64_t50 --dims "${GPU_CHECK_DIMS:-256,512,1024}" --seq 50 --batch 64 --units "$UNITS" --repeats 10 --warmup 3
         bench_json persist_b256_t100 --dims "${GPU_CHECK_DIMS:-256,512,1024}" --seq 100 --batch 256 --units "$UNITS" --repeats 5 --warmup 2 ;;
     crossover)
-        for kernel in batch persistent; do for b in 64 256; do
+        for kernel in batch persistent; do for b in ${GPU_CHECK_BATCHES:-64 256}; do
             step "crossover: TPRBENCH_TRITON_KERNEL=$kernel, B $b / T 50"
             TPRBENCH_TRITON_KERNEL=$kernel bench_json "crossover_${kernel}_b$b" --dims "${GPU_CHECK_DIMS:-64,128,256}" --seq 50 --batch $b \
                 --units "gru;tpru;tpru[slices=8]" --repeats 5 --warmup 2
         done; done ;;
-    *) echo "unknown step: $s (steps: agree bench64 bench256 determinism resume detcost cpu profile persist crossover)" ;;
+    lm)
+        LMDATA=generated
+        [ -d .gpudata/wikitext2 ] && LMDATA=.gpudata/wikitext2
+        for unit in gru tpru; do
+            step "lm: $unit, d = ${GPU_CHECK_LM_DIM:-1024}, WikiText-2, the first ${LM_TOKENS:-300000} train tokens, one epoch"
+            rm -rf /tmp/lm-$unit
+            timeout ${LM_S:-60} python3 -m harness.cli train --task lm --unit $unit --dim ${GPU_CHECK_LM_DIM:-1024} --epochs 1 --device "$DEV" \
+                --data "$LMDATA" --root /tmp/lm-root --run-dir /tmp/lm-$unit \
+                --set max_train_tokens=${LM_TOKENS:-300000} --set max_eval_tokens=${LM_EVAL_TOKENS:-20000} 2>&1 | tail -4
+        done
+        python3 - <<'PY'
+import json, os
+rows = {}
+for unit in ("gru", "tpru"):
+    path = f"/tmp/lm-{unit}/result.json"
+    if not os.path.exists(path):
+        print(unit, "no result (timed out or failed)"); continue
+    r = json.load(open(path)); rows[unit] = r["history"][0]["epoch_seconds"]
+    print(unit, "epoch seconds", round(rows[unit], 2), "total", round(r["seconds"], 1), "valid", r["best_valid"])
+if len(rows) == 2:
+    print("tpru / gru epoch time", round(rows["tpru"] / rows["gru"], 2))
+PY
+        ;;
+    *) echo "unknown step: $s (steps: agree bench64 bench256 determinism resume detcost cpu profile persist lm crossover)" ;;
     esac; done
     step done
 } 2>&1 | tee "$LOG"
