@@ -541,3 +541,28 @@ def test_babi_studies_render_the_pivot_first_in_markdown_and_latex():
     md = make_table(df, "markdown")
     assert md.index("babi per task") < md.index("## qa1") and "| mean error |" in md
     assert "failed (> 5\\%)" in make_table(df, "latex")
+
+
+def test_pivot_gives_each_arm_of_one_task_its_own_column():
+    """babi-qa17-isolate's arms: task entries that train the same model on the same task with a
+    different loop (labels qa1-stream beside qa1). Each arm is a column; the per-task labels of the
+    plain single-task cells (qa1, qa3) stay one column, as before."""
+    import pandas as pd
+
+    from harness.report.pivot import split_pivot
+
+    df = _agg_rows()
+    arm = df[df["cell_id"] == "c0"].copy()
+    arm["order"], arm["cell_id"], arm["task_label"], arm["label"] = 9, "c9", "qa1-stream", "qa1-stream/tpr-rnn"
+    arm.loc[arm["split"] == "qa1", "by_seed"] = json.dumps({0: 0.8, 1: 0.7})
+    columns, rows, notes = split_pivot(pd.concat([df, arm], ignore_index=True))
+    assert columns == [
+        "task",
+        "tpr-rnn · tpr3 · d=2250 (single-task)",
+        "plain · lstm · d=64 (single-task)",
+        "tpr-rnn · tpr3 · d=2250 (all-task)",
+        "tpr-rnn · tpr3 · d=2250 (single-task) · stream",
+    ]
+    assert rows[0] == ["qa1", "0.50 ± 0.71", "45.00 ± 7.07", "0.00 ± –", "25.00 ± 7.07"]
+    assert rows[1][0] == "qa3¹" and rows[1][-1] == "–"
+    assert not any("covered by two cells" in n for n in notes)

@@ -63,20 +63,54 @@ class _Column:
         self.epochs: dict[str, dict[int, float]] = {}  # split → {seed: the best validation epoch}
 
 
-def _columns(df: Any, notes: list[str]) -> list[_Column]:
-    """Model columns in the frame's cell order, each with its splits' per-seed errors."""
-    columns: dict[tuple, _Column] = {}
+def _pivot_cells(df: Any) -> list[tuple[Any, Any, tuple]]:
+    """(the cell's first row, its qa test rows, its model key) per cell with qa splits, in cell order."""
+    out = []
     for _, cell in df.sort_values(["order", "split_order"], kind="stable").groupby("order", sort=True):
         first = cell.iloc[0]
-        metric = str(first[Col.METRIC])
         tests = cell[cell["split"].map(lambda s: bool(SPLIT_RE.match(str(s))))]
-        if metric not in ("acc", "error") or not len(tests):
+        if str(first[Col.METRIC]) not in ("acc", "error") or not len(tests):
             continue
         setting = "all-task" if len(tests) > 1 else "single-task"
         key = (setting, _options_key(first.get(Col.TASK_OPTIONS)), str(first[Col.ARCH]), first[Col.DIM], str(first[Col.UNIT]))
+        out.append((first, tests, key))
+    return out
+
+
+def _arm_keys(cells: list[tuple[Any, Any, tuple]]) -> set[tuple]:
+    """Model keys whose cells cover one split twice under different task labels: arms of one study
+    that differ in what the task entry sets (its `search`, `epochs`), e.g. babi-qa17-isolate's six
+    qa17 loops. Such a key's columns are split by arm (`_arm`), so no arm hides another's row."""
+    labels: dict[tuple, dict[str, set[str]]] = {}
+    for first, tests, key in cells:
+        for split in tests["split"]:
+            labels.setdefault(key, {}).setdefault(str(split), set()).add(str(first.get("task_label") or ""))
+    return {key for key, by_split in labels.items() if any(len(ls) > 1 for ls in by_split.values())}
+
+
+def _arm(task_label: str, splits: list[str]) -> str:
+    """A cell's arm: its task label less the name of its one split ("qa17-stream" → "stream",
+    "qa1" → ""), so a study's per-task labels (qa1 … qa20) stay one column and its arms get one each."""
+    if len(splits) == 1 and task_label.startswith(splits[0]):
+        return task_label[len(splits[0]) :].lstrip("-_ :")
+    return task_label
+
+
+def _columns(df: Any, notes: list[str]) -> list[_Column]:
+    """Model columns in the frame's cell order, each with its splits' per-seed errors."""
+    columns: dict[tuple, _Column] = {}
+    cells = _pivot_cells(df)
+    arms = _arm_keys(cells)
+    for first, tests, key in cells:
+        metric = str(first[Col.METRIC])
+        setting = key[0]
+        title = f"{first[Col.ARCH]} · {first['unit_short']} · d={first[Col.DIM]} ({setting})"
+        arm = _arm(str(first.get("task_label") or ""), [str(x) for x in tests["split"]]) if key in arms else ""
+        if arm:
+            key, title = key + (arm,), f"{title} · {arm}"
         col = columns.get(key)
         if col is None:
-            col = columns[key] = _Column(f"{first[Col.ARCH]} · {first['unit_short']} · d={first[Col.DIM]} ({setting})")
+            col = columns[key] = _Column(title)
         marks = ("†" if first["seeds_failed"] else "") + ("‡" if first["seeds_missing"] else "")
         summary = json.loads(first.get("summary") or "{}") if not _is_missing(first.get("summary")) else {}
         for _, row in tests.iterrows():
