@@ -149,6 +149,7 @@ def test_resume_names_trials_without_a_checkpoint(tmp_path: Path) -> None:
         retried=0,
         continued=0,
         started_over=0,
+        interrupted=0,
     )
     fake = SimpleNamespace(work_dir=tmp_path, _errored=StudyRunner._errored, _say=events.append)
     StudyRunner._say_resume(fake, [st])

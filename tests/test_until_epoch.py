@@ -14,6 +14,7 @@ import pytest
 from tasks.registry import get_task
 from tasks.training import CHECKPOINT, RESULT, TrainConfig, train
 from tests.ray_helpers import (
+    assert_no_duplicates,
     TIMING_METRICS,
     cells_of,
     local_ray,
@@ -179,3 +180,29 @@ def test_a_paused_search_trial_is_not_told_until_it_ends(ray_up, tmp_path: Path)
     (straight_trial,) = optuna_trials(straight_root, "pausetrial", cell.id)
     assert trial.state.name == "COMPLETE" and trial.params == straight_trial.params and trial.value == straight_trial.value
     _same_as_straight(root, straight_root, "pausetrial")
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_seed_run_in_flight_at_a_stop_is_counted_in_the_resume_line(ray_up, tmp_path: Path) -> None:
+    """A driver killed while a seed run trained leaves that run RUNNING in the record (readers skip
+    it) and its checkpoint in the work dir: the next `run` dispatches it again and it continues from
+    the checkpoint. The resume line counts it (it once said nothing of such runs)."""
+    import sqlite3
+
+    from harness.record.contract import LIVE_STATUS, Tag
+
+    path, cell, straight_root, root, _ = _paused(tmp_path, "inflight", 2, trials=0, seeds=1)
+    with sqlite3.connect(root / "mlflow.db") as con:  # what a SIGKILLed driver leaves: RUNNING, status tag "running"
+        ids = [r for (r,) in con.execute("SELECT run_uuid FROM tags WHERE key = ?", (str(Tag.RUN_KEY),))]
+        assert len(ids) == 1
+        con.execute("UPDATE runs SET status = 'RUNNING', end_time = NULL WHERE run_uuid = ?", (ids[0],))
+        con.execute("UPDATE tags SET value = ? WHERE run_uuid = ? AND key = ?", (LIVE_STATUS, ids[0], str(Tag.STATUS)))
+    assert records(root, "inflight") == {}  # invisible to readers, as a live run is
+
+    runner, summary = run_study(path, root)
+    assert summary["states"][cell.id] == "done", summary
+    assert any(e.startswith("resuming:") and "1 run(s) in flight at the last stop continue from their checkpoints" in e for e in runner.events), runner.events
+    _same_as_straight(root, straight_root, "inflight")
+    assert_no_duplicates(root, "inflight")

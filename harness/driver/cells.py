@@ -177,6 +177,7 @@ class CellState:
     retried: int = 0  # errored records this driver dispatches again
     continued: int = 0  # paused records this driver continues from their checkpoints
     started_over: int = 0  # paused records whose checkpoint is not in this root: trained again from epoch 1
+    interrupted: int = 0  # seed runs a stopped driver left in flight (no record) that continue from a checkpoint
     paused: int = 0  # runs this driver paused (`--until-epoch`), and paused ones it found and left
 
     @property

@@ -201,6 +201,9 @@ class CellPlanning:
         saved = sum((RunKey.seed(st.cell.id, s, h).run_dir(self.work_dir) / CHECKPOINT).exists() for s in paused)
         st.continued += saved
         st.started_over += len(paused) - saved
+        if st.tags:  # a driver ran this cell before: a seed it had in flight when it stopped has no record, maybe a checkpoint
+            fresh = [s for s in st.final_todo if recorded[s] is None]
+            st.interrupted += sum((RunKey.seed(st.cell.id, s, h).run_dir(self.work_dir) / CHECKPOINT).exists() for s in fresh)
 
     def _paused_at_stage(self, rec: Any) -> bool:
         """A run recorded paused at this stage's epoch (`--until-epoch`) or later is not dispatched

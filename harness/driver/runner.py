@@ -212,7 +212,8 @@ class StudyRunner(CellPlanning, ResultRecording, RecordClosing, DispatchLoop):
     def _say_resume(self, states: list[CellState]) -> None:
         """What a rerun continues: trials from checkpoints, errored runs retried, runs already recorded."""
         recorded = sum(len(st.records) for st in states)
-        if not recorded and not any(st.stale for st in states):
+        interrupted = sum(st.interrupted for st in states)
+        if not recorded and not interrupted and not any(st.stale for st in states):
             return
         retried = sum(st.retried for st in states)
         # A stale trial continues from its checkpoint only if it wrote one (the message once
@@ -229,6 +230,8 @@ class StudyRunner(CellPlanning, ResultRecording, RecordClosing, DispatchLoop):
         continued = sum(st.continued for st in states)
         if continued:
             parts.append(f"{continued} paused run(s) continue from their checkpoints")
+        if interrupted:
+            parts.append(f"{interrupted} run(s) in flight at the last stop continue from their checkpoints")
         started_over = sum(st.started_over for st in states)
         if started_over:
             parts.append(f"{started_over} paused run(s) start over (no checkpoint in this root: `tprbench record load` brings a saved one)")
