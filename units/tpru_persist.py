@@ -95,8 +95,9 @@ def preferred(layout: Layout, batch: int, device: torch.device) -> bool:
     the card idle — on a CUDA device (not Triton's interpreter), when the batch kernel would not keep
     its weights in registers (not `layout.resident`: one slice with d² + 2dN ≤ 16384 at powers of two,
     i.e. d = roles ≤ 64, where it is within 1.6–1.7× cuDNN's GRU) and its grid of ceil(B / 16)
-    programs is smaller than the SM count (B < 2112 on an H100). Untuned: the crossover in d and B is
-    to be measured on a card (scripts/gpu_check.sh persist)."""
+    programs is smaller than the SM count (B < 2112 on an H100). Measured on an H100 (docs/gpu/
+    crossover_*.json, docs/benchmarks.md): the resident batch kernel wins at d = 64 (1.74× GRU
+    against 2.02×), the persistent one everywhere it tiles (d = 128, 256, slices = 8; B 64 and 256)."""
     if device.type != "cuda" or _interpreting(device) or layout.resident:
         return False
     return triton.cdiv(batch, layout.config.block_b) < sm_limits(device).sms
