@@ -45,9 +45,12 @@ def main() -> None:
         for kernel in ("persistent", "batch"):
             diff = (got[kernel].cpu().double() - cpu).abs().amax(dim=(0, 2))  # per step
             per_window = diff.view(windows, T).amax(1)
-            print(f"{name} {kernel} vs CPU float64: max |diff| per window (first 5, last 5):",
-                  [f"{v:.1e}" for v in per_window[:5].tolist()], [f"{v:.1e}" for v in per_window[-5:].tolist()],
-                  f"| max |state| {cpu.abs().max().item():.3g}")
+            print(
+                f"{name} {kernel} vs CPU float64: max |diff| per window (first 5, last 5):",
+                [f"{v:.1e}" for v in per_window[:5].tolist()],
+                [f"{v:.1e}" for v in per_window[-5:].tolist()],
+                f"| max |state| {cpu.abs().max().item():.3g}",
+            )
         same = torch.equal(got["persistent"], got["batch"])
         print(name, "persistent == batch bit for bit:", same, "| max |diff|", (got["persistent"] - got["batch"]).abs().max().item())
 

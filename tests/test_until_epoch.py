@@ -14,8 +14,8 @@ import pytest
 from tasks.registry import get_task
 from tasks.training import CHECKPOINT, RESULT, TrainConfig, train
 from tests.ray_helpers import (
-    assert_no_duplicates,
     TIMING_METRICS,
+    assert_no_duplicates,
     cells_of,
     local_ray,
     optuna_trials,
@@ -203,6 +203,8 @@ def test_a_seed_run_in_flight_at_a_stop_is_counted_in_the_resume_line(ray_up, tm
 
     runner, summary = run_study(path, root)
     assert summary["states"][cell.id] == "done", summary
-    assert any(e.startswith("resuming:") and "1 run(s) in flight at the last stop continue from their checkpoints" in e for e in runner.events), runner.events
+    assert any(e.startswith("resuming:") and "1 run(s) in flight at the last stop continue from their checkpoints" in e for e in runner.events), (
+        runner.events
+    )
     _same_as_straight(root, straight_root, "inflight")
     assert_no_duplicates(root, "inflight")
