@@ -7,10 +7,12 @@ record per run key; the report marks paused seeds § and the claims count them a
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import pytest
 
+from harness.record.contract import LIVE_STATUS, Tag
 from tasks.registry import get_task
 from tasks.training import CHECKPOINT, RESULT, TrainConfig, train
 from tests.ray_helpers import (
@@ -155,10 +157,21 @@ def test_paused_seed_runs_are_reported_then_continued(ray_up, tmp_path: Path, ca
     _, summary = run_study(path, root, until_epoch=2)  # already at the stage's epoch: not dispatched again
     assert summary["states"][cell.id] == "paused" and _attempts(root) == before == 2
 
-    runner, summary = run_study(path, root)  # the paused seeds continue from their checkpoints
+    # Seed 1 as a driver SIGKILLed while it trained leaves it: RUNNING, status tag "running", skipped
+    # by readers, its checkpoint in the work dir. The resume line counts it (it once said nothing).
+    with sqlite3.connect(root / "mlflow.db") as con:
+        (run_id,) = con.execute("SELECT run_uuid FROM tags WHERE key = ? AND value LIKE '%/seed/1/%'", (str(Tag.RUN_KEY),)).fetchone()
+        con.execute("UPDATE runs SET status = 'RUNNING', end_time = NULL WHERE run_uuid = ?", (run_id,))
+        con.execute("UPDATE tags SET value = ? WHERE run_uuid = ? AND key = ?", (LIVE_STATUS, run_id, str(Tag.STATUS)))
+    assert len(records(root, "pause")) == 1
+
+    runner, summary = run_study(path, root)  # the paused seed and the one in flight continue from their checkpoints
     assert summary["states"][cell.id] == "done", summary
-    assert any(e.startswith("resuming:") and "2 paused run(s) continue from their checkpoints" in e for e in runner.events), runner.events
+    resume = next(e for e in runner.events if e.startswith("resuming:"))
+    assert "1 run(s) in flight at the last stop continue from their checkpoints" in resume, resume
+    assert "1 paused run(s) continue from their checkpoints" in resume, resume
     _same_as_straight(root, straight_root, "pause")
+    assert_no_duplicates(root, "pause")
 
 
 @pytest.mark.ray
@@ -180,31 +193,3 @@ def test_a_paused_search_trial_is_not_told_until_it_ends(ray_up, tmp_path: Path)
     (straight_trial,) = optuna_trials(straight_root, "pausetrial", cell.id)
     assert trial.state.name == "COMPLETE" and trial.params == straight_trial.params and trial.value == straight_trial.value
     _same_as_straight(root, straight_root, "pausetrial")
-
-
-@pytest.mark.ray
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_seed_run_in_flight_at_a_stop_is_counted_in_the_resume_line(ray_up, tmp_path: Path) -> None:
-    """A driver killed while a seed run trained leaves that run RUNNING in the record (readers skip
-    it) and its checkpoint in the work dir: the next `run` dispatches it again and it continues from
-    the checkpoint. The resume line counts it (it once said nothing of such runs)."""
-    import sqlite3
-
-    from harness.record.contract import LIVE_STATUS, Tag
-
-    path, cell, straight_root, root, _ = _paused(tmp_path, "inflight", 2, trials=0, seeds=1)
-    with sqlite3.connect(root / "mlflow.db") as con:  # what a SIGKILLed driver leaves: RUNNING, status tag "running"
-        ids = [r for (r,) in con.execute("SELECT run_uuid FROM tags WHERE key = ?", (str(Tag.RUN_KEY),))]
-        assert len(ids) == 1
-        con.execute("UPDATE runs SET status = 'RUNNING', end_time = NULL WHERE run_uuid = ?", (ids[0],))
-        con.execute("UPDATE tags SET value = ? WHERE run_uuid = ? AND key = ?", (LIVE_STATUS, ids[0], str(Tag.STATUS)))
-    assert records(root, "inflight") == {}  # invisible to readers, as a live run is
-
-    runner, summary = run_study(path, root)
-    assert summary["states"][cell.id] == "done", summary
-    assert any(e.startswith("resuming:") and "1 run(s) in flight at the last stop continue from their checkpoints" in e for e in runner.events), (
-        runner.events
-    )
-    _same_as_straight(root, straight_root, "inflight")
-    assert_no_duplicates(root, "inflight")
