@@ -19,7 +19,7 @@
 #                $OUT/persist_b64_t50.json and $OUT/persist_b256_t100.json, to be committed under docs/gpu/
 #   lm           one language-model epoch at the paper's d = 1024 on WikiText-2 (.gpudata/wikitext2, carried),
 #                GRU against TPRU, the first LM_TOKENS train tokens (default 300000) so both fit one call:
-#                seconds per epoch and per batch from each run's result.json
+#                each run's epoch seconds and validation perplexity from its result.json, and TPRU / GRU
 #   crossover    where the persistent kernel starts to win: `bench units --json` at d = 64, 128, 256 with
 #                TPRBENCH_TRITON_KERNEL=batch and =persistent (gru, tpru, slices=8), for the selection rule
 #                ($OUT/crossover_<kernel>_b<B>.json)

@@ -198,12 +198,15 @@ class CellPlanning:
         st.final_todo = [s for s in st.final_todo if s not in at_stage]
         st.retried += sum(recorded[s] is not None and recorded[s].status == RunStatus.ERRORED for s in st.final_todo)
         paused = [s for s in st.final_todo if recorded[s] is not None and recorded[s].status == RunStatus.PAUSED]
-        saved = sum((RunKey.seed(st.cell.id, s, h).run_dir(self.work_dir) / CHECKPOINT).exists() for s in paused)
+
+        def checkpointed(seed: int) -> bool:
+            return (RunKey.seed(st.cell.id, seed, h).run_dir(self.work_dir) / CHECKPOINT).exists()
+
+        saved = sum(checkpointed(s) for s in paused)
         st.continued += saved
         st.started_over += len(paused) - saved
         if st.tags:  # a driver ran this cell before: a seed it had in flight when it stopped has no record, maybe a checkpoint
-            fresh = [s for s in st.final_todo if recorded[s] is None]
-            st.interrupted += sum((RunKey.seed(st.cell.id, s, h).run_dir(self.work_dir) / CHECKPOINT).exists() for s in fresh)
+            st.interrupted += sum(checkpointed(s) for s in st.final_todo if recorded[s] is None)
 
     def _paused_at_stage(self, rec: Any) -> bool:
         """A run recorded paused at this stage's epoch (`--until-epoch`) or later is not dispatched
