@@ -175,6 +175,26 @@ def test_paused_seed_runs_are_reported_then_continued(ray_up, tmp_path: Path, ca
 
 
 @pytest.mark.ray
+@pytest.mark.timeout(300)
+def test_the_resume_line_counts_the_paused_runs_of_every_cell(ray_up, tmp_path: Path) -> None:
+    """Two cells paused, one checkpoint gone (a root moved without `record load`): the resume line
+    names both, not only the first cell's (the logic study's rerun once said "1 paused run(s)
+    start over" of 14 paused rows, two of them continuing from checkpoints)."""
+    path = write_study(tmp_path, "resumeall", ["gru", "lstm"], trials=0, seeds=1, epochs=2)
+    root = seed_root(tmp_path / "root")
+    _, summary = run_study(path, root, until_epoch=1)
+    assert set(summary["states"].values()) == {"paused"}, summary
+    checkpoints = sorted(root.glob(f"work/*/*/*/{CHECKPOINT}"))
+    assert len(checkpoints) == 2, checkpoints
+    checkpoints[0].unlink()
+    runner, summary = run_study(path, root)
+    assert set(summary["states"].values()) == {"done"}, summary
+    resume = next(e for e in runner.events if e.startswith("resuming:"))
+    assert "1 paused run(s) continue from their checkpoints" in resume, resume
+    assert "1 paused run(s) start over" in resume, resume
+
+
+@pytest.mark.ray
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_paused_search_trial_is_not_told_until_it_ends(ray_up, tmp_path: Path) -> None:

@@ -171,7 +171,9 @@ class StudyRunner(CellPlanning, ResultRecording, RecordClosing, DispatchLoop):
         with StudyLock(RunRoot(self.root).lock(self.study.name)):
             self._phase(f"opening the record ({self.tracking_uri})")
             states = self._open_record()
-            if any(self._has_work(st) for st in states):
+            # Every cell planned, not up to the first with work (`any` over a generator stops there):
+            # the resume line counts the paused and in-flight runs of all of them.
+            if any([self._has_work(st) for st in states]):
                 with self.lease:
                     self._touched |= self.left_open  # closed with the rest when this driver ends
                     self._drive(states, address, num_cpus, ray_temp_dir)
