@@ -43,7 +43,8 @@ class ResultRecording:
     def _open_record(self) -> list[CellState]:
         """Optuna storage, the MLflow study run, and each cell's state as recorded — read in bulk:
         a few queries per store whatever the number of cells. Cell runs and Optuna studies that
-        do not exist yet are created when their cell is first dispatched."""
+        do not exist yet are created when their cell is first planned (a driver with work plans every
+        cell as it starts, for the resume line)."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)

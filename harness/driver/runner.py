@@ -171,9 +171,7 @@ class StudyRunner(CellPlanning, ResultRecording, RecordClosing, DispatchLoop):
         with StudyLock(RunRoot(self.root).lock(self.study.name)):
             self._phase(f"opening the record ({self.tracking_uri})")
             states = self._open_record()
-            # Every cell planned, not up to the first with work (`any` over a generator stops there):
-            # the resume line counts the paused and in-flight runs of all of them.
-            if any([self._has_work(st) for st in states]):
+            if any(self._has_work(st) for st in states):
                 with self.lease:
                     self._touched |= self.left_open  # closed with the rest when this driver ends
                     self._drive(states, address, num_cpus, ray_temp_dir)
@@ -195,6 +193,11 @@ class StudyRunner(CellPlanning, ResultRecording, RecordClosing, DispatchLoop):
         outcome = MlflowStatus.FAILED
         try:
             self.tracker.reopen(self.study_run_id)
+            # Every cell planned before the resume line counts their paused and in-flight runs (the
+            # `any` above stops at the first cell with work). Here, not there: planning may create
+            # cell runs, which this driver's lease must cover and `_close_record` must end.
+            for st in states:
+                self._has_work(st)
             self._say_resume(states)
             self._prepare_data()
             t0 = time.monotonic()
