@@ -23,6 +23,14 @@
 #   crossover    where the persistent kernel starts to win: `bench units --json` at d = 64, 128, 256 with
 #                TPRBENCH_TRITON_KERNEL=batch and =persistent (gru, tpru, slices=8), for the selection rule
 #                ($OUT/crossover_<kernel>_b<B>.json)
+#   tune         the persistent kernel's launch (programs per SM, warps, tiles) at d = 256…1024, B 64 / T 50 and
+#                B 256 / T 100, and slices=8, each against cuDNN GRU and checked against the default setting
+#                (scripts/gpu_tune_persist.py; TUNE_S, default 240, its budget): $OUT/tune_persist.json
+#   pack         one card, many runs: PACK_N (default "4 8") copies of the same logic run at once, as separate
+#                processes (what Ray's fractional `gpus` places on one card; Ray is not in the image), against
+#                one alone, for `tpru` (d = roles = 64: the resident batch kernel on 4 SMs) and the study's
+#                `tpru-v1[roles=512]` (the persistent kernel on every SM): wall time, runs·epochs a minute, and
+#                every packed run's numbers against the lone run's ($OUT/pack.json)
 # Python packages the image lacks (pydantic) travel as wheels in .whl/, filled by
 # scripts/gpu_wheels.sh. The logic data does not travel (../shared is outside the repo): copy
 # $TPRBENCH_DATA/logical_entailment's validate and test files into .gpudata/ (ignored) and carry it
@@ -33,7 +41,7 @@ OUT=${OUT:-/tmp/gpu-check}
 mkdir -p "$OUT"
 LOG=$OUT/gpu.log
 STEPS=${*:-agree bench64 determinism cpu bench256}
-if [ -d .whl ]; then
+if [ -d .whl ] && [ "${GPU_CHECK_WHEELS:-1}" = 1 ]; then  # GPU_CHECK_WHEELS=0: a dry run where the packages are installed
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl 2>&1 | tail -3 || exit 1
     export PYTHONPATH=/tmp/site
 fi
@@ -185,7 +193,51 @@ if len(rows) == 2:
     print("tpru / gru epoch time", round(rows["tpru"] / rows["gru"], 2))
 PY
         ;;
-    *) echo "unknown step: $s (steps: agree bench64 bench256 determinism resume detcost cpu profile persist lm crossover)" ;;
+    tune)
+        step "tune the persistent kernel's launch (programs per SM, warps, tiles)"
+        timeout $(( ${TUNE_S:-240} + 90 )) python3 scripts/gpu_tune_persist.py --out "$OUT/tune_persist.json" --device "$DEV" \
+            --budget-s ${TUNE_S:-240} ${TUNE_ARGS:-} 2>&1 | tail -80 ;;
+    pack)
+        for spec in tpru "tpru-v1[roles=512]"; do
+            tag=$(echo "$spec" | tr -c 'a-z0-9\n' '-')
+            step "pack: $spec alone, then ${PACK_N:-4 8} at once (2 epochs each, 20k pairs, --threads 2)"
+            rm -rf /tmp/pack-*-$tag-*
+            for n in 1 ${PACK_N:-4 8}; do
+                start=$(date +%s.%N)
+                for i in $(seq $n); do
+                    timeout ${PACK_S:-150} python3 -m harness.cli train --task logic --unit "$spec" --dim 64 --set train_size=${GPU_CHECK_TRAIN_SIZE:-20000} \
+                        --data "$DATA" --root /tmp/gpu-root --epochs 2 --threads 2 --device "$DEV" --run-dir /tmp/pack-$n-$tag-$i \
+                        >/tmp/pack-$n-$tag-$i.log 2>&1 &
+                done
+                wait
+                python3 - "$n" "$tag" "$spec" "$start" "$(date +%s.%N)" "$OUT/pack.json" <<'PY'
+import json, os, sys
+n, tag, spec, start, end, out = int(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+def numbers(r):
+    return [{k: v for k, v in row.items() if k != "epoch_seconds"} for row in r["history"]], r["test"], r["best_valid"], r["best_epoch"]
+lone_path = f"/tmp/pack-1-{tag}-1/result.json"
+lone = json.load(open(lone_path)) if os.path.exists(lone_path) else None
+runs = []
+for i in range(1, n + 1):
+    path = f"/tmp/pack-{n}-{tag}-{i}/result.json"
+    if not os.path.exists(path):
+        runs.append(dict(run=i, result="missing: " + open(f"/tmp/pack-{n}-{tag}-{i}.log").read()[-300:]))
+        continue
+    r = json.load(open(path))
+    runs.append(dict(run=i, seconds=round(r["seconds"], 2), epoch_seconds=[round(row["epoch_seconds"], 2) for row in r["history"]],
+                     best_valid=r["best_valid"], identical_to_lone=None if lone is None else numbers(r) == numbers(lone)))
+wall = end - start
+done = sum(1 for r in runs if "seconds" in r)
+row = dict(spec=spec, packed=n, wall_s=round(wall, 2), runs_done=done, run_epochs_per_min=round(done * 2 * 60 / wall, 2), runs=runs)
+record = json.load(open(out)) if os.path.exists(out) else dict(rows=[])
+record["rows"].append(row)
+json.dump(record, open(out, "w"), indent=1)
+same = [r.get("identical_to_lone") for r in runs]
+print(f"{spec} x{n}: wall {wall:.1f} s, {done}/{n} done, {row['run_epochs_per_min']} run-epochs/min, identical to the lone run: {same}")
+PY
+            done
+        done ;;
+    *) echo "unknown step: $s (steps: agree bench64 bench256 determinism resume detcost cpu profile persist lm crossover tune pack)" ;;
     esac; done
     step done
 } 2>&1 | tee "$LOG"
