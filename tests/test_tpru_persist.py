@@ -189,6 +189,25 @@ def test_co_residency_check_falls_back_to_the_batch_kernel(monkeypatch):
     assert tpru_triton.kernel_for(two_per_sm, 256, cuda) == "tiled"  # remembered: the batch kernel from now on
 
 
+@pytest.mark.parametrize(
+    "d,batch,programs",
+    [
+        (256, 64, 128),  # 64 column + 64 role tiles: one program a tile, fewer than the SMs
+        (512, 64, 132),  # 256 tiles: under 2 a program at one program an SM -> one an SM
+        (1024, 64, 264),  # 512 tiles: 2 an SM
+        (512, 256, 528),  # 1,024 tiles: 4 an SM
+        (1024, 256, 528),  # 2,048 tiles: 4 an SM, not more
+    ],
+)
+def test_programs_per_sm_follows_the_tiles_of_a_phase(monkeypatch, d, batch, programs):
+    """The default grid on an H100 (the rule measured there: tpru_persist.programs_per_sm)."""
+    monkeypatch.setattr(tpru_persist, "sm_limits", lambda device: H100)
+    plan = tpru_persist.Plan.of(layout(d, d, config=TritonConfig()), batch, torch.device("cuda"))
+    assert plan.programs == programs
+    pinned = layout(d, d, config=TritonConfig(persistent=PersistentConfig(programs_per_sm=1)))
+    assert tpru_persist.Plan.of(pinned, batch, torch.device("cuda")).programs == min(programs, 132)
+
+
 def test_not_co_resident_runs_the_batch_kernel_with_a_notice(monkeypatch, caplog):
     def refuse(*args, **kwargs):
         raise tpru_persist.NotCoResident("the persistent forward kernel's 264 programs cannot all be resident")

@@ -36,14 +36,17 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64)
 
 @dataclass(frozen=True)
 class PersistentConfig:
-    """Tiles and grid of the persistent kernel (units/tpru_persist.py; untuned, no card has run it yet)."""
+    """Tiles and grid of the persistent kernel (units/tpru_persist.py). Tuned on an H100
+    (scripts/gpu_tune_persist.py, docs/gpu/tune_persist*.json): 16 × 16 tiles and 4 warps were as fast
+    as any other tiles and warps measured; more programs per SM pay where a phase has many tiles
+    (`tpru_persist.programs_per_sm`)."""
 
     block_c: int = 16  # state columns per column tile
     block_n: int = 16  # roles per role tile
     block_k: int = 64  # reduction chunk
-    programs_per_sm: int = 1
+    programs_per_sm: int | None = None  # None: by the tiles of a phase (tpru_persist.programs_per_sm)
     num_warps: int = 4
-    programs: int | None = None  # None: SMs × programs_per_sm on a card (one per tile in the interpreter)
+    programs: int | None = None  # None: SMs × programs per SM on a card (one per tile in the interpreter)
     grid_sync: bool | None = None  # None: a grid barrier on a card; False: one program plays every program in turn
 
 
