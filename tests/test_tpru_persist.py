@@ -144,8 +144,8 @@ def test_selection_rule_on_a_132_sm_card(monkeypatch):
 def test_plan_spreads_a_step_over_the_sms(monkeypatch):
     monkeypatch.setattr(tpru_persist, "sm_limits", lambda device: H100)
     plan = tpru_persist.Plan.of(layout(1024, 1024), 64, torch.device("cuda"))
-    assert plan.counts == (4, 64, 64) and plan.programs == 132 and plan.grid_sync
-    assert plan.first_phase_tiles == 512 and plan.column_tiles == plan.role_tiles == 256  # ≤ 4 tiles a program
+    assert plan.counts == (4, 64, 64) and plan.programs == 264 and plan.grid_sync  # 256 column tiles: 2 programs an SM
+    assert plan.first_phase_tiles == 512 and plan.column_tiles == plan.role_tiles == 256  # ≤ 2 tiles a program
     small = tpru_persist.Plan.of(layout(64, 64, 8, folded=False), 16, torch.device("cuda"))
     assert small.block_c == 16 and small.counts == (1, 1, 4) and small.programs == 32  # no more programs than tiles
     with pytest.raises(ValueError, match="needs programs=1"):
@@ -190,21 +190,25 @@ def test_co_residency_check_falls_back_to_the_batch_kernel(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "d,batch,programs",
+    "d,slices,batch,programs",
     [
-        (256, 64, 128),  # 64 column + 64 role tiles: one program a tile, fewer than the SMs
-        (512, 64, 132),  # 256 tiles: under 2 a program at one program an SM -> one an SM
-        (1024, 64, 264),  # 512 tiles: 2 an SM
-        (512, 256, 528),  # 1,024 tiles: 4 an SM
-        (1024, 256, 528),  # 2,048 tiles: 4 an SM, not more
+        (256, 1, 64, 128),  # 64 column + 64 role tiles: one program a tile, fewer than the SMs
+        (512, 1, 64, 132),  # 128 column tiles: under 1 an SM -> one program an SM
+        (1024, 1, 64, 264),  # 256 column tiles: 2 an SM
+        (1024, 1, 20, 132),  # a language model's batch: 128 column tiles
+        (512, 1, 256, 528),  # 512 column tiles: 4 an SM
+        (1024, 1, 256, 528),  # 1,024 column tiles: 4 an SM, not more
+        (512, 8, 64, 132),  # 128 column tiles (1,024 role tiles, each over one 64-wide slice): one an SM
+        (1024, 8, 64, 264),
+        (512, 8, 256, 528),
     ],
 )
-def test_programs_per_sm_follows_the_tiles_of_a_phase(monkeypatch, d, batch, programs):
+def test_programs_per_sm_follows_the_column_tiles_of_a_step(monkeypatch, d, slices, batch, programs):
     """The default grid on an H100 (the rule measured there: tpru_persist.programs_per_sm)."""
     monkeypatch.setattr(tpru_persist, "sm_limits", lambda device: H100)
-    plan = tpru_persist.Plan.of(layout(d, d, config=TritonConfig()), batch, torch.device("cuda"))
+    plan = tpru_persist.Plan.of(layout(d, d, slices, config=TritonConfig()), batch, torch.device("cuda"))
     assert plan.programs == programs
-    pinned = layout(d, d, config=TritonConfig(persistent=PersistentConfig(programs_per_sm=1)))
+    pinned = layout(d, d, slices, config=TritonConfig(persistent=PersistentConfig(programs_per_sm=1)))
     assert tpru_persist.Plan.of(pinned, batch, torch.device("cuda")).programs == min(programs, 132)
 
 
@@ -248,12 +252,12 @@ def test_interpreted_copies_leave_the_compiled_modules_alone():
 @pytest.mark.slow
 def test_persistent_kernels_compile_for_sm90(monkeypatch):
     """Both directions at d = 1024 with 8 slices and V_b (the three- and four-barrier steps), through
-    Triton and ptxas for sm_90 with no GPU: they build, spill nothing, a grid of one program per SM
+    Triton and ptxas for sm_90 with no GPU: they build, spill nothing, the default grid (2 programs an SM here)
     passes the co-residency check on an H100 (registers and shared memory: docs/benchmarks.md), and
     the barrier's atomics keep their memory order in the PTX."""
     monkeypatch.setattr(tpru_persist, "sm_limits", lambda device: H100)
     plan = tpru_persist.Plan.of(layout(1024, 1024, 8, folded=False), 64, torch.device("cuda"))
-    assert plan.has_vb and plan.programs == 132
+    assert plan.has_vb and plan.programs == 264  # 256 column tiles: the default grid is 2 programs an SM
     for direction in ("forward", "backward"):
         report = tpru_persist.compile_report(plan, direction, limits=H100)
         ptx = report.pop("ptx")

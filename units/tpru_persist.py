@@ -16,7 +16,7 @@ the grid once per step; so does this kernel (tpru_persist_kernels.py):
   tile writes its part of the row statistics and every tile that needs them sums the parts in the
   same order, so runs are deterministic.
 - Residency. Tile i belongs to program i mod P for the whole sequence, with P = the SM count (× 1, 2
-  or 4 programs an SM by the tile count: `programs_per_sm`), so each SM reads only its own slice of W_rec, R and U, the same every step
+  or 4 programs an SM by the column tiles of a step: `programs_per_sm`), so each SM reads only its own slice of W_rec, R and U, the same every step
   (d = 1024: 12 MB of float32 in all, ~90 KB per SM). They stay in the card's L2 (50 MB on an H100),
   and in the SM's L1 unless the barrier's acquire invalidates it (a card will show which).
   Not pinned in registers: a d = 1024 row block would not fit one program's registers beside its
@@ -103,15 +103,17 @@ def preferred(layout: Layout, batch: int, device: torch.device) -> bool:
     return triton.cdiv(batch, layout.config.block_b) < sm_limits(device).sms
 
 
-def programs_per_sm(tiles: int, sms: int) -> int:
-    """Programs per SM when `PersistentConfig.programs_per_sm` is None, from the widest phase's tiles:
-    4 where one program an SM would own ≥ 4 tiles a phase, 2 where it would own ≥ 2, else 1. Measured on
-    an H100 (scripts/gpu_tune_persist.py; docs/benchmarks.md, "Tuned"): more programs hide the latency
-    of a program's tiles run one after another; 4 an SM cut d = 512 / 1024 at B 256 by 30-38%, and more
-    than 4 gained nothing past that or did not fit (the co-residency check); at one or two tiles a
-    program, extra programs only add barrier participants."""
+def programs_per_sm(column_tiles: int, sms: int) -> int:
+    """Programs per SM when `PersistentConfig.programs_per_sm` is None, from a step's column tiles (state
+    columns × batch tiles over every slice; each reduces over d, so they count the step's work, where
+    role tiles of a sliced unit reduce over one slice only): 4 where there are ≥ 2 a SM, 2 where ≥ 1,
+    else 1. Measured on an H100 at 11 shapes (scripts/gpu_tune_persist.py, 20 rounds each; docs/
+    benchmarks.md, "Tuned"), each the fastest or within 5% of it: more programs hide the latency of a
+    program's tiles run one after another (d = 512 / 1024 at B 256: 29-36% faster at 4 an SM; d = 1024
+    at B 64: 15% at 2), while at few column tiles they only add barrier participants (slices = 8, d = 512,
+    B 64: 24% slower at 4 an SM than at 1)."""
     for per_sm in (4, 2):
-        if tiles >= per_sm * sms:
+        if column_tiles * 2 >= per_sm * sms:
             return per_sm
     return 1
 
@@ -142,7 +144,7 @@ class Plan:
             programs = widest  # a card with enough SMs: one tile per program
         else:
             sms = sm_limits(device).sms
-            programs = min(widest, sms * (config.programs_per_sm or programs_per_sm(widest, sms)))
+            programs = min(widest, sms * (config.programs_per_sm or programs_per_sm(plan.column_tiles, sms)))
         return cls(layout, batch, programs, grid_sync)
 
     @property
