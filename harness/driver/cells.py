@@ -172,6 +172,7 @@ class CellState:
     running_search: int = 0
     records: dict[str, Any] = field(default_factory=dict)  # MLflow records of this cell by run key
     tags: dict[str, str] = field(default_factory=dict)  # the cell run's tags as recorded (prefixed)
+    unwritten_tags: dict[str, str] = field(default_factory=dict)  # planned before the cell run exists: written when it is created
     errored: int = 0  # runs whose record is errored (this driver's, and capped ones found at open)
     errored_reason: str = ""
     retried: int = 0  # errored records this driver dispatches again

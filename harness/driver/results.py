@@ -42,9 +42,10 @@ class ResultRecording:
 
     def _open_record(self) -> list[CellState]:
         """Optuna storage, the MLflow study run, and each cell's state as recorded — read in bulk:
-        a few queries per store whatever the number of cells. Cell runs and Optuna studies that
-        do not exist yet are created when their cell is first planned (a driver with work plans every
-        cell as it starts, for the resume line)."""
+        a few queries per store whatever the number of cells. A cell run that does not exist yet is
+        created at its cell's first dispatch: planning, which a driver with work does for every cell as
+        it starts (for the resume line), only notes the tags the new run will carry (`_set_cell_tags`);
+        a cell's Optuna study is opened when the cell first needs it."""
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -125,25 +126,33 @@ class ResultRecording:
             self.snapshots.changed()
 
     def _cell_run(self, st: CellState, extra_tags: dict[str, Any] | None = None) -> str:
-        """The cell's run id; created on first need (its first dispatch or plan), with `extra_tags`.
-        An existing cell run that an earlier driver ended is RUNNING again while this one works on
-        the cell (ended with its summary when the driver exits: `_close_record`)."""
+        """The cell's run id; created on first need (its first dispatch), with the tags planning left
+        for it (`_set_cell_tags`) and `extra_tags`. An existing cell run that an earlier driver ended is
+        RUNNING again while this one works on the cell (ended with its summary when the driver exits:
+        `_close_record`)."""
         cid = st.cell.id
         if cid not in self.cell_runs:
-            self.cell_runs[cid] = self.tracker.create_cell_run(st.cell, self.study_run_id, extra_tags)
-            st.tags.update({k: str(v) for k, v in (extra_tags or {}).items()})
+            tags = {**st.unwritten_tags, **{k: str(v) for k, v in (extra_tags or {}).items()}}
+            self.cell_runs[cid] = self.tracker.create_cell_run(st.cell, self.study_run_id, tags)
+            st.tags.update(tags)
+            st.unwritten_tags = {}
         elif cid not in self._touched:
             self.tracker.reopen(self.cell_runs[cid])
         self._touched.add(cid)
         return self.cell_runs[cid]
 
     def _set_cell_tags(self, st: CellState, tags: dict[str, Any]) -> None:
-        """Write the cell run's tags that differ from what it records (nothing on a no-op rerun)."""
+        """Write the cell run's tags that differ from what it records (nothing on a no-op rerun). A cell
+        with no run yet keeps them until its first dispatch creates the run with them: the driver
+        plans every cell at start (`_drive`, for the resume line), and creating each cell's run there
+        would hold back a fresh study's first job by one create-run round trip per cell (10k cells:
+        minutes on an MLflow server) and show every cell RUNNING before any was dispatched. A cell
+        without a run has no recorded seed runs, so it is dispatched and its run created then."""
         changed = {k: str(v) for k, v in tags.items() if st.tags.get(k) != str(v)}
         if not changed:
             return
         if st.cell.id not in self.cell_runs:
-            self._cell_run(st, changed)
+            st.unwritten_tags.update(changed)
             return
         self.tracker.set_tags(self.cell_runs[st.cell.id], changed)
         st.tags.update(changed)

@@ -194,8 +194,9 @@ class StudyRunner(CellPlanning, ResultRecording, RecordClosing, DispatchLoop):
         try:
             self.tracker.reopen(self.study_run_id)
             # Every cell planned before the resume line counts their paused and in-flight runs (the
-            # `any` above stops at the first cell with work). Here, not there: planning may create
-            # cell runs, which this driver's lease must cover and `_close_record` must end.
+            # `any` above stops at the first cell with work). Here, under the lease and the close
+            # guard. Planning writes tags only to cell runs that exist; a new cell's run is created
+            # at its first dispatch (`_set_cell_tags`).
             for st in states:
                 self._has_work(st)
             self._say_resume(states)
