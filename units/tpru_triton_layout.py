@@ -37,9 +37,10 @@ SUPPORTED_DTYPES = (torch.float32, torch.float64)
 @dataclass(frozen=True)
 class PersistentConfig:
     """Tiles and grid of the persistent kernel (units/tpru_persist.py). Tuned on an H100
-    (scripts/gpu_tune_persist.py, docs/gpu/tune_persist*.json): 16 × 16 tiles and 4 warps were as fast
-    as any other tiles and warps measured; more programs per SM pay where a phase has many tiles
-    (`tpru_persist.programs_per_sm`)."""
+    (scripts/gpu_tune_persist.py, docs/gpu/tune_persist*.json): more programs per SM pay where a step
+    has many column tiles (`tpru_persist.programs_per_sm`); 16 × 16 tiles with 4 warps are the fastest
+    setting that can take them (32 × 32 tiles with 8 warps fit one program an SM; at B 64 the data
+    could not rank the two: docs/benchmarks.md, "Tuned")."""
 
     block_c: int = 16  # state columns per column tile
     block_n: int = 16  # roles per role tile
