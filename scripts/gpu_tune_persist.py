@@ -26,13 +26,14 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import units  # noqa: E402
-from harness.bench.units import _batch, _step, recurrence_of, sized_spec  # noqa: E402
+from harness.bench.units import _batch, _interleaved, recurrence_of, sized_spec  # noqa: E402
 from units import tpru_persist, tpru_triton  # noqa: E402
 from units.tpru_triton_layout import PersistentConfig, TritonConfig  # noqa: E402
 
@@ -161,12 +162,15 @@ def main() -> None:
                 found64 = results(doubled, x64, mask)
                 reference64 = reference64 or found64
                 row["agrees_f64"], row["max_err_f64"] = worst(found64, reference64, RTOL64, RTOL64)
-            times = [[], []]
-            for i in range(args.warmup + args.repeats):
-                for j, m in enumerate((gru, module)):
-                    sample = _step(m, x, mask, device, False, time.perf_counter)
-                    if i >= args.warmup:
-                        times[j].append(sample)
+            pair = [(SimpleNamespace(skipped=None), gru), (SimpleNamespace(skipped=None), module)]
+            times = _interleaved(pair, x, mask, device, args.warmup, args.repeats, False, time.perf_counter)  # bench units' rounds
+            failed = next((r.skipped for r, _ in pair if r.skipped), None)
+            if failed:
+                row["error"] = failed
+                record["rows"].append(row)
+                _write(args.out, record)
+                print(_line(row))
+                continue
             totals = [f + bwd for f, bwd in times[1]]
             gru_totals = [f + bwd for f, bwd in times[0]]
             row.update(

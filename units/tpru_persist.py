@@ -15,10 +15,11 @@ the grid once per step; so does this kernel (tpru_persist_kernels.py):
   the next step's gate and candidate gradients. The normaliser needs a whole row of roles: every role
   tile writes its part of the row statistics and every tile that needs them sums the parts in the
   same order, so runs are deterministic.
-- Residency. Tile i belongs to program i mod P for the whole sequence, with P = the SM count (× 1, 2
-  or 4 programs an SM by the column tiles of a step: `programs_per_sm`), so each SM reads only its own slice of W_rec, R and U, the same every step
-  (d = 1024: 12 MB of float32 in all, ~90 KB per SM). They stay in the card's L2 (50 MB on an H100),
-  and in the SM's L1 unless the barrier's acquire invalidates it (a card will show which).
+- Residency. Tile i belongs to program i mod P for the whole sequence, with P = the SM count × 1, 2
+  or 4 programs an SM (by the column tiles of a step: `programs_per_sm`), so each SM reads only its
+  own slice of W_rec, R and U, the same every step (d = 1024: 12 MB of float32 in all, ~90 KB per
+  SM). They stay in the card's L2 (50 MB on an H100), and in the SM's L1 unless the barrier's
+  acquire invalidates it (a card will show which).
   Not pinned in registers: a d = 1024 row block would not fit one program's registers beside its
   working set (FlashRNN's Triton kernels stop at 64-wide heads for that reason).
 - One grid barrier per phase: 2 per forward step (3 with V_b and several slices), 3 per backward step
@@ -112,8 +113,8 @@ def programs_per_sm(column_tiles: int, sms: int) -> int:
     program's tiles run one after another (d = 512 / 1024 at B 256: 29-36% faster at 4 an SM; d = 1024
     at B 64: 15% at 2), while at few column tiles they only add barrier participants (slices = 8, d = 512,
     B 64: 24% slower at 4 an SM than at 1)."""
-    for per_sm in (4, 2):
-        if column_tiles * 2 >= per_sm * sms:
+    for per_sm, tiles_per_sm in ((4, 2), (2, 1)):
+        if column_tiles >= tiles_per_sm * sms:
             return per_sm
     return 1
 

@@ -45,7 +45,7 @@ class PersistentConfig:
     block_c: int = 16  # state columns per column tile
     block_n: int = 16  # roles per role tile
     block_k: int = 64  # reduction chunk
-    programs_per_sm: int | None = None  # None: by the tiles of a phase (tpru_persist.programs_per_sm)
+    programs_per_sm: int | None = None  # None: by a step's column tiles (tpru_persist.programs_per_sm)
     num_warps: int = 4
     programs: int | None = None  # None: SMs × programs per SM on a card (one per tile in the interpreter)
     grid_sync: bool | None = None  # None: a grid barrier on a card; False: one program plays every program in turn
