@@ -39,8 +39,9 @@ class PersistentConfig:
     """Tiles and grid of the persistent kernel (units/tpru_persist.py). Tuned on an H100
     (scripts/gpu_tune_persist.py, docs/gpu/tune_persist*.json): more programs per SM pay where a step
     has many column tiles (`tpru_persist.programs_per_sm`); 16 × 16 tiles with 4 warps are the fastest
-    setting that can take them (32 × 32 tiles with 8 warps fit one program an SM; at B 64 the data
-    could not rank the two: docs/benchmarks.md, "Tuned")."""
+    setting that can take them (32 × 32 tiles with 8 warps fit one program an SM; at B 64, 20 rounds
+    put them 8-14% ahead at d = 512 only, within the bench's spread, and behind at d = 256:
+    docs/benchmarks.md, "Tuned")."""
 
     block_c: int = 16  # state columns per column tile
     block_n: int = 16  # roles per role tile
