@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The authors' logic code (shuaitang/TPRU bb5db2c, main_logical.py; changes only where torch 2 requires:
-# `git diff` in /work/authors/tpru) on a lent card: their README command with workshop Table 1's
-# 512 roles, SEEDS at once, each for RUN_S seconds; every 100 batches their log prints the time.
-# Data: tprbench's generated 100k training pairs (the study's cache) and ../shared's validate/test
-# files, through their own preprocessing.py. CARD_DRY=1: a CPU dry run on data/small.
+# The authors' logic code (shuaitang/TPRU bb5db2c, main_logical.py; changed only where torch 2 requires:
+# authors-tpru.patch) on a lent card: their README command with workshop Table 1's 512 roles, SEEDS at
+# once, each for RUN_S seconds; every 100 batches their log prints the time. Data: tprbench's generated
+# 100k training pairs (the study's cache) and ../shared's validate/test files, through their own
+# preprocessing.py (prepare.sh builds the folder). CARD_DRY=1: a CPU dry run on data/small (made by hand).
+# STATE_DIR: each seed saves its state there after every epoch and resumes from it on the next call
+# (authors-tpru-resume.patch); its log is appended to.
 set -uo pipefail
 PY=${PY:-python3}
 cd "$(dirname "$0")"
@@ -20,7 +22,8 @@ else [ -f data/preprocessed/data.json ] || gunzip -k data/preprocessed/data.json
 pids=()
 for seed in ${SEEDS:-1111 1 2 3}; do
   timeout ${RUN_S:-430} "$PY" -u $MAIN --seed $seed --bidirectional --cuda --lr 1e-3 --epochs 90 --batch_size 64 \
-    --d_hidden 64 --n_layers 1 --model_type plain --n_roles 512 --data_path $DATA > "$OUT/seed$seed.log" 2>&1 &
+    --d_hidden 64 --n_layers 1 --model_type plain --n_roles 512 --data_path $DATA ${STATE_DIR:+--state $STATE_DIR/seed$seed.pt} \
+    >> "$OUT/seed$seed.log" 2>&1 &
   pids+=($!)
 done
 ( sleep 90; nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv 2>/dev/null > "$OUT/smi.txt" ) &
