@@ -42,8 +42,8 @@ def authors_curves(folder: Path) -> dict[int, list[float]]:
 
 
 def tprbench_curves(study_path: str, root: str, unit: str) -> dict[int, list[float]]:
-    """seed -> validation accuracy (%) after each epoch of the study's cell for `unit` (every run of a
-    seed, a resumed one included: later steps win)."""
+    """seed -> validation accuracy (%) after each epoch of the study's cell for `unit`: the record's
+    ended run of each seed (one per seed: `RecordReader.runs`), its `valid_acc` by step."""
     from harness.record.compressed import reading_root
     from harness.record.sources import default_tracking_uri
     from harness.report.load import load_history, load_runs
@@ -51,19 +51,15 @@ def tprbench_curves(study_path: str, root: str, unit: str) -> dict[int, list[flo
     from harness.study.load import load_study
 
     study = load_study(study_path)
-    cells = filter_cells(expand(study), [f"unit={unit}"])  # options in any order
+    every = expand(study)
+    cells = filter_cells(every, [f"unit={unit}"])  # options in any order
     if not cells:
-        raise SystemExit(f"no cell of {study_path} has unit {unit!r}; its units: {sorted({c.unit for c in expand(study)})}")
+        raise SystemExit(f"no cell of {study_path} has unit {unit!r}; its units: {sorted({c.unit for c in every})}")
     uri = default_tracking_uri(reading_root(Path(root)))  # a committed mlflow.db.gz: its decompressed copy
-    runs = load_runs(uri, study.name)
-    runs = runs[(runs["phase"] == "final") & runs["cell_id"].isin([c.id for c in cells])]
-    history = load_history(uri, study.name, list(runs["run_id"]), ["valid_acc"])
-    curves: dict[int, dict[int, float]] = {}
-    for _, run in runs.iterrows():
-        h = history[history["run_id"] == run["run_id"]]
-        for step, value in zip(h["step"], h["value"]):
-            curves.setdefault(int(run["seed"]), {})[int(step)] = 100.0 * float(value)
-    return {seed: [by_step[e] for e in sorted(by_step)] for seed, by_step in sorted(curves.items())}
+    runs = load_runs(uri, study.name, [c.id for c in cells])
+    runs = runs[runs["phase"] == "final"].sort_values("seed")
+    history = load_history(uri, study.name, list(runs["run_id"]), ["valid_acc"])  # sorted by step
+    return {int(run.seed): [100.0 * v for v in history.loc[history["run_id"] == run.run_id, "value"]] for run in runs.itertuples()}
 
 
 def table(authors: dict[int, list[float]], ours: dict[int, list[float]], unit: str) -> str:
