@@ -3,18 +3,20 @@ from scratch, its report, and the table rows compared with README.md and the com
 reports/quickstart/table.md, exactly (every digit).
 
 Exactly, because the numerics are pinned: torch picks its vectorised CPU kernels (ATen's AVX2 or
-AVX-512 builds) and MKL its code path by the CPU it runs on, and the two give different float
-rounding — measured on an AVX-512 Xeon, one epoch of `tpru-mod1[roles=8]` at the quickstart's
+AVX-512 builds), MKL and oneDNN their code paths by the CPU they run on, and the paths give different
+float rounding — measured on an AVX-512 Xeon, one epoch of `tpru-mod1[roles=8]` at the quickstart's
 size: training loss 0.6956335 with the default kernels, 0.6956254 with ATEN_CPU_CAPABILITY=avx2,
 0.6949517 with MKL_CBWR=AVX2 as well; over the whole quickstart the means moved by up to 2.6
-points, LSTM's and GRU's included (README.md). With ATEN_CPU_CAPABILITY=avx2
-and MKL_CBWR=AVX2 every AVX2 x86 machine (CI's included) runs the same kernels; the variables are set
-in the driver's environment, which the local Ray workers inherit (checked in /proc/<pid>/environ).
-The C++ TPRU loops (units/tpru_ext.py, -march=native) do not add a CPU dependence at these sizes:
-built with -march=x86-64-v3 instead of for the AVX-512 machine, with the two variables set,
-`tpru-mod1[roles=8]` and `tpru[roles=8,slices=8]` (the `omp simd` reductions) trained
-bit-identically. Not checked: an AMD CPU (MKL's AVX2 branch is documented for Intel and
-compatible processors). The study's `max_concurrent = 2`
+points, LSTM's and GRU's included (README.md). The pins choose paths that do not depend on the CPU's
+vendor: ATEN_CPU_CAPABILITY=avx2; MKL_CBWR=COMPATIBLE (MKL's AVX2 branch is Intel's only: on an AMD
+EPYC, 2026-11-28, `MKL_VERBOSE=1` showed `CNR:AUTO` under MKL_CBWR=AVX2, `CNR:COMPATIBLE` under
+COMPATIBLE, and the Intel-pinned table failed this test there); ONEDNN_MAX_CPU_ISA=AVX2 (torch's CPU
+LSTM is oneDNN's `rnn` primitive, `ONEDNN_VERBOSE=1`, which picks AVX-512 where the CPU has it).
+The variables are set in the driver's environment, which the local Ray workers inherit (checked in
+/proc/<pid>/environ). The C++ TPRU loops (units/tpru_ext.py, -march=native) do not add a CPU
+dependence at these sizes: built with -march=x86-64-v3 instead of for the machine, `tpru-mod1[roles=8]`
+trained bit-identically on the AVX-512 Xeon (and `tpru[roles=8,slices=8]`, the `omp simd`
+reductions) and on the AMD EPYC. Not yet checked: the COMPATIBLE table on an Intel CPU. The study's `max_concurrent = 2`
 keeps the schedule of a 2-core machine on any machine (a cell's second trial starts after its first
 has ended, so the median pruner sees the same trials). README.md says both.
 
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 COMMITTED = ROOT / "reports" / "quickstart" / "table.md"
 # The numerics pins: what the README's first command sets, and what this test runs with.
-PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 
 
 def table_rows(text: str) -> list[str]:
