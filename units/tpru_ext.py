@@ -16,7 +16,9 @@ torch's file lock for a single build). Where: $TPRBENCH_EXT_DIR, else
 $XDG_CACHE_HOME/tprbench/ext (~/.cache/tprbench/ext).
 
 Fallback: if the build or load fails (no compiler, no ninja), one line on stderr says why and the
-Python loop in units/tpru_fused.py runs instead — same results, slower. TPRBENCH_CPP=0 turns the
+Python loop in units/tpru_fused.py runs instead — the same results to float rounding, not bit for bit
+(the summation order differs: tests/test_tpru_backends.py; one quickstart epoch of tpru-mod1, train loss
+0.69481795 with the extension, 0.69481845 without), slower. TPRBENCH_CPP=0 turns the
 extension off (no build attempted); `set_enabled(False)` does the same inside a process (tests).
 """
 
@@ -123,7 +125,7 @@ def ops(verbose: bool = False):
                 _state.error = f"{type(exc).__name__}: {reason}"
                 print(
                     f"tprbench: C++ TPRU recurrence unavailable ({_state.error}); using the Python loop "
-                    "(same results, slower; TPRBENCH_CPP=0 silences this)",
+                    "(the same results to float rounding, slower; TPRBENCH_CPP=0 silences this)",
                     file=sys.stderr,
                 )
             _state.tried = True
