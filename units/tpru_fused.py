@@ -21,7 +21,8 @@ scalar, b0 [B,d]. Checked against the autograd loop and `gradcheck` in tests.
 On CPU the two loops run in C++ (units/csrc/tpru_recurrence.cpp, loaded by units/tpru_ext.py):
 the same computation without the interpreter between the ops of a step, with each step's
 elementwise work fused into one pass. The Python loops below are the fallback (no compiler,
-TPRBENCH_CPP=0, other devices) and are tested to give the same results.
+TPRBENCH_CPP=0, other devices) and are tested to give the same results to float rounding (not bit
+for bit: the summation order differs; tests/test_tpru_backends.py).
 """
 
 from __future__ import annotations
