@@ -299,7 +299,7 @@ def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, t
     gru = _seed_values(copy, "gru")
     assert row.ours.value == pytest.approx(statistics.mean(gru))  # all three seeds' values
     assert "1 paused at epoch 7, best so far" in row.ours.text and row.verdict == IN_PROGRESS
-    assert row.ours.runs == 2 and row.ours.progress.startswith("ended: 0 of 1 cells")
+    assert row.ours.runs == 2 and row.ours.progress == "ended: 0 of 1 cell × 3 seeds (2 runs)"  # "1 cells" read as a typo
 
 
 def test_a_metric_the_finished_runs_do_not_log_is_an_error_not_a_verdict(record, tmp_path):

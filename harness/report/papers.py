@@ -371,6 +371,11 @@ def _fmt(mean: float, std: float, digits: int) -> str:
     return text if math.isnan(std) else f"{text} ± {std:.{digits}f}"
 
 
+def _n(count: int, noun: str) -> str:
+    """`1 seed`, `3 seeds`: the table is quoted, and "1 seeds" reads as a typo."""
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _at_epochs(epochs: list[int | None]) -> str:
     """` at epoch 30` / ` at epochs 22-30` for paused seeds (empty where a reason does not say): a
     best-so-far value reads differently after 5 epochs of 90 than after 60."""
@@ -416,7 +421,7 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
         raise PapersError(f'measure {m.select} selects {len(cells)} cells; over = "seeds" needs exactly one')
     full = [cid for cid, n in ended.items() if n >= data.seeds]
     complete = len(full) >= need_cells
-    progress = f"ended: {len(full)} of {need_cells} cells × {data.seeds} seeds ({sum(ended.values())} runs)"
+    progress = f"ended: {len(full)} of {_n(need_cells, 'cell')} × {_n(data.seeds, 'seed')} ({_n(sum(ended.values()), 'run')})"
     note = (f"; {diverged} diverged" if diverged else "") + (f"; {len(paused)} paused{_at_epochs(paused)}, best so far" if paused else "")
     runs = sum(ended.values())
     if not by_cell:
@@ -425,15 +430,20 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
     if m.over == "seeds":
         (vals,) = by_cell.values()
         mean, std = _mean_std(vals)
-        text = _fmt(mean, std, m.digits) + f" ({len(vals)} seeds{note})"
+        text = _fmt(mean, std, m.digits) + f" ({_n(len(vals), 'seed')}{note})"
         return Measured(mean, text, complete, progress, sorted(commits), runs)
     if m.over == "cells":
         mean, std = _mean_std([means[c] for c in sorted(means)])
-        text = _fmt(mean, std, m.digits) + f" over {len(means)} tasks ({sum(map(len, by_cell.values()))} seeds{note})"
+        text = _fmt(mean, std, m.digits) + f" over {_n(len(means), 'task')} ({_n(sum(map(len, by_cell.values())), 'seed')}{note})"
         return Measured(mean, text, complete, progress, sorted(commits), runs)
     count = sum(v > float(m.above) for v in means.values())
     return Measured(
-        float(count), f"{count} of {len(means)}" + (f" ({diverged} seeds diverged)" if diverged else ""), complete, progress, sorted(commits), runs
+        float(count),
+        f"{count} of {len(means)}" + (f" ({_n(diverged, 'seed')} diverged)" if diverged else ""),
+        complete,
+        progress,
+        sorted(commits),
+        runs,
     )
 
 
