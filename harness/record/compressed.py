@@ -30,9 +30,9 @@ from pathlib import Path
 from tasks.paths import file_sha256
 
 from .guard import RecordCorrupt
-from .layout import DB, GZ
+from .layout import DB, GZ, user_cache
 
-CACHE = ("tprbench", "records")  # under $XDG_CACHE_HOME (~/.cache)
+CACHE = "records"  # under $XDG_CACHE_HOME/tprbench (~/.cache/tprbench: layout.user_cache)
 LEVEL = 9
 GZIP_DAMAGE = (gzip.BadGzipFile, EOFError, zlib.error)
 
@@ -81,8 +81,7 @@ def decompress(gz: Path, out: Path) -> None:
 
 
 def cache_home() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).joinpath(*CACHE)
+    return user_cache(CACHE)
 
 
 def reading_root(root: Path) -> Path:

@@ -17,6 +17,7 @@ Imports nothing from the project: `study show` and the record's leaf modules imp
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +34,13 @@ SUMMARY = "summary"  # under cache/
 RECORD_CHECK = "record-check"  # under cache/
 SQLITE = "sqlite:///"  # the URI scheme of a SQLite MLflow store
 JOURNAL_PREFIX = "journal://"  # Optuna's journal file storage, as --storage names it
+
+
+def user_cache(*parts: str) -> Path:
+    """`$XDG_CACHE_HOME/tprbench/<parts>` (~/.cache/tprbench/...): what this machine keeps for any
+    root (committed records decompressed, the empty MLflow store new roots copy). Not created here."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).joinpath("tprbench", *parts)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from tasks.result import REPLACEABLE, RunResult
 
 from ..faults import fault_point
-from . import leftovers
+from . import leftovers, schema_template
 from .contract import (
     BEST_EPOCH,
     LIVE_STATUS,
@@ -651,30 +651,38 @@ def _end_sql(store: Any, ends: list[tuple[str, str, dict[str, float]]], now: int
 
 
 def create_sqlite_store(path: Path) -> None:
-    """Create a new SQLite MLflow store whole or not at all: MLflow's schema migrations run on a
-    temporary file that is renamed into place when they are done. (Run in place, a migration
-    stopped half-way — a full disk, a kill — leaves a file MLflow cannot open again: "table …
-    already exists".)"""
-    import logging
-
-    from mlflow import MlflowClient
-
+    """Create a new SQLite MLflow store whole or not at all: it is made on a temporary file that is
+    renamed into place when it is done. (Made in place, a migration stopped half-way — a full
+    disk, a kill — leaves a file MLflow cannot open again: "table … already exists".) The file is
+    a copy of an empty store migrated once per MLflow version (harness.record.schema_template);
+    where there is none yet, MLflow's migrations run on it, and it is kept for the next store."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = leftovers.own(path, "creating")  # a killed creator's is removed by the next driver
     tmp.unlink(missing_ok=True)
-    for name in ("mlflow", "alembic"):  # schema-creation chatter
-        if logging.getLogger(name).level < logging.WARNING:
-            logging.getLogger(name).setLevel(logging.WARNING)
     try:
-        MlflowClient(tracking_uri=sqlite_uri(tmp)).search_experiments()
-        _dispose_engine(sqlite_uri(tmp))
+        if not schema_template.copy_to(tmp):
+            _migrate(tmp)
+            schema_template.keep(tmp)
         fault_point("creating")  # a kill here leaves the new store unrenamed (tests/test_record_leftovers.py)
         if path.exists() and path.stat().st_size > 0:  # another process created it meanwhile
             return
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _migrate(db: Path) -> None:
+    """MLflow's schema migrations on a new file `db` (closed when they are done)."""
+    import logging
+
+    from mlflow import MlflowClient
+
+    for name in ("mlflow", "alembic"):  # schema-creation chatter
+        if logging.getLogger(name).level < logging.WARNING:
+            logging.getLogger(name).setLevel(logging.WARNING)
+    MlflowClient(tracking_uri=sqlite_uri(db)).search_experiments()
+    _dispose_engine(sqlite_uri(db))
 
 
 def _dispose_engine(uri: str) -> None:
