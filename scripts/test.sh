@@ -12,5 +12,5 @@ export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 HF_DATA
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet . || { echo "test.sh: files not formatted (run .venv/bin/ruff format .)" >&2; exit 1; }
 # --durations: the 25 slowest tests close every log, so the CI budget (under 30 minutes on an idle
-# 2-core machine; the AMD EPYC took 34) is kept from measured times in any run's log, not guessed.
+# 2-core machine; the AMD EPYC took 37-38 in all on 2026-11-28) is kept from measured times, not guessed.
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"

@@ -1,11 +1,12 @@
 """A new SQLite store is a copy of an empty one, migrated once per MLflow version on this machine.
 
 Why: MLflow creates a SQLite store by running all of its alembic migrations, each in its own
-transaction: 2-4 s of CPU, and as long again waiting on the disk, on this project's 2-core
-machines (measured 2026-11-28), for every new run root, every `record load` and ~80 times in one
-CI run. One MLflow version's migrations give the same schema every time, so the first store made
-here leaves an empty copy at `$XDG_CACHE_HOME/tprbench/mlflow-store/mlflow-<version>.db` and the
-next ones copy that file (~1 MB) instead of migrating.
+transaction: 2.3-4.2 s of CPU a store on this project's 2-core machine (measured 2026-11-28,
+niced beside a study; a copy: 0.01 s), for every new run root and ~80 times in one CI run. One
+MLflow version's migrations give the same schema every time, so the first store made here leaves
+an empty copy at `$XDG_CACHE_HOME/tprbench/mlflow-store/mlflow-<version>.db` and the next ones
+copy that file (~1 MB) instead of migrating. (CI's wall time did not measurably drop with it:
+37:24 before, 37:53 after, within run-to-run noise; its tests mostly wait.)
 
 The copy keeps MLflow's schema and its constant rows (the alembic version, the default
 workspace), not the Default experiment (id 0): MLflow writes that row with the artifact root of
@@ -54,7 +55,8 @@ def copy_to(dest: Path) -> bool:
         return True
     except (sqlite3.Error, ValueError):  # a damaged copy: dropped, so the next migrated store replaces it
         Path(dest).unlink(missing_ok=True)
-        src.unlink(missing_ok=True)
+        with suppress(OSError):  # not ours to remove: the store is migrated all the same
+            src.unlink(missing_ok=True)
         return False
 
 
