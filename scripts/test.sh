@@ -12,5 +12,12 @@ export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 HF_DATA
 .venv/bin/ruff check --quiet .
 .venv/bin/ruff format --check --quiet . || { echo "test.sh: files not formatted (run .venv/bin/ruff format .)" >&2; exit 1; }
 # --durations: the 25 slowest tests close every log, so the CI budget (under 30 minutes on an idle
-# 2-core machine; the AMD EPYC took 37-38 in all on 2026-11-28) is kept from measured times, not guessed.
-.venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 "$@"
+# 2-core machine) is kept from measured times, not guessed.
+# -n / --dist loadfile (pytest-xdist): two test processes, each taking whole files, so a module's
+# fixtures are built once and tests/test_servers.py's servers run one at a time. Why: one process
+# kept the 2-core machine 66% idle (user + sys 25.7 of 75.8 core-minutes in a 37.9-minute CI run on
+# the AMD EPYC, 2026-11-28): the suite waits on Ray start-ups, driver subprocesses and servers more
+# than it computes. Every Ray a test starts is its own (a temp dir and session of its own,
+# tests/ray_helpers.py; servers on free ports, tests/servers.py), so two files at once do not meet.
+# TPRBENCH_TEST_WORKERS=0 runs everything in this one process (a debugger, `-x` on a first failure).
+.venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 -n "${TPRBENCH_TEST_WORKERS:-2}" --dist loadfile "$@"
