@@ -20,5 +20,7 @@ export RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled HF_HUB_OFFLINE=1 HF_DATA
 # than it computes. Every Ray a test starts is its own (a temp dir and session of its own,
 # tests/ray_helpers.py; servers on free ports, tests/servers.py), so two files at once do not meet.
 # Measured on the AMD EPYC (fresh clone, idle): 37:53 in all with one process, 27:05 with two (tests 33:31 -> 23:17).
+# The files run in their alphabetical order: the five slowest collected first made it slower (29:30, tests
+# 25:20, user time +2.2 min: the heaviest tests then contend with each other instead of with light ones).
 # TPRBENCH_TEST_WORKERS=0 runs everything in this one process (a debugger, `-x` on a first failure).
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=25 -n "${TPRBENCH_TEST_WORKERS:-2}" --dist loadfile "$@"

@@ -54,15 +54,3 @@ def pytest_generate_tests(metafunc):
     if n > 1:
         metafunc.fixturenames.append("_repeat")
         metafunc.parametrize("_repeat", range(n), ids=[f"repeat{i}" for i in range(n)])
-
-
-# The slowest files first (the CI log's --durations, 2026-11-28: each of these holds tests of 1-4.5
-# minutes). scripts/test.sh runs two test processes that take whole files in collection order; a long
-# file taken last keeps one process busy while the other has nothing left (the first two-process CI
-# run ended on the 4.5-minute quickstart).
-SLOWEST_FILES = ("test_servers.py", "test_quickstart.py", "test_study_ray.py", "test_faults.py", "test_faults_machine_e2e.py")
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # a stable sort: every file keeps its own order
