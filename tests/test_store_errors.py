@@ -246,3 +246,37 @@ def test_a_store_that_stopped_answering_is_retried_and_says_the_real_wait() -> N
     assert said and all("giving up after 2 s" in s and "unavailable for" in s for s in said), said
     reported = float(str(info.value).split("unavailable for ", 1)[1].split(" s", 1)[0])
     assert abs(reported - waited) < 1.0, (reported, waited)
+
+
+def test_a_ctrl_c_inside_optunas_journal_lock_release_is_not_retried_away(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The interrupt lands just after the lock's rename file is unlinked: Optuna's
+    `except BaseException` unlinks it again, and the FileNotFoundError it raises (an OSError,
+    transient) carries the KeyboardInterrupt as its context. `with_retry` must raise the
+    interrupt, not retry the write and run on (CI at stop 55: a Ctrl-C'd study ran to the end)."""
+    import os
+
+    from optuna.storages.journal import JournalFileOpenLock
+
+    from harness.record.retry import with_retry
+
+    lock = JournalFileOpenLock(str(tmp_path / "optuna.journal"))
+    real_unlink, calls = os.unlink, []
+
+    def unlink_then_interrupted(path: str) -> None:
+        real_unlink(path)
+        if not calls:
+            calls.append(path)
+            raise KeyboardInterrupt  # the signal handler runs as the syscall returns
+
+    def write() -> None:
+        lock.acquire()
+        monkeypatch.setattr(os, "unlink", unlink_then_interrupted)
+        try:
+            lock.release()
+        finally:
+            monkeypatch.setattr(os, "unlink", real_unlink)
+
+    said: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with_retry(write, "Optuna storage", said.append, window=5)
+    assert calls and said == [], said  # interrupted at once, never retried

@@ -52,6 +52,24 @@ def is_transient(exc: BaseException) -> bool:
     return name in ("OperationalError", "ConnectionError", "Timeout", "ConnectTimeout", "ReadTimeout")
 
 
+def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C (or SIGTERM, which the driver turns into one) that `exc` was raised while handling.
+
+    A store's clean-up can replace the interrupt with an error of its own: Optuna's journal lock
+    (`JournalFileOpenLock.release`) unlinks its rename file, and when the interrupt lands after
+    that unlink its `except BaseException` unlinks again, so a FileNotFoundError -- transient to
+    `is_transient` -- carries the KeyboardInterrupt as its context. Retried, the interrupt was
+    lost and the driver ran the study to the end (CI, stop 55: exit 0 where 130 was due)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] | None = None, window: float | None = None) -> T:
     """Call `fn`; on a transient store error, retry with exponential backoff (0.5 s doubling to
     8 s) for up to `window` seconds (default $TPRBENCH_STORE_RETRY_SECONDS, else 120), then raise
@@ -67,6 +85,9 @@ def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] |
         try:
             return fn()
         except Exception as exc:
+            interrupt = interrupt_behind(exc)
+            if interrupt is not None:
+                raise interrupt from None
             if not is_transient(exc):
                 raise
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
