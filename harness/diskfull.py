@@ -29,7 +29,8 @@ class DiskFull(RuntimeError):
     user_error = True
 
 
-def _chain(exc: BaseException):
+def exception_chain(exc: BaseException):
+    """`exc`, then what it was raised from or while handling (`__cause__`, else `__context__`), to the first."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
@@ -43,7 +44,7 @@ def is_disk_full(exc: BaseException | str | None) -> bool:
         return False
     if isinstance(exc, str):
         return any(t in exc.lower() for t in _TEXTS)
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         if isinstance(e, OSError) and e.errno in _CODES:
             return True
         if any(t in str(e).lower() for t in _TEXTS):
@@ -53,7 +54,7 @@ def is_disk_full(exc: BaseException | str | None) -> bool:
 
 def failed_path(exc: BaseException) -> str | None:
     """The file the failed write was for, when the exception says (OSError.filename)."""
-    for e in _chain(exc):
+    for e in exception_chain(exc):
         if isinstance(e, OSError) and e.filename:
             return str(e.filename)
     return None

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..diskfull import is_disk_full
+from ..diskfull import exception_chain, is_disk_full
 
 RETRY_ENV = "TPRBENCH_STORE_RETRY_SECONDS"  # how long a write waits for an unavailable store
 DEFAULT_RETRY_SECONDS = 120.0
@@ -60,14 +60,7 @@ def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
     that unlink its `except BaseException` unlinks again, so a FileNotFoundError -- transient to
     `is_transient` -- carries the KeyboardInterrupt as its context. Retried, the interrupt was
     lost and the driver ran the study to the end (CI, stop 55: exit 0 where 130 was due)."""
-    seen: set[int] = set()
-    cause: BaseException | None = exc
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
-    return None
+    return next((e for e in exception_chain(exc) if isinstance(e, KeyboardInterrupt)), None)
 
 
 def with_retry(fn: Callable[[], T], what: str, on_retry: Callable[[str], None] | None = None, window: float | None = None) -> T:
