@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.record.sources import default_tracking_uri
+import pytest
+
+from harness.record.sources import ClientSource, default_tracking_uri
 from harness.record.writer import Tracker
 
 
@@ -35,3 +37,27 @@ def test_a_dead_drivers_live_run_is_ended_killed_when_its_key_starts_again(tmp_p
     info = tracker.client.get_run(left).info
     assert (info.status, info.lifecycle_stage) == ("KILLED", "deleted")
     assert tracker.client.get_run(again).info.status == "RUNNING"
+
+
+@pytest.mark.parametrize("source", ["sql", "client"])
+def test_a_run_an_older_driver_deleted_while_running_is_ended_killed_at_open(tmp_path: Path, source: str) -> None:
+    """Drivers before 2026-11-26 deleted live runs without ending them (21 such runs are in the
+    committed records/logic-paper): the next driver's open pass ends them KILLED and leaves them
+    deleted, through plain SQL and through the MLflow client alike; ended and active runs are untouched."""
+    tracker, cell = _tracker(tmp_path)
+    if source == "client":
+        tracker.reader.source = ClientSource(tracker.reader.source.uri, tracker.client)
+    old = tracker.start_live(cell, "seed/0/abc", {}, "cell", None)
+    tracker.client.delete_run(old)  # as an older driver did: deleted, still RUNNING
+    ended = tracker.start_live(cell, "seed/1/abc", {}, "cell", None)
+    tracker.client.set_terminated(ended, "FINISHED")
+    tracker.client.delete_run(ended)  # a run --force replaced: ended, then deleted
+    assert tracker.reader.source.deleted_unended(tracker.experiment_id) == [old]
+
+    tracker.delete_pending()
+
+    info = tracker.client.get_run(old).info
+    assert (info.status, info.lifecycle_stage) == ("KILLED", "deleted")
+    assert tracker.client.get_run(ended).info.status == "FINISHED"
+    assert tracker.client.get_run(cell).info.lifecycle_stage == "active"
+    assert tracker.reader.source.deleted_unended(tracker.experiment_id) == []

@@ -245,6 +245,12 @@ class SqlSource:
         )
         return [r[0] for r in self.query(sql, {"exp": int(experiment_id)})]
 
+    def deleted_unended(self, experiment_id: str) -> list[str]:
+        """Deleted runs that never ended (any kind): drivers before 2026-11-26 deleted live runs
+        without ending them, and such a run says RUNNING forever to a reader without MLflow's filter."""
+        sql = f"SELECT r.run_uuid FROM runs r WHERE r.experiment_id = :exp AND r.lifecycle_stage = 'deleted' AND r.status NOT IN {_ENDED}"
+        return [r[0] for r in self.query(sql, {"exp": int(experiment_id)})]
+
     def history(self, run_ids: list[str], keys: list[str]) -> list[tuple[str, str, int, float, int]]:
         """(run id, key, step, value, timestamp) of every logged value of `keys` for `run_ids`."""
         rows: list[tuple[str, str, int, float, int]] = []
@@ -359,6 +365,9 @@ class ClientSource:
         ids = [r.info.run_id for r in self.search(experiment_id, kind_filter(Kind.PENDING))]
         ids += [r.info.run_id for r in self.search(experiment_id, kind_filter(Kind.RUN)) if r.info.status not in MLFLOW_ENDED]
         return ids
+
+    def deleted_unended(self, experiment_id: str) -> list[str]:
+        return [r.info.run_id for r in self.search(experiment_id, "", deleted=True) if r.info.status not in MLFLOW_ENDED]
 
     def history(self, run_ids: list[str], keys: list[str]) -> list[tuple[str, str, int, float, int]]:
         rows: list[tuple[str, str, int, float, int]] = []

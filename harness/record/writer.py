@@ -200,13 +200,27 @@ class Tracker:
         return self.reader.run_records(None if cell_id is None else [cell_id])
 
     def delete_pending(self) -> int:
-        """Delete what a killed driver left half-written (its runs are written again). One query."""
+        """Delete what a killed driver left half-written (its runs are written again), and end the
+        deleted runs an older driver left RUNNING (`_end_deleted`). Two queries."""
         if self.experiment_id is None:
             return 0
         ids = self.retry(lambda: self.reader.source.pending(self.experiment_id), "find half-written runs")
         for run_id in ids:
             self.retry(lambda r=run_id: self._retire(r), "delete a half-written run")
+        unended = self.retry(lambda: self.reader.source.deleted_unended(self.experiment_id), "find deleted runs never ended")
+        for run_id in unended:
+            self.retry(lambda r=run_id: self._end_deleted(r), "end a deleted run")
         return len(ids)
+
+    def _end_deleted(self, run_id: str) -> None:
+        """End KILLED a run deleted while RUNNING, as `_retire` ends a run before it deletes it (drivers
+        before 2026-11-26 deleted without ending). MLflow ends only active runs: restored, ended,
+        deleted again; each step is skipped when done (a retry after a store error starts over)."""
+        if self.client.get_run(run_id).info.lifecycle_stage == "deleted":
+            self.client.restore_run(run_id)
+        if self.client.get_run(run_id).info.status not in MLFLOW_ENDED:
+            self.client.set_terminated(run_id, MlflowStatus.KILLED)
+        self.client.delete_run(run_id)
 
     # -- parents ---------------------------------------------------------------------------
     def cell_tags_by_id(self) -> dict[str, dict[str, str]]:
