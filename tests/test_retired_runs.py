@@ -41,7 +41,7 @@ def test_a_dead_drivers_live_run_is_ended_killed_when_its_key_starts_again(tmp_p
 
 @pytest.mark.parametrize("source", ["sql", "client"])
 def test_a_run_an_older_driver_deleted_while_running_is_ended_killed_at_open(tmp_path: Path, source: str) -> None:
-    """Drivers before 2026-11-26 deleted live runs without ending them (21 such runs are in the
+    """Drivers before 2026-11-26 deleted live runs without ending them (19 such runs were in the
     committed records/logic-paper): the next driver's open pass ends them KILLED and leaves them
     deleted, through plain SQL and through the MLflow client alike; ended and active runs are untouched."""
     tracker, cell = _tracker(tmp_path)

@@ -213,14 +213,12 @@ class Tracker:
         return len(ids)
 
     def _end_deleted(self, run_id: str) -> None:
-        """End KILLED a run deleted while RUNNING, as `_retire` ends a run before it deletes it (drivers
-        before 2026-11-26 deleted without ending). MLflow ends only active runs: restored, ended,
-        deleted again; each step is skipped when done (a retry after a store error starts over)."""
+        """End KILLED a run deleted while RUNNING (drivers before 2026-11-26 deleted without ending).
+        MLflow ends only active runs: restored, then `_retire`d. A retry after a store error finds it
+        deleted (restored again) or already active (not restored: MLflow refuses to restore an active run)."""
         if self.client.get_run(run_id).info.lifecycle_stage == "deleted":
             self.client.restore_run(run_id)
-        if self.client.get_run(run_id).info.status not in MLFLOW_ENDED:
-            self.client.set_terminated(run_id, MlflowStatus.KILLED)
-        self.client.delete_run(run_id)
+        self._retire(run_id)
 
     # -- parents ---------------------------------------------------------------------------
     def cell_tags_by_id(self) -> dict[str, dict[str, str]]:
