@@ -113,6 +113,16 @@ def test_measures_and_verdicts(record, tmp_path):
         + claim(
             "gru-far-lstm", '{ select = { unit = "gru" }, metric = "best_valid_acc" }', '{ rule = "within_claim", claim = "lstm", tolerance = 0.0 }'
         )
+        + claim(  # one-sided: GRU at most LSTM's value (+ 0), whichever is larger here
+            "gru-at-most-lstm",
+            '{ select = { unit = "gru" }, metric = "best_valid_acc" }',
+            '{ rule = "at_most_claim", claim = "lstm", tolerance = 0.0 }',
+        )
+        + claim(  # the other way round: the lower of the two holds, where within_claim at 0 fails both
+            "lstm-at-most-gru",
+            '{ select = { unit = "lstm" }, metric = "best_valid_acc" }',
+            '{ rule = "at_most_claim", claim = "gru-far", tolerance = 0.0 }',
+        )
         + claim("all-tpru", '{ select = { unit = "tpru*" }, metric = "best_valid_acc", over = "cells" }', '{ rule = "at_most", value = 1.0 }')
         + claim(
             "count", '{ select = { unit = "*" }, metric = "best_valid_acc", over = "count_above", above = 0.7 }', '{ rule = "at_most", value = 8 }'
@@ -138,6 +148,9 @@ def test_measures_and_verdicts(record, tmp_path):
     assert rows["gru-vs-lstm"].verdict == (HELD if statistics.mean(gru) > statistics.mean(lstm) else UNCHECKED)
     assert rows["gru-near-lstm"].verdict == HELD  # accuracies differ by less than 1
     assert rows["gru-far-lstm"].verdict == (HELD if statistics.mean(gru) == statistics.mean(lstm) else UNCHECKED)
+    assert statistics.mean(gru) != statistics.mean(lstm)  # so exactly one of the two one-sided rows holds
+    assert rows["gru-at-most-lstm"].verdict == (HELD if statistics.mean(gru) < statistics.mean(lstm) else UNCHECKED)
+    assert rows["lstm-at-most-gru"].verdict == (HELD if statistics.mean(lstm) < statistics.mean(gru) else UNCHECKED)
     tpru_units = ["tpru-mod1[roles=8]", "tpru-mod2[roles=8]", "tpru-mod3[roles=8]", "tpru[roles=16]", "tpru[roles=8,slices=8]", "tpru[roles=8]"]
     cell_means = [statistics.mean(_seed_values(record, u)) for u in tpru_units]
     assert rows["all-tpru"].ours.value == pytest.approx(statistics.mean(cell_means))

@@ -130,10 +130,12 @@ class Verdict(_Strict):
 
     within:  |ours − paper_number| ≤ tolerance;  at_most / at_least: ours ≤ / ≥ value;
     below_claim / above_claim: ours < / > the value of another claim (by id), e.g. TPR-RNN's
-    error below the LSTM baseline's; within_claim: |ours − that value| ≤ tolerance ("costs nothing").
+    error below the LSTM baseline's; within_claim: |ours − that value| ≤ tolerance (two-sided: "the
+    same as"); at_most_claim: ours ≤ that value + tolerance (one-sided, "costs nothing" for an error or
+    a perplexity: being far better than the other claim does not fail it).
     """
 
-    rule: Literal["within", "at_most", "at_least", "below_claim", "above_claim", "within_claim"]
+    rule: Literal["within", "at_most", "at_least", "below_claim", "above_claim", "within_claim", "at_most_claim"]
     tolerance: float | None = pydantic.Field(None, ge=0, le=NUMBER_MAX)
     value: Number | None = None
     claim: str | None = None
@@ -147,9 +149,11 @@ class Verdict(_Strict):
             "below_claim": "claim",
             "above_claim": "claim",
             "within_claim": "claim",
+            "at_most_claim": "claim",
         }[self.rule]
-        if getattr(self, need) is None or (self.rule == "within_claim" and self.tolerance is None):
-            raise ValueError(f"rule {self.rule!r} needs `{need}`" + (" and `tolerance`" if self.rule == "within_claim" else ""))
+        with_tolerance = self.rule in ("within_claim", "at_most_claim")
+        if getattr(self, need) is None or (with_tolerance and self.tolerance is None):
+            raise ValueError(f"rule {self.rule!r} needs `{need}`" + (" and `tolerance`" if with_tolerance else ""))
         return self
 
 
@@ -498,6 +502,8 @@ def decide(claim: Claim, ours: Measured | None, others: dict[str, Measured]) -> 
             return IN_PROGRESS
         if v.rule == "within_claim":
             ok = abs(ours.value - other.value) <= float(v.tolerance)  # type: ignore[arg-type]
+        elif v.rule == "at_most_claim":
+            ok = ours.value <= other.value + float(v.tolerance)  # type: ignore[arg-type]
         else:
             ok = ours.value < other.value if v.rule == "below_claim" else ours.value > other.value
     return HELD if ok else _not_held(claim)
