@@ -24,8 +24,9 @@ def logic_model(unit: str, arch: str = "plain", dim: int = 64, **options):
 # --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("unit, expected", [("lstm", 65_536), ("gru", 49_152), ("tpru-v1", 40_960)])
 def test_logic_plain_counts_equal_workshop_table_1(unit, expected):
-    """Workshop Table 1 (logic, plain, d = 64): LSTM 65.5k, GRU 49.1k, TPRU 41.0k = 2 × 20,480
-    (the table prints 40.1k, a typo: 2 × (3·64² + 2·64·64) = 40,960). Weight matrices only, two layers."""
+    """Workshop Table 1 (logic, plain, d = 64): LSTM 65.5k, GRU 49.1k, TPRU 2 × 20,480 (the table
+    prints 40.1k, a typo: 2 × (3·64² + 2·64·64) = 40,960, 40.9k truncated as the table's GRU
+    49,152 → 49.1k). Weight matrices only, two layers."""
     counts = units.model_param_counts(logic_model(unit))
     assert counts.formula == expected
 
