@@ -78,7 +78,7 @@ class HParams(pydantic.BaseModel):
         ge=0,
         description="step schedule: epochs at the initial lr before the first decay, "
         "then ×lr_gamma every lr_step epochs (0: StepLR's, first decay "
-        "after lr_step epochs). Zaremba et al.'s PTB LSTMs: 4, 1, 0.5",
+        "after lr_step epochs). Zaremba et al.'s PTB LSTM code: 5, 1, 0.5 (lr 1 for 5 epochs)",
     )
     factor: float = Field(0.5, gt=0, description="plateau/threshold schedules: decay factor")
     patience: int = Field(10, ge=0, description="plateau schedule: epochs without improvement before a decay")

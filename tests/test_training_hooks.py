@@ -128,8 +128,10 @@ def _schedule(**hp):
 
 
 def test_step_schedule_with_a_delayed_start_is_zarembas():
-    """Zaremba et al.'s small PTB LSTM: lr 1 for 4 epochs, then halved after every epoch (epoch 5 at
-    0.5, epoch 13 at 2^-9); the lr of each epoch is what the optimiser holds while it trains."""
+    """lr_decay_start = 4: lr 1 for 4 epochs, then halved after every epoch (epoch 5 at 0.5, epoch 13
+    at 2^-9; studies/hrr-ptb-paper.toml's run). Zaremba et al.'s code keeps lr 1 for 5 epochs (its
+    `epoch > max_epoch` test with max_epoch = 4): lr_decay_start = 5. The lr of each epoch is what
+    the optimiser holds while it trains."""
     opt, sched = _schedule(lr_decay_start=4, lr_step=1, lr_gamma=0.5)
     lrs = []
     for _epoch in range(13):
