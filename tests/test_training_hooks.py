@@ -127,7 +127,7 @@ def _schedule(**hp):
     return opt, Schedule(opt, HParams(**hp), "valid_loss", "minimize")
 
 
-def test_step_schedule_with_a_delayed_start_is_zarembas():
+def test_step_schedule_with_a_delayed_start():
     """lr_decay_start = 4: lr 1 for 4 epochs, then halved after every epoch (epoch 5 at 0.5, epoch 13
     at 2^-9; studies/hrr-ptb-paper.toml's run). Zaremba et al.'s code keeps lr 1 for 5 epochs (its
     `epoch > max_epoch` test with max_epoch = 4): lr_decay_start = 5. The lr of each epoch is what

@@ -142,18 +142,17 @@ class Verdict(_Strict):
 
     @pydantic.model_validator(mode="after")
     def _needs(self) -> Verdict:
-        need = {
-            "within": "tolerance",
-            "at_most": "value",
-            "at_least": "value",
-            "below_claim": "claim",
-            "above_claim": "claim",
-            "within_claim": "claim",
-            "at_most_claim": "claim",
+        fields = {
+            "within": ("tolerance",),
+            "at_most": ("value",),
+            "at_least": ("value",),
+            "below_claim": ("claim",),
+            "above_claim": ("claim",),
+            "within_claim": ("claim", "tolerance"),
+            "at_most_claim": ("claim", "tolerance"),
         }[self.rule]
-        with_tolerance = self.rule in ("within_claim", "at_most_claim")
-        if getattr(self, need) is None or (with_tolerance and self.tolerance is None):
-            raise ValueError(f"rule {self.rule!r} needs `{need}`" + (" and `tolerance`" if with_tolerance else ""))
+        if any(getattr(self, f) is None for f in fields):
+            raise ValueError(f"rule {self.rule!r} needs " + " and ".join(f"`{f}`" for f in fields))
         return self
 
 
