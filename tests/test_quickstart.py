@@ -22,7 +22,7 @@ The pins do not make Intel and AMD agree. On an Intel Xeon (2026-12-01, AVX-512,
 pinned command printed the same table in CI and twice here (one and two Ray CPUs), 40 of its 48 means
 off the AMD table's by up to 2.7 points (tpru-mod3 exam 69.0 → 66.3). Ruled out there, each by
 bit-identical checkpoints and test losses after one epoch of gru, lstm and tpru-mod1 with the CPUID
-instruction emulated (reports/babi-authors-code/tools/cpuid/shim.c): the cache sizes CPUID reports
+instruction emulated (reports/babi-authors-code/tools/cpuid/shim.c, its CPUID_* variables): the cache sizes CPUID reports
 (L1d 32 KB, L2 512 KB, L3 16 MB instead of 48 KB / 2 MB / 480 MB), the vendor string (AuthenticAMD),
 AVX-512 hidden from CPUID (torch then reports AVX2), MKL_CBWR=COMPATIBLE,STRICT. What is left is the
 silicon, e.g. approximate instructions (rcpps/rsqrtps) whose results differ by vendor; not found.
@@ -76,13 +76,17 @@ def table_rows(text: str) -> list[str]:
     return rows
 
 
-def cpu_vendor() -> str:
-    """/proc/cpuinfo's vendor_id (GenuineIntel, AuthenticAMD), '' where there is none."""
+def _cpuinfo() -> str:
+    """/proc/cpuinfo, '' where there is none."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        return Path("/proc/cpuinfo").read_text()
     except OSError:
         return ""
-    return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("vendor_id")), "")
+
+
+def cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id (GenuineIntel, AuthenticAMD), '' where there is none."""
+    return next((ln.split(":", 1)[1].strip() for ln in _cpuinfo().splitlines() if ln.startswith("vendor_id")), "")
 
 
 def reference_table(vendor: str) -> Path | None:
@@ -124,10 +128,7 @@ def check_against_readme(got: list[str], readme: list[str]) -> list[str]:
 
 
 def _avx2() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+    flags = _cpuinfo()
     return platform.machine() in ("x86_64", "AMD64") and " avx2" in flags and " fma" in flags
 
 
