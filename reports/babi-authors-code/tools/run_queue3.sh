@@ -5,7 +5,7 @@
 # is done when its log reaches STEPS or holds a validation at accuracy 1.0.
 # Usage: QUEUE=/work/authors/queue3.txt nohup ./run_queue3.sh > runs/queue3.log 2>&1 &
 set -u
-cd /work/authors/TPR-RNN
+cd ${SRC:-/work/authors/TPR-RNN}  # SRC: another copy of their code, e.g. an ablated one (../ablation/)
 STEPS=${STEPS:-21300}
 QUEUE=${QUEUE:-/work/authors/queue3.txt}
 export OMP_NUM_THREADS=1 PYTHONHASHSEED=0 TF_CPP_MIN_LOG_LEVEL=1 TF_ENABLE_ONEDNN_OPTS=0
@@ -15,13 +15,13 @@ while true; do
   next=""
   while read -r task seed; do
     [[ -z "$task" || "$task" == \#* ]] && continue
-    j="/work/authors/runs/qa${task}-seed${seed}.jsonl"
+    j="/work/authors/runs/${PREFIX:-}qa${task}-seed${seed}.jsonl"
     if [[ -f "$j" ]] && { grep -q "\"step\": ${STEPS}," "$j" || solved "$j"; }; then continue; fi
     next="$task $seed"; break
   done < "$QUEUE"
   [[ -z "$next" ]] && break
   read -r task seed <<< "$next"
-  name="qa${task}-seed${seed}"; j="/work/authors/runs/${name}.jsonl"
+  name="${PREFIX:-}qa${task}-seed${seed}"; j="/work/authors/runs/${name}.jsonl"  # PREFIX: a run-name prefix, e.g. w-
   rm -rf "logs/${name}"; rm -f "$j"
   echo "$(date -Is) start ${name}"
   /work/authors/venv/bin/python train.py "$task" "$name" "$seed" "$STEPS" "$j" /work/authors/data \
