@@ -315,6 +315,48 @@ def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, t
     assert row.ours.runs == 2 and row.ours.progress == "ended: 0 of 1 cell × 3 seeds (2 runs)"  # "1 cells" read as a typo
 
 
+def _set_status(copy: Path, unit: str, seeds: tuple[str, ...], status: str) -> None:
+    """Give some final-phase seed runs of a unit another status tag, by hand (the record's tables)."""
+    con = sqlite3.connect(copy / "mlflow.db")
+    for seed in seeds:
+        (run,) = con.execute(
+            "SELECT u.run_uuid FROM tags u JOIN tags p ON p.run_uuid = u.run_uuid AND p.key = 'tprbench.phase' "
+            "AND p.value = 'final' JOIN tags s ON s.run_uuid = u.run_uuid AND s.key = 'tprbench.seed' AND s.value = ? "
+            "WHERE u.key = 'tprbench.unit' AND u.value = ?",
+            (seed, unit),
+        ).fetchone()
+        con.execute("UPDATE tags SET value = ? WHERE run_uuid = ? AND key = 'tprbench.status'", (status, run))
+    con.commit()
+    con.close()
+
+
+def test_a_diverged_seed_is_left_out_or_fails_its_cell_as_the_claim_says(record, tmp_path, monkeypatch):
+    """Left out (the default), a cell whose every seed diverged is not counted at all and one with a
+    seed left is counted from the others; `diverged = "failed"` counts both cells as failed — the
+    authors' loop reports such a seed at its best validation before the NaN. Either way the seeds
+    ended, so the measure is complete."""
+    import shutil
+
+    monkeypatch.setenv("TPRBENCH_RECORD_SUMMARY", "0")  # the tags are edited by hand below
+    copy = tmp_path / "rec"
+    shutil.copytree(record, copy, ignore=shutil.ignore_patterns("cache"))
+    _set_status(copy, "gru", ("0", "1", "2"), "diverged")
+    _set_status(copy, "lstm", ("0",), "diverged")
+    above = 2.0  # no accuracy is above it: only diverged cells can count
+    count = '{{ select = {{ unit = "*" }}, metric = "best_valid_acc", over = "count_above", above = {a}{d} }}'
+    body = claim("left-out", count.format(a=above, d=""), '{ rule = "at_most", value = 0 }') + claim(
+        "failed", count.format(a=above, d=', diverged = "failed"'), '{ rule = "at_most", value = 0 }'
+    )
+    rows = {r.claim.id: r for r in evaluate(load_claims(_claims(tmp_path, body)), copy)}
+    assert rows["left-out"].ours.value == 0 and rows["left-out"].ours.text == "0 of 7 (4 seeds diverged)"
+    assert rows["failed"].ours.value == 2 and rows["failed"].ours.text == "2 of 8 (4 seeds diverged, counted as failed)"
+    assert rows["left-out"].verdict == HELD and rows["failed"].ours.complete and rows["failed"].verdict == UNCHECKED
+    with pytest.raises(PapersError, match=r'diverged = "failed" counts cells as failed: it needs over = "count_above"'):
+        load_claims(
+            _claims(tmp_path, claim("x", '{ select = { unit = "gru" }, metric = "m", diverged = "failed" }', '{ rule = "at_most", value = 1 }'))
+        )
+
+
 def test_a_metric_the_finished_runs_do_not_log_is_an_error_not_a_verdict(record, tmp_path):
     """A misspelt metric used to read as "nothing finished" and decide *did not hold*."""
     body = claim("typo", '{ select = { unit = "gru" }, metric = "best_valid_accuracy" }', '{ rule = "at_most", value = 1.0 }')

@@ -108,6 +108,13 @@ class Measure(_Strict):
     over = "seeds":  exactly one cell; its mean ± std over seeds.
     over = "cells":  the mean over cells of each cell's seed mean; ± the std over cells.
     over = "count_above": how many cells have a seed mean above `above` (bAbI's failed tasks).
+
+    A diverged seed (NaN/inf loss) has no test value. By default (`diverged = "left out"`) it is
+    left out of its cell's mean and named in the text. `diverged = "failed"` (count_above only)
+    counts a cell with a diverged seed as above `above`: the reading of a training loop that, like
+    ischlag/TPR-RNN's `train()`, reports a seed at its best validation before the NaN — for seeds
+    that diverge before they learn the task (TPR-RNN's ablations on qa6, within 400 updates), a
+    failed seed. The claim's note should say why that reading fits its runs.
     """
 
     select: dict[Literal["task_label", "arch", "unit", "dim"], str]
@@ -117,11 +124,14 @@ class Measure(_Strict):
     above: Number | None = None
     cells: int | None = pydantic.Field(None, ge=1, le=1_000_000, description="cells the measure needs (default: what the study file has)")
     digits: int = pydantic.Field(2, ge=0, le=6)
+    diverged: Literal["left out", "failed"] = "left out"
 
     @pydantic.model_validator(mode="after")
     def _threshold(self) -> Measure:
         if (self.over == "count_above") != (self.above is not None):
             raise ValueError('`above` is required with over = "count_above" and only there')
+        if self.diverged == "failed" and self.over != "count_above":
+            raise ValueError('diverged = "failed" counts cells as failed: it needs over = "count_above"')
         return self
 
 
@@ -395,6 +405,7 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
     by_cell: dict[str, list[float]] = {}
     ended: dict[str, int] = {}  # finished or diverged seeds per cell
     diverged = 0
+    diverged_cells: set[str] = set()
     paused: list[int | None] = []  # the epoch each paused seed's best-so-far value is from
     commits: set[str] = set()
     wanted = {c[Col.CELL] for c in cells}
@@ -410,6 +421,7 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
         v = r.get(col)
         if r.get(Col.STATUS) not in (RunStatus.FINISHED, RunStatus.PAUSED):
             diverged += 1
+            diverged_cells.add(r[Col.CELL])
         elif v is not None and not (isinstance(v, float) and math.isnan(v)):
             by_cell.setdefault(r[Col.CELL], []).append(float(v) * m.scale)
         else:
@@ -427,7 +439,8 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
     progress = f"ended: {len(full)} of {_n(need_cells, 'cell')} × {_n(data.seeds, 'seed')} ({_n(sum(ended.values()), 'run')})"
     note = (f"; {diverged} diverged" if diverged else "") + (f"; {len(paused)} paused{_at_epochs(paused)}, best so far" if paused else "")
     runs = sum(ended.values())
-    if not by_cell:
+    failing = diverged_cells if m.diverged == "failed" else set()
+    if not by_cell and not failing:
         return Measured(None, "–" + (f" ({diverged} diverged)" if diverged else ""), complete, progress, sorted(commits), runs)
     means = {cid: _mean_std(v)[0] for cid, v in by_cell.items()}
     if m.over == "seeds":
@@ -439,10 +452,12 @@ def measure(m: Measure, data: StudyRuns) -> Measured:
         mean, std = _mean_std([means[c] for c in sorted(means)])
         text = _fmt(mean, std, m.digits) + f" over {_n(len(means), 'task')} ({_n(sum(map(len, by_cell.values())), 'seed')}{note})"
         return Measured(mean, text, complete, progress, sorted(commits), runs)
-    count = sum(v > float(m.above) for v in means.values())
+    counted = set(means) | failing
+    count = sum(cid in failing or means[cid] > float(m.above) for cid in counted)
+    why = ", counted as failed" if failing else ""
     return Measured(
         float(count),
-        f"{count} of {len(means)}" + (f" ({_n(diverged, 'seed')} diverged)" if diverged else ""),
+        f"{count} of {len(counted)}" + (f" ({_n(diverged, 'seed')} diverged{why})" if diverged else ""),
         complete,
         progress,
         sorted(commits),
