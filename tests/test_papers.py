@@ -288,6 +288,25 @@ def test_committed_papers_report_regenerates_byte_for_byte(tmp_path, data_root):
         assert (out / name).read_text() == (committed / name).read_text(), name
 
 
+def _set_status(copy: Path, unit: str, seeds: tuple[str, ...], status: str) -> list[str]:
+    """Give some final-phase seed runs of a unit another status tag, by hand (the record's tables);
+    their run ids."""
+    con = sqlite3.connect(copy / "mlflow.db")
+    runs = []
+    for seed in seeds:
+        (run,) = con.execute(
+            "SELECT u.run_uuid FROM tags u JOIN tags p ON p.run_uuid = u.run_uuid AND p.key = 'tprbench.phase' "
+            "AND p.value = 'final' JOIN tags s ON s.run_uuid = u.run_uuid AND s.key = 'tprbench.seed' AND s.value = ? "
+            "WHERE u.key = 'tprbench.unit' AND u.value = ?",
+            (seed, unit),
+        ).fetchone()
+        con.execute("UPDATE tags SET value = ? WHERE run_uuid = ? AND key = 'tprbench.status'", (status, run))
+        runs.append(run)
+    con.commit()
+    con.close()
+    return runs
+
+
 def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, tmp_path, monkeypatch):
     """A seed paused by `run --until-epoch` has its best-so-far numbers: they are averaged, but the
     seed has not ended, so the measure is in progress (a verdict waits for the last epoch)."""
@@ -296,13 +315,8 @@ def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, t
     monkeypatch.setenv("TPRBENCH_RECORD_SUMMARY", "0")  # the tag is edited by hand below
     copy = tmp_path / "rec"
     shutil.copytree(record, copy, ignore=shutil.ignore_patterns("cache"))
+    (run,) = _set_status(copy, "gru", ("0",), "paused")
     con = sqlite3.connect(copy / "mlflow.db")
-    (run,) = con.execute(
-        "SELECT u.run_uuid FROM tags u JOIN tags p ON p.run_uuid = u.run_uuid AND p.key = 'tprbench.phase' "
-        "AND p.value = 'final' JOIN tags s ON s.run_uuid = u.run_uuid AND s.key = 'tprbench.seed' AND s.value = '0' "
-        "WHERE u.key = 'tprbench.unit' AND u.value = 'gru'"
-    ).fetchone()
-    con.execute("UPDATE tags SET value = 'paused' WHERE run_uuid = ? AND key = 'tprbench.status'", (run,))
     con.execute("DELETE FROM tags WHERE run_uuid = ? AND key = 'tprbench.reason'", (run,))
     con.execute("INSERT INTO tags (key, value, run_uuid) VALUES ('tprbench.reason', ?, ?)", (paused_reason(7, 90, 7), run))
     con.commit()
@@ -313,21 +327,6 @@ def test_paused_seeds_give_their_values_but_keep_the_claim_in_progress(record, t
     assert row.ours.value == pytest.approx(statistics.mean(gru))  # all three seeds' values
     assert "1 paused at epoch 7, best so far" in row.ours.text and row.verdict == IN_PROGRESS
     assert row.ours.runs == 2 and row.ours.progress == "ended: 0 of 1 cell × 3 seeds (2 runs)"  # "1 cells" read as a typo
-
-
-def _set_status(copy: Path, unit: str, seeds: tuple[str, ...], status: str) -> None:
-    """Give some final-phase seed runs of a unit another status tag, by hand (the record's tables)."""
-    con = sqlite3.connect(copy / "mlflow.db")
-    for seed in seeds:
-        (run,) = con.execute(
-            "SELECT u.run_uuid FROM tags u JOIN tags p ON p.run_uuid = u.run_uuid AND p.key = 'tprbench.phase' "
-            "AND p.value = 'final' JOIN tags s ON s.run_uuid = u.run_uuid AND s.key = 'tprbench.seed' AND s.value = ? "
-            "WHERE u.key = 'tprbench.unit' AND u.value = ?",
-            (seed, unit),
-        ).fetchone()
-        con.execute("UPDATE tags SET value = ? WHERE run_uuid = ? AND key = 'tprbench.status'", (status, run))
-    con.commit()
-    con.close()
 
 
 def test_a_diverged_seed_is_left_out_or_fails_its_cell_as_the_claim_says(record, tmp_path, monkeypatch):
