@@ -97,8 +97,8 @@ def cpu_kind(vendor: str) -> str:
     rows up to 4.0 points off: the C++ TPRU loops are built -march=native (units/tpru_ext.py), and
     built for x86-64-v3 instead they printed four of those five rows as the AVX2 EPYC (tpru with 16
     roles still differed). The Intel table comes from an AVX-512 Xeon; no AVX2 Intel has been seen."""
-    if vendor == "AuthenticAMD" and "avx512f" in _cpuinfo().split():
-        return "AuthenticAMD-avx512"
+    if vendor == README_VENDOR and "avx512f" in _cpuinfo().split():
+        return f"{README_VENDOR}-avx512"
     return vendor
 
 
@@ -199,14 +199,14 @@ def test_the_quickstart_prints_the_readmes_table(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stdout[-3000:] + report.stderr[-3000:]
     got = table_rows((out / "table.md").read_text())
     assert len(got) == 10  # header, rule, 8 cells
-    vendor = cpu_kind(cpu_vendor())
-    reference = reference_table(vendor)
+    kind = cpu_kind(cpu_vendor())
+    reference = reference_table(kind)
     if reference is None:
         problems = check_against_readme(got, table_rows(README.read_text()))
-        assert not problems, f"the quickstart on {vendor or 'this CPU'} is off README's table beyond rounding: {problems}"
+        assert not problems, f"the quickstart on {kind or 'this CPU'} is off README's table beyond rounding: {problems}"
         warnings.warn(
-            f"no committed quickstart table for {vendor!r}: checked within {TOLERANCE} points of README's; "
-            f"commit this one as reports/quickstart/by-cpu/{vendor}/ (tprbench report --out):\n" + "\n".join(got),
+            f"no committed quickstart table for {kind!r}: checked within {TOLERANCE} points of README's; "
+            f"commit this one as reports/quickstart/by-cpu/{kind}/ (tprbench report --out):\n" + "\n".join(got),
             stacklevel=1,
         )
         return
