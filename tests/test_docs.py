@@ -62,7 +62,7 @@ def _study_names() -> dict[str, Path]:
 
 def test_the_readme_says_how_to_reach_tprbench() -> None:
     text = README.read_text()
-    assert re.match(r"# tprbench\n\n```bash\nbash scripts/install\.sh && (\w+=\w+ )*\.venv/bin/tprbench run studies/quickstart\.toml ", text)
+    assert re.match(r"# tprbench\n\n```bash\nbash scripts/install\.sh && (\w+=[\w.-]+ )*\.venv/bin/tprbench run studies/quickstart\.toml ", text)
     everyday = text[text.index("## Everyday commands") :]
     assert "source .venv/bin/activate" in everyday.split("```")[0] and ".venv/bin/tprbench" in everyday.split("```")[0]
 

@@ -1,7 +1,7 @@
 """The README's first command prints the README's table: `tprbench run studies/quickstart.toml`
 from scratch, its report, and the table rows compared, exactly (every digit), with the committed
 table of this CPU's vendor: README.md's and reports/quickstart/table.md on AMD (where they were
-made), reports/quickstart/by-cpu/<vendor_id>/table.md elsewhere.
+made), reports/quickstart/by-cpu/<kind>/table.md elsewhere (`cpu_kind`).
 
 Exactly, because the numerics are pinned: torch picks its vectorised CPU kernels (ATen's AVX2 or
 AVX-512 builds), MKL and oneDNN their code paths by the CPU they run on, and the paths give different
@@ -12,15 +12,23 @@ points, LSTM's and GRU's included (README.md). The pins: ATEN_CPU_CAPABILITY=avx
 (MKL's AVX2 branch is Intel's only: on an AMD EPYC, 2026-11-28, `MKL_VERBOSE=1` showed `CNR:AUTO`
 under MKL_CBWR=AVX2, `CNR:COMPATIBLE` under COMPATIBLE); ONEDNN_MAX_CPU_ISA=AVX2 (torch's CPU LSTM is
 oneDNN's `rnn` primitive, `ONEDNN_VERBOSE=1`, which picks AVX-512 where the CPU has it).
-The variables are set in the driver's environment, which the local Ray workers inherit (checked in
-/proc/<pid>/environ). The C++ TPRU loops (units/tpru_ext.py, -march=native) do not add a CPU
-dependence at these sizes: built with -march=x86-64-v3 instead of for the machine, `tpru-mod1[roles=8]`
-trained bit-identically on the AVX-512 Xeon (and `tpru[roles=8,slices=8]`, the `omp simd`
-reductions) and on the AMD EPYC.
+The fifth and sixth pins, TPRBENCH_MARCH=x86-64-v3 TPRBENCH_MTUNE=znver3, fix the code GCC makes of
+the C++ TPRU loops (units/tpru_ext.py; -march=native otherwise), whose vectorised reductions round by
+target: CI on a second Intel Xeon (2026-12-06, family 6 model 207, where GCC 12's -march=native is
+`cooperlake` with generic tuning and 512-bit vectors) printed TPRU rows up to 3.4 points off the first
+Xeon's table, LSTM's and GRU's equal. There, built -march=x86-64-v3 the quickstart printed the first
+Xeon's table digit for digit; built -march=znver3 (an AVX2 EPYC's native target) its `tpru` 16 roles row
+moved — the row an AVX-512 EPYC could not match with an x86-64-v3 build (2026-12-02). GCC 12 emits the
+same assembly for units/csrc/tpru_recurrence.cpp under -march=znver2, -march=znver3 and -march=x86-64-v3
+-mtune=znver2/znver3 (md5 of `g++ -S`, on that Xeon): the pin is the AVX2 EPYC's own build, so README's
+table (made there with -march=native) stands, within the instruction set of every AVX2 CPU. The
+variables are set in the driver's environment, which the local Ray workers inherit (checked in
+/proc/<pid>/environ).
 
 The pins do not make Intel and AMD agree. On an Intel Xeon (2026-12-01, AVX-512, 48 KB L1d) the
 pinned command printed the same table in CI and twice here (one and two Ray CPUs), 40 of its 48 means
-off the AMD table's by up to 2.7 points (tpru-mod3 exam 69.0 → 66.3). Ruled out there, each by
+off the AMD table's by up to 2.7 points (tpru-mod3 exam 69.0 → 66.3), LSTM's and GRU's rows among them.
+Ruled out there, each by
 bit-identical checkpoints and test losses after one epoch of gru, lstm and tpru-mod1 with the CPUID
 instruction emulated (reports/babi-authors-code/tools/cpuid/shim.c, its CPUID_* variables): the cache sizes CPUID reports
 (L1d 32 KB, L2 512 KB, L3 16 MB instead of 48 KB / 2 MB / 480 MB), the vendor string (AuthenticAMD),
@@ -62,7 +70,13 @@ BY_CPU = ROOT / "reports" / "quickstart" / "by-cpu"
 #: up to 2.7 (exam, 100 pairs), a broken unit falls to chance (50).
 TOLERANCE = 5.0
 # The numerics pins: what the README's first command sets, and what this test runs with.
-PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+PINS = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_CBWR": "COMPATIBLE",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "TPRBENCH_MARCH": "x86-64-v3",
+    "TPRBENCH_MTUNE": "znver3",
+}
 
 
 def table_rows(text: str) -> list[str]:
@@ -92,11 +106,14 @@ def cpu_vendor() -> str:
 
 def cpu_kind(vendor: str) -> str:
     """The kind of CPU a committed table belongs to: the vendor_id, and for an AMD CPU with AVX-512
-    "AuthenticAMD-avx512". Why AMD's AVX-512 counts: on an AVX-512 EPYC (2026-12-02) the pinned
-    quickstart printed LSTM's, GRU's and tpru[slices=8]'s rows as the AVX2 EPYC's table, its other TPRU
-    rows up to 4.0 points off: the C++ TPRU loops are built -march=native (units/tpru_ext.py), and
-    built for x86-64-v3 instead they printed four of those five rows as the AVX2 EPYC (tpru with 16
-    roles still differed). The Intel table comes from an AVX-512 Xeon; no AVX2 Intel has been seen."""
+    "AuthenticAMD-avx512". Why AMD's AVX-512 counts: on an AVX-512 EPYC (2026-12-02), before the C++
+    loops' build was pinned (TPRBENCH_MARCH/MTUNE), the quickstart printed LSTM's, GRU's and
+    tpru[slices=8]'s rows as the AVX2 EPYC's table, its other TPRU rows up to 4.0 points off; built for
+    x86-64-v3 it printed four of those five rows as the AVX2 EPYC (tpru with 16 roles still differed, the
+    row AMD's tuning moves). Under the pins that machine should print README's table, but none has
+    run it there: its table (by-cpu/AuthenticAMD-avx512, from the -march=native build) was withdrawn,
+    and the kind gets the checks that need no table until one is committed. Intel's table holds for
+    two generations of AVX-512 Xeon (family 6 model 207, and the 2026-12-01 one); no AVX2 Intel seen."""
     if vendor == README_VENDOR and "avx512f" in _cpuinfo().split():
         return f"{README_VENDOR}-avx512"
     return vendor

@@ -6,6 +6,9 @@ at sizes gradcheck cannot afford (every variant, folded and unfolded slice paths
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -13,6 +16,8 @@ import units
 from tests import test_units_equations as eq
 from tests import test_units_padding as pad
 from units import tpru_ext
+
+ROOT = Path(__file__).resolve().parents[1]
 
 CPP = tpru_ext.ops()
 needs_cpp = pytest.mark.skipif(CPP is None, reason=f"the C++ TPRU recurrence did not build here: {tpru_ext._state.error}")
@@ -155,6 +160,22 @@ def test_build_dir_is_keyed_and_configurable(monkeypatch, tmp_path):
     assert path.parent == tmp_path and path.name.startswith(tpru_ext.NAME + "-")
     monkeypatch.setattr(tpru_ext, "CFLAGS", tpru_ext.CFLAGS + ["-DX"])
     assert tpru_ext.build_dir() != path  # other flags, other build
+
+
+def test_the_target_is_native_unless_tprbench_march_names_one():
+    """TPRBENCH_MARCH (the quickstart's numerics pin) is read when the module loads: a fresh process each."""
+    import subprocess
+    import sys
+
+    def cflags(value):
+        env = {k: v for k, v in os.environ.items() if k != "TPRBENCH_MARCH"}
+        if value is not None:
+            env["TPRBENCH_MARCH"] = value
+        code = "from units import tpru_ext; print(' '.join(tpru_ext.CFLAGS))"
+        return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+
+    assert "-march=native" in cflags(None) and "-march=native" in cflags(" ")
+    assert "-march=x86-64-v3" in cflags("x86-64-v3") and "-march=native" not in cflags("x86-64-v3")
 
 
 # -- the fused slice step (tpru_slices_forward / tpru_slices_backward: unfolded ReLU² path) -----------

@@ -9,7 +9,8 @@ The same loop in C++ with the elementwise work fused into two passes per step re
 Build: `torch.utils.cpp_extension.load` (ninja + the machine's g++) against the torch that is
 installed, into a cache directory keyed by everything that changes the binary — the source, the
 torch and Python versions, the flags, and the CPU's instruction-set flags (the build uses
--march=native, so machines sharing a home directory on a cluster each get their own build).
+-march=native unless $TPRBENCH_MARCH names a target, so machines sharing a home directory on a cluster
+each get their own build).
 `scripts/install.sh` builds it (`python -m units.tpru_ext`); otherwise the first TPRU forward
 on CPU in a process does (about a minute, once; concurrent processes — Ray workers — wait on
 torch's file lock for a single build). Where: $TPRBENCH_EXT_DIR, else
@@ -37,7 +38,17 @@ SOURCE = Path(__file__).resolve().parent / "csrc" / "tpru_recurrence.cpp"
 # fused slice step), the TPR-RNN (`tpr3`) update loop and the ungated TPRN loop.
 SOURCES = (SOURCE, SOURCE.parent / "tpr3_recurrence.cpp", SOURCE.parent / "tprn_recurrence.cpp")
 NAME = "tprbench_tpru"
-CFLAGS = ["-O3", "-march=native", "-fopenmp"]
+#: The instruction set the loops are compiled for: the machine's own (`native`, the default) unless
+#: $TPRBENCH_MARCH names a GCC -march target. Why a pin exists: GCC's vectoriser compiles the loops'
+#: reductions differently for different targets, so -march=native rounds differently on two CPU
+#: generations of one vendor — the pinned quickstart on a 2-core Xeon of family 6 model 207 (GCC 12:
+#: `cooperlake`, AVX-512) printed TPRU rows up to 3.4 points off the Intel table of 2026-12-01, and built
+#: with TPRBENCH_MARCH=x86-64-v3 it printed that table digit for digit. README's first command sets
+#: x86-64-v3 (AVX2 + FMA) with the other numerics pins (tests/test_quickstart.py).
+MARCH = os.environ.get("TPRBENCH_MARCH", "").strip() or "native"
+#: The target GCC tunes for ($TPRBENCH_MTUNE; unset: what -march implies).
+MTUNE = os.environ.get("TPRBENCH_MTUNE", "").strip()
+CFLAGS = ["-O3", f"-march={MARCH}", *([f"-mtune={MTUNE}"] if MTUNE else []), "-fopenmp"]
 LDFLAGS = ["-fopenmp"]
 
 _lock = threading.Lock()
