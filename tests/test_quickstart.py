@@ -112,8 +112,10 @@ def cpu_kind(vendor: str) -> str:
     x86-64-v3 it printed four of those five rows as the AVX2 EPYC (tpru with 16 roles still differed, the
     row AMD's tuning moves). Under the pins that machine should print README's table, but none has
     run it there: its table (by-cpu/AuthenticAMD-avx512, from the -march=native build) was withdrawn,
-    and the kind gets the checks that need no table until one is committed. Intel's table holds for
-    two generations of AVX-512 Xeon (family 6 model 207, and the 2026-12-01 one); no AVX2 Intel seen."""
+    and the kind gets the checks that need no table until one is committed. Intel's table comes from
+    a Xeon of family 6 model 207 (2026-12-06, pinned, from a clean checkout); the 2026-12-01 Xeon
+    printed, without the build pin, what model 207 prints built x86-64-v3, so it should print this one
+    too; no AVX2 Intel has been seen."""
     if vendor == README_VENDOR and "avx512f" in _cpuinfo().split():
         return f"{README_VENDOR}-avx512"
     return vendor
