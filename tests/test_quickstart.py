@@ -12,7 +12,7 @@ points, LSTM's and GRU's included (README.md). The pins: ATEN_CPU_CAPABILITY=avx
 (MKL's AVX2 branch is Intel's only: on an AMD EPYC, 2026-11-28, `MKL_VERBOSE=1` showed `CNR:AUTO`
 under MKL_CBWR=AVX2, `CNR:COMPATIBLE` under COMPATIBLE); ONEDNN_MAX_CPU_ISA=AVX2 (torch's CPU LSTM is
 oneDNN's `rnn` primitive, `ONEDNN_VERBOSE=1`, which picks AVX-512 where the CPU has it).
-The fifth and sixth pins, TPRBENCH_MARCH=x86-64-v3 TPRBENCH_MTUNE=znver3, fix the code GCC makes of
+The fourth and fifth pins, TPRBENCH_MARCH=x86-64-v3 TPRBENCH_MTUNE=znver3, fix the code GCC makes of
 the C++ TPRU loops (units/tpru_ext.py; -march=native otherwise), whose vectorised reductions round by
 target: CI on a second Intel Xeon (2026-12-06, family 6 model 207, where GCC 12's -march=native is
 `cooperlake` with generic tuning and 512-bit vectors) printed TPRU rows up to 3.4 points off the first

@@ -44,7 +44,8 @@ NAME = "tprbench_tpru"
 #: generations of one vendor — the pinned quickstart on a 2-core Xeon of family 6 model 207 (GCC 12:
 #: `cooperlake`, AVX-512) printed TPRU rows up to 3.4 points off the Intel table of 2026-12-01, and built
 #: with TPRBENCH_MARCH=x86-64-v3 it printed that table digit for digit. README's first command sets
-#: x86-64-v3 (AVX2 + FMA) with the other numerics pins (tests/test_quickstart.py).
+#: x86-64-v3 (AVX2 + FMA) tuned for znver3 — the AVX2 EPYC's native build, assembly for assembly, where
+#: README's table was made — with the other numerics pins (tests/test_quickstart.py).
 MARCH = os.environ.get("TPRBENCH_MARCH", "").strip() or "native"
 #: The target GCC tunes for ($TPRBENCH_MTUNE; unset: what -march implies).
 MTUNE = os.environ.get("TPRBENCH_MTUNE", "").strip()
