@@ -7,6 +7,8 @@ at sizes gradcheck cannot afford (every variant, folded and unfolded slice paths
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,19 +165,20 @@ def test_build_dir_is_keyed_and_configurable(monkeypatch, tmp_path):
 
 
 def test_the_target_is_native_unless_tprbench_march_names_one():
-    """TPRBENCH_MARCH (the quickstart's numerics pin) is read when the module loads: a fresh process each."""
-    import subprocess
-    import sys
+    """TPRBENCH_MARCH / TPRBENCH_MTUNE (the quickstart's numerics pins) are read when the module loads:
+    a fresh process each."""
 
-    def cflags(value):
-        env = {k: v for k, v in os.environ.items() if k != "TPRBENCH_MARCH"}
-        if value is not None:
-            env["TPRBENCH_MARCH"] = value
+    def cflags(**pins):
+        env = {k: v for k, v in os.environ.items() if k not in ("TPRBENCH_MARCH", "TPRBENCH_MTUNE")}
+        env.update({f"TPRBENCH_{name.upper()}": value for name, value in pins.items()})
         code = "from units import tpru_ext; print(' '.join(tpru_ext.CFLAGS))"
         return subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
 
-    assert "-march=native" in cflags(None) and "-march=native" in cflags(" ")
-    assert "-march=x86-64-v3" in cflags("x86-64-v3") and "-march=native" not in cflags("x86-64-v3")
+    default = cflags()
+    assert "-march=native" in default and not any(f.startswith("-mtune") for f in default)
+    assert "-march=native" in cflags(march=" ")
+    assert "-march=x86-64-v3" in cflags(march="x86-64-v3") and "-march=native" not in cflags(march="x86-64-v3")
+    assert "-mtune=znver3" in cflags(march="x86-64-v3", mtune="znver3")
 
 
 # -- the fused slice step (tpru_slices_forward / tpru_slices_backward: unfolded ReLU² path) -----------
