@@ -16,6 +16,7 @@ The quickstart's table itself, from a real run, is tests/test_quickstart.py.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
@@ -141,7 +142,7 @@ def test_report_provenance_says_what_the_parameter_columns_count() -> None:
     assert "all its layers" in PARAMS_NOTE and "`tprbench units`" in PARAMS_NOTE
 
 
-def test_cluster_sample_output_matches_the_study_and_the_driver() -> None:
+def test_cluster_sample_output_matches_the_study_and_the_driver(monkeypatch, tmp_path) -> None:
     from harness.commands.run import watch_hint
     from harness.study.cells import expand
     from harness.study.load import load_study
@@ -149,6 +150,8 @@ def test_cluster_sample_output_matches_the_study_and_the_driver() -> None:
     sample = _block(CLUSTER.read_text(), "What it prints", "text").splitlines()
     command = _block(CLUSTER.read_text(), "## 3. The study", "bash").replace("\\\n", " ")
     study_file = shlex.split(command)[2]
+    # The study names its data as ${TPRBENCH_DATA}/...; only its cells are counted here, so no real data is needed.
+    monkeypatch.setenv("TPRBENCH_DATA", os.environ.get("TPRBENCH_DATA") or str(tmp_path))
     study = load_study(ROOT / study_file)
     cells = expand(study)
     n, trials, seeds = len(cells), len(cells) * study.study.trials, len(cells) * study.study.seeds
