@@ -9,7 +9,11 @@ Points: `closing` — the driver has recorded its last run and is about to close
 (end the cell runs with their summary metrics, end the study run, take the snapshot);
 `snapshot` — a snapshot's copy is written, not yet checked and renamed (harness.record.guard);
 `restore` — `record restore` has built and checked its copy, and moved nothing yet;
-`creating` — a new SQLite store is built on its temporary file, not yet renamed (harness.record.writer).
+`creating` — a new SQLite store is built on its temporary file, not yet renamed (harness.record.writer);
+`recording` — a trial/seed run's record is written (created, metrics logged), not yet ended (harness.record.writer).
+
+`<point>:<signal>` (e.g. `recording:SIGTERM`) sends that signal instead of SIGKILL: Python runs its
+handler right after the point, so a stop that lands in the middle of a write happens every time.
 
 At harness/'s root, below every package: both harness.record (snapshot, restore, creating) and
 harness.driver (closing) call `fault_point`, and the record must not import the driver.
@@ -24,6 +28,10 @@ ENV = "TPRBENCH_FAULT_AT"
 
 
 def fault_point(name: str) -> None:
-    """SIGKILL this process if the environment asks for a fault at `name`."""
-    if os.environ.get(ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """SIGKILL this process (or send it the signal named) if the environment asks for a fault at `name`."""
+    asked = os.environ.get(ENV)
+    if asked is None:
+        return
+    point, _, signame = asked.partition(":")
+    if point == name:
+        os.kill(os.getpid(), signal.Signals[signame] if signame else signal.SIGKILL)

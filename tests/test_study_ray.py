@@ -341,6 +341,40 @@ def test_ctrl_c_ends_the_record_killed_then_rerun_finishes(tmp_path: Path, signu
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 
 
+@pytest.mark.slow
+def test_sigterm_while_a_run_is_recorded_leaves_nothing_running(tmp_path: Path) -> None:
+    """SIGTERM that lands while a finished job's record is half-written (created, metrics logged,
+    not ended; `TPRBENCH_FAULT_AT=recording:SIGTERM` makes it land there every time): the driver
+    still exits 143 with no run left RUNNING, that record deleted, and the rerun records it again.
+    Before the close retired half-written runs, this left one RUNNING (a CI failure of the test above)."""
+    import sqlite3
+
+    root = seed_root(tmp_path / "root")
+    path = write_study(tmp_path, "midrecord", [SLOW])
+    total = 2 + 2
+    log = tmp_path / "driver.log"
+    env = {"RAY_TMPDIR": short_tmp("tprm")}
+    try:
+        proc = start_driver(path, root, log, "--num-cpus", "2", env={**env, "TPRBENCH_FAULT_AT": "recording:SIGTERM"})
+        try:
+            rc = proc.wait(timeout=300)
+        finally:
+            _end(proc)
+        text = log.read_text()
+        assert rc == 143, text[-3000:]
+        assert "stopped by SIGTERM; everything finished so far is recorded" in text
+        con = sqlite3.connect(f"file:{root / 'mlflow.db'}?mode=ro", uri=True, timeout=5)
+        left = con.execute("select lifecycle_stage, count(*) from runs where status = 'RUNNING' group by 1").fetchall()
+        con.close()
+        assert left == [], f"run(s) left RUNNING: {left}"
+        assert records(root, "midrecord") == {}, "the half-written record was read as recorded"
+
+        _driver_to_the_end(path, root, log, env)
+        assert check_complete(path, root)["runs"] == total
+    finally:
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
+
+
 def _max_overlap(intervals: list[tuple[float, float]]) -> int:
     events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1]))
     best = cur = 0

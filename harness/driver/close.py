@@ -46,6 +46,8 @@ class RecordClosing:
         when interrupted and for paused ones (`--until-epoch`) — and the study run ends with `outcome`
         (FAILED if any cell is not done, KILLED if the rest are paused)."""
         self.tracker.window = min(retry_seconds(), 10.0)  # the store may be what stopped the driver: do not wait long
+        if outcome != MlflowStatus.FINISHED:
+            self._retire_half_written()
         try:
             summary = self._cell_summaries([st.cell.id for st in states if st.cell.id in self._touched])
         except Exception as exc:  # a summary is a convenience: ending the runs matters more
@@ -64,6 +66,19 @@ class RecordClosing:
             self.tracker.end(self.study_run_id, _ended(study_ok, outcome == MlflowStatus.KILLED or paused))
         except Exception as exc:  # the store is down: the runs stay RUNNING until the next driver ends them
             self._close_failed("study and cell runs not ended", exc)
+
+    def _retire_half_written(self) -> None:
+        """Delete (ended KILLED) the trial/seed runs a stop left half-written. A stop (Ctrl-C, SIGTERM,
+        an error) can land between a run's creation and its end: while a live run is created, or
+        while a finished job's record is written (its live run already handed from `LiveRuns` to
+        the record, so `drop_unrecorded` does not know it). Such a run stayed RUNNING until the next
+        driver deleted it (`Tracker.delete_pending`, as it opens the record); a committed record or
+        the MLflow UI showed it RUNNING meanwhile (seen once in CI: tests/test_study_ray.py). Its job
+        was cancelled and is dispatched again by the next `run`. Two queries."""
+        try:
+            self.tracker.delete_pending()
+        except Exception as exc:  # the store is down: the next driver deletes them
+            self._close_failed("half-written runs not deleted", exc)
 
     def _close_failed(self, what: str, exc: Exception) -> None:
         """A write of the close that failed, said in one line — except out of disk space, which is
