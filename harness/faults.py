@@ -15,7 +15,7 @@ Points: `closing` — the driver has recorded its last run and is about to close
 `<point>:<signal>` (e.g. `recording:SIGTERM`) sends that signal instead of SIGKILL: Python runs its
 handler right after the point, so a stop that lands in the middle of a write happens every time.
 
-At harness/'s root, below every package: both harness.record (snapshot, restore, creating) and
+At harness/'s root, below every package: both harness.record (snapshot, restore, creating, recording) and
 harness.driver (closing) call `fault_point`, and the record must not import the driver.
 """
 
