@@ -61,3 +61,32 @@ def test_a_run_an_older_driver_deleted_while_running_is_ended_killed_at_open(tmp
     assert tracker.client.get_run(ended).info.status == "FINISHED"
     assert tracker.client.get_run(cell).info.lifecycle_stage == "active"
     assert tracker.reader.source.deleted_unended(tracker.experiment_id) == []
+
+
+@pytest.mark.parametrize("source", ["sql", "client"])
+def test_half_written_runs_are_found_alike_through_sql_and_the_client(tmp_path: Path, source: str) -> None:
+    """What `delete_pending` deletes: unended trial/seed runs (RUNNING or SCHEDULED) and runs of kind
+    `pending`; never an ended run, a cell run, or a deleted one. The client asks the server for the
+    unended statuses only (a full read of the record otherwise, at every driver's open and stop)."""
+    from harness.record.contract import Kind, Tag
+
+    tracker, cell = _tracker(tmp_path)
+    if source == "client":
+        tracker.reader.source = ClientSource(tracker.reader.source.uri, tracker.client)
+    running = tracker.start_live(cell, "seed/0/abc", {}, "cell", None)
+    scheduled = tracker.start_live(cell, "seed/1/abc", {}, "cell", None)
+    tracker.client.update_run(scheduled, status="SCHEDULED")
+    ended = {}
+    for i, status in enumerate(("FINISHED", "FAILED", "KILLED")):
+        ended[status] = tracker.start_live(cell, f"seed/{2 + i}/abc", {}, "cell", None)
+        tracker.client.set_terminated(ended[status], status)
+    half = tracker.client.create_run(tracker.experiment_id, tags={Tag.KIND: Kind.PENDING}).info.run_id
+    gone = tracker.start_live(cell, "seed/5/abc", {}, "cell", None)
+    tracker.client.delete_run(gone)  # deleted while RUNNING: `deleted_unended`'s, not `pending`'s
+
+    assert sorted(tracker.reader.source.pending(tracker.experiment_id)) == sorted([running, scheduled, half])
+    assert tracker.reader.source.deleted_unended(tracker.experiment_id) == [gone]
+    assert tracker.delete_pending() == 3
+    assert tracker.reader.source.pending(tracker.experiment_id) == []
+    assert all(tracker.client.get_run(r).info.status == s for s, r in ended.items())
+    assert tracker.client.get_run(cell).info.lifecycle_stage == "active"

@@ -161,10 +161,12 @@ class MlflowStatus(StrEnum):
     FINISHED = "FINISHED"
     FAILED = "FAILED"
     KILLED = "KILLED"
+    SCHEDULED = "SCHEDULED"  # never set by the driver: MLflow's fifth state, unended as RUNNING
 
 
-#: An MLflow run in another state is still being written.
+#: An MLflow run in another state (`MLFLOW_UNENDED`) is still being written.
 MLFLOW_ENDED = (MlflowStatus.FINISHED, MlflowStatus.FAILED, MlflowStatus.KILLED)
+MLFLOW_UNENDED = (MlflowStatus.RUNNING, MlflowStatus.SCHEDULED)
 
 
 def mlflow_status(status: str) -> MlflowStatus:

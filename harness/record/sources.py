@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .contract import FIXED, MLFLOW_ENDED, PREFIX, Kind, Tag, bare, metric_col, param_col, sql_list
+from .contract import FIXED, MLFLOW_ENDED, MLFLOW_UNENDED, PREFIX, Kind, Tag, bare, metric_col, param_col, sql_list
 from .guard import check
 from .layout import RunRoot
 
@@ -362,12 +362,17 @@ class ClientSource:
         return run.info.run_id, {bare(k): v for k, v in run.data.tags.items() if k.startswith(PREFIX)}, run.info.status
 
     def pending(self, experiment_id: str) -> list[str]:
+        """The status is filtered by the server: a driver asks this as it opens the record and as
+        it stops, and fetching every trial/seed run to keep the few unended ones cost a full read
+        of the record each time (100 pages of 1,000 runs at 100k runs). One search per unended
+        status: MLflow's filter takes IN only for run ids."""
         ids = [r.info.run_id for r in self.search(experiment_id, kind_filter(Kind.PENDING))]
-        ids += [r.info.run_id for r in self.search(experiment_id, kind_filter(Kind.RUN)) if r.info.status not in MLFLOW_ENDED]
+        for status in MLFLOW_UNENDED:
+            ids += [r.info.run_id for r in self.search(experiment_id, f"{kind_filter(Kind.RUN)} and attributes.status = '{status}'")]
         return ids
 
     def deleted_unended(self, experiment_id: str) -> list[str]:
-        return [r.info.run_id for r in self.search(experiment_id, "", deleted=True) if r.info.status not in MLFLOW_ENDED]
+        return [r.info.run_id for status in MLFLOW_UNENDED for r in self.search(experiment_id, f"attributes.status = '{status}'", deleted=True)]
 
     def history(self, run_ids: list[str], keys: list[str]) -> list[tuple[str, str, int, float, int]]:
         rows: list[tuple[str, str, int, float, int]] = []
