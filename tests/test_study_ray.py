@@ -320,11 +320,8 @@ def test_ctrl_c_ends_the_record_killed_then_rerun_finishes(tmp_path: Path, signu
         text = log.read_text()
         assert rc == rc_expected, text[-3000:]
         assert f"{said}; everything finished so far is recorded" in text
-        con = sqlite3.connect(f"file:{root / 'mlflow.db'}?mode=ro", uri=True, timeout=5)
-        left = con.execute("select lifecycle_stage, count(*) from runs where status = 'RUNNING' group by 1").fetchall()
-        con.close()
         # deleted runs (the cancelled jobs' live runs) are ended KILLED too: a committed record is read without MLflow's filter
-        assert left == [], f"run(s) left RUNNING: {left}"
+        assert _left_running(root) == [], f"run(s) left RUNNING: {_left_running(root)}"
         recorded = records(root, "ctrlc")
         assert 2 <= len(recorded) < total
         ended = statuses()
@@ -341,14 +338,24 @@ def test_ctrl_c_ends_the_record_killed_then_rerun_finishes(tmp_path: Path, signu
         shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
 
 
+def _left_running(root: Path) -> list[tuple[str, int]]:
+    """(lifecycle stage, count) of the record's runs still RUNNING, deleted ones included: read with
+    plain SQL, as a committed record is read by a tool without MLflow's lifecycle filter."""
+    import sqlite3
+
+    con = sqlite3.connect(f"file:{root / 'mlflow.db'}?mode=ro", uri=True, timeout=5)
+    try:
+        return con.execute("select lifecycle_stage, count(*) from runs where status = 'RUNNING' group by 1").fetchall()
+    finally:
+        con.close()
+
+
 @pytest.mark.slow
 def test_sigterm_while_a_run_is_recorded_leaves_nothing_running(tmp_path: Path) -> None:
     """SIGTERM that lands while a finished job's record is half-written (created, metrics logged,
     not ended; `TPRBENCH_FAULT_AT=recording:SIGTERM` makes it land there every time): the driver
     still exits 143 with no run left RUNNING, that record deleted, and the rerun records it again.
     Before the close retired half-written runs, this left one RUNNING (a CI failure of the test above)."""
-    import sqlite3
-
     root = seed_root(tmp_path / "root")
     path = write_study(tmp_path, "midrecord", [SLOW])
     total = 2 + 2
@@ -363,10 +370,7 @@ def test_sigterm_while_a_run_is_recorded_leaves_nothing_running(tmp_path: Path) 
         text = log.read_text()
         assert rc == 143, text[-3000:]
         assert "stopped by SIGTERM; everything finished so far is recorded" in text
-        con = sqlite3.connect(f"file:{root / 'mlflow.db'}?mode=ro", uri=True, timeout=5)
-        left = con.execute("select lifecycle_stage, count(*) from runs where status = 'RUNNING' group by 1").fetchall()
-        con.close()
-        assert left == [], f"run(s) left RUNNING: {left}"
+        assert _left_running(root) == [], f"run(s) left RUNNING: {_left_running(root)}"
         assert records(root, "midrecord") == {}, "the half-written record was read as recorded"
 
         _driver_to_the_end(path, root, log, env)
