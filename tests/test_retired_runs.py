@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.record.contract import Kind, Tag
 from harness.record.sources import ClientSource, default_tracking_uri
 from harness.record.writer import Tracker
 
@@ -68,8 +69,6 @@ def test_half_written_runs_are_found_alike_through_sql_and_the_client(tmp_path: 
     """What `delete_pending` deletes: unended trial/seed runs (RUNNING or SCHEDULED) and runs of kind
     `pending`; never an ended run, a cell run, or a deleted one. The client asks the server for the
     unended statuses only (a full read of the record otherwise, at every driver's open and stop)."""
-    from harness.record.contract import Kind, Tag
-
     tracker, cell = _tracker(tmp_path)
     if source == "client":
         tracker.reader.source = ClientSource(tracker.reader.source.uri, tracker.client)
