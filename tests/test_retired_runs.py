@@ -20,14 +20,20 @@ def _tracker(tmp_path: Path) -> tuple[Tracker, str]:
     return tracker, cell
 
 
-def test_a_dropped_live_run_is_ended_killed_then_deleted(tmp_path: Path) -> None:
+def test_a_stopped_drivers_live_runs_are_ended_killed_then_deleted(tmp_path: Path) -> None:
+    """The close's sweep (`_retire_half_written`: `delete_pending`) takes the live runs of the jobs a
+    stop left in flight; the ended and the cell runs stay as they are."""
     tracker, cell = _tracker(tmp_path)
-    live = tracker.start_live(cell, "seed/0/abc", {}, "cell", None)
-    assert live and tracker.client.get_run(live).info.status == "RUNNING"
-    tracker.drop_live(live)
-    info = tracker.client.get_run(live).info
-    assert (info.status, info.lifecycle_stage) == ("KILLED", "deleted")
-    assert info.end_time is not None
+    live = [tracker.start_live(cell, f"seed/{i}/abc", {}, "cell", None) for i in range(2)]
+    ended = tracker.start_live(cell, "seed/2/abc", {}, "cell", None)
+    tracker.client.set_terminated(ended, "FINISHED")
+    assert all(live) and {tracker.client.get_run(r).info.status for r in live} == {"RUNNING"}
+    assert tracker.delete_pending() == 2
+    for run_id in live:
+        info = tracker.client.get_run(run_id).info
+        assert (info.status, info.lifecycle_stage) == ("KILLED", "deleted")
+        assert info.end_time is not None
+    assert [tracker.client.get_run(r).info.lifecycle_stage for r in (ended, cell)] == ["active", "active"]
 
 
 def test_a_dead_drivers_live_run_is_ended_killed_when_its_key_starts_again(tmp_path: Path) -> None:

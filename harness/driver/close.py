@@ -68,13 +68,15 @@ class RecordClosing:
             self._close_failed("study and cell runs not ended", exc)
 
     def _retire_half_written(self) -> None:
-        """Delete (ended KILLED) the trial/seed runs a stop left half-written. A stop (Ctrl-C, SIGTERM,
-        an error) can land between a run's creation and its end: while a live run is created, or
-        while a finished job's record is written (its live run already handed from `LiveRuns` to
-        the record, so `drop_unrecorded` does not know it). Such a run stayed RUNNING until the next
-        driver deleted it (`Tracker.delete_pending`, as it opens the record); a committed record or
-        the MLflow UI showed it RUNNING meanwhile (seen once in CI: tests/test_study_ray.py). Its job
-        was cancelled and is dispatched again by the next `run`. Two queries."""
+        """Delete (ended KILLED) the trial/seed runs a stop left unended: the live runs of the jobs
+        still in flight (`LiveRuns`), and a run the stop caught between its creation and its end —
+        while a live run was created, or while a finished job's record was written. Left alone, such
+        a run stayed RUNNING until the next driver deleted it (`Tracker.delete_pending`, as it opens
+        the record); a committed record or the MLflow UI showed it RUNNING meanwhile (seen once in
+        CI: tests/test_study_ray.py). Their jobs were cancelled and are dispatched again by the next
+        `run`. One sweep under the close's short window: the dispatch loop once deleted the in-flight
+        live runs one by one as it stopped, each waiting the whole retry window when the store was
+        down. Two queries, then two writes per run found."""
         try:
             self.tracker.delete_pending()
         except Exception as exc:  # the store is down: the next driver deletes them

@@ -114,14 +114,3 @@ class LiveRuns:
     def pop(self, run_key: str) -> tuple[str | None, set[int]]:
         """(live run id, epochs logged) of a job about to be recorded; forgets it."""
         return self.run_ids.pop(run_key, None), self.epochs.pop(run_key, set())
-
-    def drop_unrecorded(self) -> None:
-        """The driver stops with jobs in flight: delete their live runs (the next `run` dispatches
-        those jobs again, and they resume from their checkpoints)."""
-        for run_key in list(self.run_ids):
-            run_id, _ = self.pop(run_key)
-            if run_id:
-                try:
-                    self.tracker.drop_live(run_id)
-                except Exception:  # the store is down: the next driver deletes it (a RUNNING run of a key)
-                    pass

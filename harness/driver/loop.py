@@ -57,7 +57,9 @@ class DispatchLoop:
                 self._loop(states, order, in_flight, view)
         finally:
             self.dispatch_ended = time.time()
-            self._live.drop_unrecorded()  # jobs still in flight: their runs start again next time
+            # The live runs of jobs still in flight are deleted by the close's one sweep
+            # (`_retire_half_written`), not here run by run: with the store down, each delete
+            # waited the whole retry window (N jobs in flight: N × 120 s before the driver exited).
             if self._live.sink is not None:
                 try:
                     ray.kill(self._live.sink)

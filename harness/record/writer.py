@@ -352,10 +352,6 @@ class Tracker:
         if metrics:
             self.retry(lambda: self._log(run_id, metrics), "log epochs")
 
-    def drop_live(self, run_id: str) -> None:
-        """A live run whose job will not be recorded by this driver (it stopped): the next one starts it again."""
-        self.retry(lambda: self._retire(run_id), "delete unfinished run")
-
     def _retire(self, run_id: str) -> None:
         """Delete a run that never ended (a live run given up, or one a dead driver left RUNNING),
         ending it KILLED first: deleted runs stay in the store, and a committed or shared record
