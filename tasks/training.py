@@ -68,27 +68,18 @@ class TrainConfig:
 
     def fingerprint(self, task: str, task_options: dict[str, Any], hp: HParams, metric: str, direction: str) -> str:
         """What a checkpoint or result must match to be reused: everything that changes the run."""
-        blob = {
-            "task": task,
-            "options": task_options,
-            "unit": self.unit,
-            "arch": self.arch,
-            "dim": self.dim,
-            "input_dim": self.input_dim,
-            "epochs": self.epochs,
-            "seed": self.seed,
-            "hparams": fingerprint_params(hp),
-            "metric": metric,
-            "direction": direction,
-        }
-        return _digest(blob)
+        return _digest({**self._identity(task, task_options), "hparams": fingerprint_params(hp), "metric": metric, "direction": direction})
 
     def legacy_fingerprint(self, task: str, task_options: dict[str, Any]) -> str | None:
         """The fingerprint before hyperparameters were resolved (study values only, task metric):
         checkpoints and results written then still resume. None when `hparams` is already typed."""
         if isinstance(self.hparams, HParams):
             return None
-        blob = {
+        return _digest({**self._identity(task, task_options), "hparams": self.hparams})
+
+    def _identity(self, task: str, task_options: dict[str, Any]) -> dict[str, Any]:
+        """The part of both fingerprints that names the run: task, options, model, length, seed."""
+        return {
             "task": task,
             "options": task_options,
             "unit": self.unit,
@@ -97,9 +88,7 @@ class TrainConfig:
             "input_dim": self.input_dim,
             "epochs": self.epochs,
             "seed": self.seed,
-            "hparams": self.hparams,
         }
-        return _digest(blob)
 
 
 def fingerprint_of(adapter: TaskAdapter, config: TrainConfig) -> str:
