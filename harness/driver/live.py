@@ -5,8 +5,10 @@ metrics, with its own wall-clock time, to `EpochSink`, an actor on the driver's 
 driver takes what arrived once a loop turn (about once a second) and logs it into the run's
 MLflow run, created when the worker's first message says it has started (so the run's start
 time is the worker's). The final record (`Tracker.log_run`) then adds only what was not logged
-live. Best effort throughout: if the actor cannot be created or dies, runs are recorded at
-their end exactly as before, and a worker whose message cannot be sent trains on.
+live. A driver that stops leaves the live runs of its jobs in flight to the close's one sweep
+(`RecordClosing._retire_half_written`), which ends them KILLED and deletes them. Best effort
+throughout: if the actor cannot be created or dies, runs are recorded at their end exactly as
+before, and a worker whose message cannot be sent trains on.
 
 In harness/driver/: the driver and its worker are its only users.
 """
