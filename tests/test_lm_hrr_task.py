@@ -235,8 +235,8 @@ def test_tprbench_units_prints_the_embedding_counts(capsys):
 
 
 def test_options_added_later_leave_the_fingerprinted_dump_unchanged(tmp_path):
-    """`loss`, `dropout_between_layers` and `hrr_basis_init` at their default are not in the options' dump
-    (what a run's fingerprint hashes): every lm run trained before them keeps its fingerprint."""
+    """`loss`, `dropout_between_layers`, `hrr_basis_init` and `decoder_bias` at their default are not in the
+    options' dump (what a run's fingerprint hashes): every lm run trained before them keeps its fingerprint."""
     from tasks.lm.meta import ADDED_LATER, LMOptions
 
     for options in ({}, HRR, {**HRR, "hrr_basis": "isometric", "contiguous": False}):
@@ -245,8 +245,64 @@ def test_options_added_later_leave_the_fingerprinted_dump_unchanged(tmp_path):
     changed = {**HRR, "hrr_basis": "isometric", "hrr_basis_init": "orthonormal", "loss": "sequence_sum", "dropout_between_layers": True}
     task = get_task("lm")({"corpus": "ptb", **changed}, None, tmp_path)
     dump = task.options.model_dump(mode="json")
-    assert {k: dump[k] for k in ADDED_LATER} == {"loss": "sequence_sum", "dropout_between_layers": True, "hrr_basis_init": "orthonormal"}
+    assert {k: dump.get(k) for k in ADDED_LATER} == {
+        "loss": "sequence_sum",
+        "dropout_between_layers": True,
+        "hrr_basis_init": "orthonormal",
+        "decoder_bias": None,  # HRR: its readout's b_w follows annealing
+        "init_uniform": None,
+    }
     assert get_task("lm")(dump, None, tmp_path).options == task.options  # validates again
+    plain = get_task("lm")({"corpus": "ptb", "decoder_bias": False, "init_uniform": 0.05}, None, tmp_path).options
+    assert {k: plain.model_dump(mode="json")[k] for k in ("decoder_bias", "init_uniform")} == {"decoder_bias": False, "init_uniform": 0.05}
+
+
+@pytest.mark.parametrize("hrr", [False, True])
+def test_init_uniform_as_lingvo(lm_root, tmp_path, hrr):
+    """`init_uniform = s`: every weight matrix of the embedding, unit and projection in [-s, s] (spread over
+    it, not constant) and every bias 0, the LSTM's included; the HRR embedding keeps its own draws, so an
+    orthonormal start stays orthonormal."""
+    extra = {"embedding": "hrr", "hrr_fillers": 4, "hrr_basis": "isometric", "hrr_basis_init": "orthonormal"} if hrr else {}
+    task = _task(lm_root, tmp_path, contiguous=False, projection=True, init_uniform=0.05, **extra)
+    task.prepare()
+    torch.manual_seed(0)
+    model = task.build_model("lstm", "lm", 16, 16, task.resolve_hparams({}))
+    own = {id(p) for p in model.hrr.parameters()} if hrr else set()
+    checked = 0
+    for name, p in model.named_parameters():
+        if id(p) in own:
+            continue
+        checked += 1
+        if p.dim() >= 2:
+            assert p.abs().max() <= 0.05 and p.abs().max() > 0.04 and p.std() > 0.02, name
+        else:
+            assert torch.count_nonzero(p) == 0, name
+    assert checked >= 6  # embedding or not, the LSTM's weights and biases, the projection's
+    if hrr:
+        assert model.embed.isometry_loss().item() < 1e-9
+    assert any("U(±0.05)" in n for n in task.report_notes("lm"))
+
+
+def test_no_decoder_bias_as_lingvo(lm_root, tmp_path):
+    """`decoder_bias = false`: the tied plain decoder has no bias (lingvo's SimpleFullSoftmax zeroes it), one
+    parameter vector of V fewer in the model and in the counts, and the model still trains."""
+    with_bias = _task(lm_root, tmp_path, contiguous=False, projection=False)
+    without = _task(lm_root, tmp_path, contiguous=False, projection=False, decoder_bias=False)
+    models = []
+    for task in (with_bias, without):
+        task.prepare()
+        models.append(task.build_model("lstm", "lm", 16, 16, task.resolve_hparams({})))
+    v = with_bias.corpus.vocab_size
+    assert models[0].decoder.bias is not None and models[1].decoder.bias is None
+    assert models[1].decoder.weight is models[1].embed.weight  # still tied
+    count = [sum(p.numel() for p in m.parameters()) for m in models]
+    assert count[0] - count[1] == v
+    assert with_bias.embedding_param_counts(16).total - without.embedding_param_counts(16).total == v
+    assert any("no bias on the tied decoder" in n for n in without.report_notes("lm"))
+    batch = next(iter(without.train_batches(8, torch.Generator().manual_seed(0), 1)))
+    loss, _ = without.loss(models[1], batch)
+    loss.backward()
+    assert math.isfinite(loss.item()) and models[1].embed.weight.grad is not None
 
 
 @pytest.mark.parametrize(
@@ -255,6 +311,9 @@ def test_options_added_later_leave_the_fingerprinted_dump_unchanged(tmp_path):
         ({**HRR, "hrr_basis_init": "orthonormal"}, 'needs hrr_basis = "isometric"'),
         ({"hrr_basis_init": "orthonormal"}, "hrr_basis_init: HRR options need embedding"),
         ({"loss": "sum"}, "loss"),
+        ({**HRR, "decoder_bias": False}, "decoder_bias = false is for the plain embedding"),
+        ({"init_uniform": 0}, "init_uniform"),
+        ({"init_uniform": 2.0}, "init_uniform"),
     ],
 )
 def test_bad_authors_options_are_one_clear_error(tmp_path, options, message):

@@ -15,10 +15,12 @@ zero for every sentence: the non-contiguous rows of Luo et al.'s Table 1.
 and its readout (tasks/lm/hrr.py), around any registered unit; the unit's output is projected to
 the embedding width d (the `projection` Linear, or none when the widths agree) before the readout.
 
-Two options for the HRR authors' lingvo configuration (both off by default): `loss="sequence_sum"`
-trains on the cross-entropy summed over each row's tokens and averaged over the rows (their lr 1,
-clip 5 and β = 100 then apply as written), and `dropout_between_layers` adds the run's dropout
-between the stacked unit's layers (lingvo's StackedCuDNNLSTM drops after every layer).
+Four options for the HRR authors' lingvo configuration (each at the PyTorch models' choice by
+default): `loss="sequence_sum"` trains on the cross-entropy summed over each row's tokens and averaged
+over the rows (their lr 1, clip 5 and β = 100 then apply as written), `dropout_between_layers` adds the
+run's dropout between the stacked unit's layers (lingvo's StackedCuDNNLSTM drops after every layer), and
+`decoder_bias=false` drops the plain decoder's bias (lingvo's softmax has none), and `init_uniform=0.05`
+draws every weight U(±0.05) with biases 0, as lingvo's PTB configs.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ class LanguageModel(nn.Module):
     """Embedding → unit (stacked) → projection Linear(d, d_embed) → decoder tied to the embedding.
 
     As the authors' models/lm.py: embedding and projection weights orthogonal (`init_weights`),
-    projection bias 0, the decoder an nn.Linear (default bias init) sharing the embedding matrix.
+    projection bias 0, the decoder an nn.Linear (default bias init; none with `decoder_bias=False`)
+    sharing the embedding matrix.
     With `hrr` (HRRWordEmbedding's keyword arguments) the embedding is Luo et al.'s HRR embedding
     and the decoder its tied readout `logits(h)`, h being the projected unit output."""
 
@@ -64,6 +67,8 @@ class LanguageModel(nn.Module):
         hrr: dict[str, Any] | None = None,
         sequence_sum: bool = False,
         dropout_between_layers: bool = False,
+        decoder_bias: bool = True,
+        init_uniform: float | None = None,
     ) -> None:
         super().__init__()
         self.sequence_sum = sequence_sum  # the training loss is per sequence: β weighs against it unscaled
@@ -86,10 +91,26 @@ class LanguageModel(nn.Module):
                 f"({input_dim}): the decoder is tied to the embedding"
             )
         if hrr is None:
-            self.decoder = nn.Linear(input_dim, vocab_size)
+            self.decoder = nn.Linear(input_dim, vocab_size, bias=decoder_bias)
             self.decoder.weight = self.embed.weight  # tied input/output embeddings
         self.dropout = nn.Dropout(dropout)
         self.between_layers = dropout_between_layers and isinstance(self.encoder, Stacked)
+        if init_uniform is not None:
+            self._init_uniform(init_uniform)
+
+    def _init_uniform(self, scale: float) -> None:
+        """lingvo's PTB initialisation: every weight matrix U(±scale), every bias 0 (its cuDNN LSTM's two
+        bias vectors included, so the forget gate's too). The HRR embedding is left as it drew itself (U(±0.05)
+        coefficients and trained bases, N(0, 1/d) fixed ones; an orthonormal start stays orthonormal)."""
+        skip = {id(p) for p in self.hrr.parameters()} if self.hrr is not None else set()
+        with torch.no_grad():
+            for p in self.parameters():
+                if id(p) in skip:
+                    continue
+                if p.dim() >= 2:
+                    p.uniform_(-scale, scale)
+                else:
+                    p.zero_()
 
     @property
     def hrr(self) -> HRRWordEmbedding | None:
@@ -218,6 +239,8 @@ class LMTask(LMMeta, TaskAdapter):
                 hrr=self.hrr_kwargs(),
                 sequence_sum=self.options.loss == "sequence_sum",
                 dropout_between_layers=self.options.dropout_between_layers,
+                decoder_bias=self.options.decoder_bias,
+                init_uniform=self.options.init_uniform,
             )
         except ValueError as exc:  # HRRWordEmbedding's checks that need d (e.g. isometric N·d' <= d)
             if isinstance(exc, TaskError) or self.options.embedding != "hrr":
@@ -289,6 +312,10 @@ class LMTask(LMMeta, TaskAdapter):
             notes.append("lm: trained on the cross-entropy summed over each row's tokens, averaged over the rows (lingvo's)")
         if o.dropout_between_layers:
             notes.append("lm: dropout also between the stacked unit's layers")
+        if not o.decoder_bias:
+            notes.append("lm: no bias on the tied decoder (lingvo's softmax)")
+        if o.init_uniform is not None:
+            notes.append(f"lm: weights U(±{o.init_uniform}), biases 0 (lingvo's initialisation)")
         if o.embedding == "hrr":
             notes.append(
                 f"lm: HRR embedding (Luo et al.), N = {o.hrr_roles} roles, d' = {o.hrr_fillers}, {o.hrr_basis} "
@@ -305,7 +332,7 @@ class LMTask(LMMeta, TaskAdapter):
         v = self.corpus.vocab_size
         kwargs = self.hrr_kwargs()
         if kwargs is None:
-            return EmbeddingParamCounts(v * input_dim, v * input_dim, v * input_dim + v)
+            return EmbeddingParamCounts(v * input_dim, v * input_dim, v * input_dim + (v if self.options.decoder_bias else 0))
         return HRRWordEmbedding(v, input_dim, **kwargs).param_counts()
 
     def describe(self) -> dict[str, Any]:

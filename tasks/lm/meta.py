@@ -18,7 +18,7 @@ Steps = Annotated[int, pydantic.Field(ge=0, le=COUNT_MAX)]  # updates (0 = off)
 
 #: Options added after lm runs were first fingerprinted: left out of the options' dump (what a run's
 #: fingerprint hashes, tasks/training.py) while at their default, so every earlier run keeps its fingerprint.
-ADDED_LATER = ("loss", "dropout_between_layers", "hrr_basis_init")
+ADDED_LATER = ("loss", "dropout_between_layers", "hrr_basis_init", "decoder_bias", "init_uniform")
 
 
 class LMOptions(pydantic.BaseModel):
@@ -85,6 +85,24 @@ class LMOptions(pydantic.BaseModel):
         "authors' PTB configs: keep 0.5, params/ptb_word_level.py `get_lm_params`; Zaremba et al.'s medium/large LSTMs)",
     )
 
+    decoder_bias: bool = pydantic.Field(
+        True,
+        description="plain embedding: a trained bias on the tied decoder's logits (the TPRU authors' models/lm.py: an "
+        "nn.Linear with its bias). false: none, as the HRR authors' lingvo, whose softmax multiplies its bias by 0 "
+        '(core/layers.py `SimpleFullSoftmax._ConcatWeights`, "NOTE no biases"). The HRR readout\'s b_w is '
+        "set by its annealing (docs/hrr.md)",
+    )
+    init_uniform: float | None = pydantic.Field(
+        None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="None: each module's own initialisation (the PyTorch models'). A scale s: every weight matrix "
+        "of the plain embedding, the unit and the projection drawn U(±s) and every bias 0, as the HRR authors' "
+        "lingvo PTB configs (params/ptb_word_level.py `iter_iter(p, 'params_init', 0.05)`; core/cudnn_rnn_utils.py "
+        "starts the cuDNN LSTM's biases at 0). The HRR embedding keeps its own U(±0.05) and N(0, 1/d) draws",
+    )
+
     @pydantic.model_serializer(mode="wrap")
     def _dump(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict[str, Any]:
         """Every option, less the `ADDED_LATER` ones at their default (runs fingerprinted before them keep their fingerprint)."""
@@ -103,6 +121,11 @@ class LMOptions(pydantic.BaseModel):
             if hrr_set:
                 raise ValueError(f'{", ".join(hrr_set)}: HRR options need embedding = "hrr"')
             return self
+        if not self.decoder_bias:
+            raise ValueError(
+                "decoder_bias = false is for the plain embedding's decoder; the HRR readout has its b_w only without "
+                "role annealing, as the authors' (docs/hrr.md)"
+            )
         if self.bpe_vocab_size is not None:
             raise ValueError('embedding = "hrr" is word level only (Luo et al. decompose words); drop bpe_vocab_size or use embedding = "plain"')
         if self.hrr_fillers is None:
