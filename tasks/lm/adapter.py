@@ -18,7 +18,7 @@ the embedding width d (the `projection` Linear, or none when the widths agree) b
 Four options for the HRR authors' lingvo configuration (each at the PyTorch models' choice by
 default): `loss="sequence_sum"` trains on the cross-entropy summed over each row's tokens and averaged
 over the rows (their lr 1, clip 5 and β = 100 then apply as written), `dropout_between_layers` adds the
-run's dropout between the stacked unit's layers (lingvo's StackedCuDNNLSTM drops after every layer), and
+run's dropout between the stacked unit's layers (lingvo's StackedCuDNNLSTM drops after every layer),
 `decoder_bias=false` drops the plain decoder's bias (lingvo's softmax has none), and `init_uniform=0.05`
 draws every weight U(±0.05) with biases 0, as lingvo's PTB configs.
 """
