@@ -235,8 +235,8 @@ def test_tprbench_units_prints_the_embedding_counts(capsys):
 
 
 def test_options_added_later_leave_the_fingerprinted_dump_unchanged(tmp_path):
-    """`loss`, `dropout_between_layers`, `hrr_basis_init`, `decoder_bias` and `init_uniform` at their default are
-    not in the options' dump (what a run's fingerprint hashes): every lm run trained before them keeps its fingerprint."""
+    """`loss`, `dropout_between_layers`, `hrr_basis_init`, `decoder_bias`, `init_uniform`, `tie` and
+    `init_uniform_biases` at their default are not in the options' dump (what a run's fingerprint hashes): every lm run trained before them keeps its fingerprint."""
     from tasks.lm.meta import ADDED_LATER, LMOptions
 
     for options in ({}, HRR, {**HRR, "hrr_basis": "isometric", "contiguous": False}):
@@ -251,10 +251,14 @@ def test_options_added_later_leave_the_fingerprinted_dump_unchanged(tmp_path):
         "hrr_basis_init": "orthonormal",
         "decoder_bias": None,  # HRR: its readout's b_w follows annealing
         "init_uniform": None,
+        "tie": None,
+        "init_uniform_biases": None,
     }
     assert get_task("lm")(dump, None, tmp_path).options == task.options  # validates again
     plain = get_task("lm")({"corpus": "ptb", "decoder_bias": False, "init_uniform": 0.05}, None, tmp_path).options
     assert {k: plain.model_dump(mode="json")[k] for k in ("decoder_bias", "init_uniform")} == {"decoder_bias": False, "init_uniform": 0.05}
+    zaremba = get_task("lm")({"corpus": "ptb", "tie": False, "init_uniform": 0.1, "init_uniform_biases": True}, None, tmp_path).options
+    assert {k: zaremba.model_dump(mode="json")[k] for k in ("tie", "init_uniform_biases")} == {"tie": False, "init_uniform_biases": True}
 
 
 @pytest.mark.parametrize("hrr", [False, True])
@@ -298,16 +302,48 @@ def test_no_decoder_bias_as_lingvo(lm_root, tmp_path):
     count = [sum(p.numel() for p in m.parameters()) for m in models]
     assert count[0] - count[1] == v
     assert with_bias.embedding_param_counts(16).total - without.embedding_param_counts(16).total == v
-    assert any("no bias on the tied decoder" in n for n in without.report_notes("lm"))
+    assert any("no bias on the decoder" in n for n in without.report_notes("lm"))
     batch = next(iter(without.train_batches(8, torch.Generator().manual_seed(0), 1)))
     loss, _ = without.loss(models[1], batch)
     loss.backward()
     assert math.isfinite(loss.item()) and models[1].embed.weight.grad is not None
 
 
+def test_untied_decoder_at_zaremba_init(lm_root, tmp_path):
+    """`tie = false` with `init_uniform = 0.1, init_uniform_biases = true`: Zaremba et al.'s small LSTM LM
+    (its own decoder h2y with a bias; every parameter U(±0.1), biases too). The decoder has its own matrix
+    (V·d more parameters than tied, in the model and in the counts), each parameter spread over [-0.1, 0.1],
+    and the embedding's gradient no longer carries the decoder's."""
+    tied = _task(lm_root, tmp_path, projection=False)
+    untied = _task(lm_root, tmp_path, projection=False, tie=False, init_uniform=0.1, init_uniform_biases=True)
+    models = []
+    for task in (tied, untied):
+        task.prepare()
+        torch.manual_seed(0)
+        models.append(task.build_model("lstm", "lm", 16, 16, task.resolve_hparams({})))
+    model = models[1]
+    v = untied.corpus.vocab_size
+    assert model.decoder.weight is not model.embed.weight and model.decoder.bias is not None
+    count = [sum(p.numel() for p in m.parameters()) for m in models]
+    assert count[1] - count[0] == v * 16
+    assert untied.embedding_param_counts(16).total - tied.embedding_param_counts(16).total == v * 16
+    for name, p in model.named_parameters():
+        assert p.abs().max() <= 0.1 and p.abs().max() > 0.05 and p.std() > 0.03, name  # biases drawn, not 0
+    notes = untied.report_notes("lm")
+    assert any("untied" in n for n in notes) and any("every parameter U(±0.1)" in n for n in notes)
+    batch = next(iter(untied.train_batches(8, torch.Generator().manual_seed(0), 1)))
+    loss, _ = untied.loss(model, batch)
+    loss.backward()
+    assert math.isfinite(loss.item()) and model.decoder.weight.grad.abs().sum() > 0
+    unseen = sorted(set(range(v)) - set(batch["input"].flatten().tolist()))
+    assert unseen and model.embed.weight.grad[unseen].abs().sum() == 0  # only the words read; tied, every row
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
+        ({**HRR, "tie": False}, "tie = false is for the plain embedding"),
+        ({"init_uniform_biases": True}, "it needs init_uniform"),
         ({**HRR, "hrr_basis_init": "orthonormal"}, 'needs hrr_basis = "isometric"'),
         ({"hrr_basis_init": "orthonormal"}, "hrr_basis_init: HRR options need embedding"),
         ({"loss": "sum"}, "loss"),

