@@ -87,7 +87,7 @@ class LMOptions(pydantic.BaseModel):
 
     decoder_bias: bool = pydantic.Field(
         True,
-        description="plain embedding: a trained bias on the tied decoder's logits (the TPRU authors' models/lm.py: an "
+        description="plain embedding: a trained bias on the decoder's logits (the TPRU authors' models/lm.py: an "
         "nn.Linear with its bias). false: none, as the HRR authors' lingvo, whose softmax multiplies its bias by 0 "
         '(core/layers.py `SimpleFullSoftmax._ConcatWeights`, "NOTE no biases"). The HRR readout\'s b_w is '
         "set by its annealing (docs/hrr.md)",
