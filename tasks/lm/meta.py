@@ -98,7 +98,7 @@ class LMOptions(pydantic.BaseModel):
         le=1,
         allow_inf_nan=False,
         description="None: each module's own initialisation (the PyTorch models'). A scale s: every weight matrix "
-        "of the plain embedding, the unit and the projection drawn U(±s) and every bias 0, as the HRR authors' "
+        "of the plain embedding, the unit, the projection (and an untied decoder) drawn U(±s) and every bias 0, as the HRR authors' "
         "lingvo PTB configs (params/ptb_word_level.py `iter_iter(p, 'params_init', 0.05)`; core/cudnn_rnn_utils.py "
         "starts the cuDNN LSTM's biases at 0). The HRR embedding keeps its own U(±0.05) and N(0, 1/d) draws",
     )
