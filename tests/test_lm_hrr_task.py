@@ -236,7 +236,8 @@ def test_tprbench_units_prints_the_embedding_counts(capsys):
 
 def test_options_added_later_leave_the_fingerprinted_dump_unchanged(tmp_path):
     """`loss`, `dropout_between_layers`, `hrr_basis_init`, `decoder_bias`, `init_uniform`, `tie` and
-    `init_uniform_biases` at their default are not in the options' dump (what a run's fingerprint hashes): every lm run trained before them keeps its fingerprint."""
+    `init_uniform_biases` at their default are not in the options' dump (what a run's fingerprint hashes): every
+    lm run trained before them keeps its fingerprint."""
     from tasks.lm.meta import ADDED_LATER, LMOptions
 
     for options in ({}, HRR, {**HRR, "hrr_basis": "isometric", "contiguous": False}):
