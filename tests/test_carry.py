@@ -42,7 +42,8 @@ def test_a_paused_study_saved_and_loaded_on_another_path_ends_as_an_uninterrupte
     assert main(["record", "save", "--root", str(first), "--to", str(saved)]) == 0
     assert "1 unfinished run(s)" in capsys.readouterr().out
     (entry,) = json.loads((saved / STATE / MANIFEST).read_text())
-    assert entry["epoch"] == 1 and set(entry["files"]) == {CHECKPOINT, BEST_WEIGHTS}
+    # epoch 1 is its best so far: best.pt is not saved, `load` writes it back from the checkpoint
+    assert entry["epoch"] == 1 and set(entry["files"]) == {CHECKPOINT} and entry["best_from_checkpoint"]
     shutil.rmtree(tmp_path / "machine-1")  # the first machine is gone
 
     fresh = tmp_path / "machine-2" / "elsewhere"
@@ -88,6 +89,34 @@ def test_save_carries_unfinished_runs_only_and_drops_those_that_have_finished(tm
     save(tmp_path / "root", tmp_path / "saved")
     assert not list((tmp_path / "saved" / STATE).rglob("*.pt"))
     assert json.loads((tmp_path / "saved" / STATE / MANIFEST).read_text()) == []
+
+
+def test_a_run_whose_last_epoch_is_its_best_saves_one_copy_of_its_weights(tmp_path: Path) -> None:
+    """best.pt equals the checkpoint's model when the checkpoint's epoch is the best one: saved once,
+    written back by `load` as the worker writes it (a plain dict, each weight its own storage)."""
+    import torch
+
+    from tasks.checkpoint import load_checkpoint
+
+    run = _fake_root(tmp_path / "root")
+    w = torch.arange(6.0)
+    model = {"embed.weight": w, "decoder.weight": w}  # tied: one storage in the checkpoint
+    torch.save({"epoch": 4, "best_epoch": 4, "fingerprint": "f", "model": model}, run / CHECKPOINT)
+    torch.save({k: v.clone() for k, v in model.items()}, run / BEST_WEIGHTS)
+    save(tmp_path / "root", tmp_path / "saved")
+    (entry,) = json.loads((tmp_path / "saved" / STATE / MANIFEST).read_text())
+    assert set(entry["files"]) == {CHECKPOINT} and entry["best_from_checkpoint"]
+    assert not list((tmp_path / "saved" / STATE).rglob(BEST_WEIGHTS))
+
+    load(tmp_path / "saved", tmp_path / "fresh")
+    best = load_checkpoint(tmp_path / "fresh" / "work" / "s" / "cell1" / "seed-0-ab" / BEST_WEIGHTS)
+    assert set(best) == set(model) and all(torch.equal(best[k], model[k]) for k in model)
+    assert best["embed.weight"].data_ptr() != best["decoder.weight"].data_ptr()
+
+    torch.save({"epoch": 5, "best_epoch": 4, "fingerprint": "f", "model": model}, run / CHECKPOINT)
+    save(tmp_path / "root", tmp_path / "saved")  # epoch 5 is not the best: best.pt is carried
+    (entry,) = json.loads((tmp_path / "saved" / STATE / MANIFEST).read_text())
+    assert set(entry["files"]) == {CHECKPOINT, BEST_WEIGHTS} and not entry["best_from_checkpoint"]
 
 
 def test_load_refuses_a_root_that_has_a_record_and_a_state_that_differs_from_its_manifest(tmp_path: Path) -> None:

@@ -15,6 +15,11 @@ epoch, nothing of finished runs, no caches (they are rebuilt). `load` puts them 
 too): the next `tprbench run` there continues each run from its epoch and, every run being
 deterministic, ends where an uninterrupted run would have.
 
+Why `best.pt` is often not saved: when a run's last epoch is its best (most epochs of a run that
+still improves), its best weights are the checkpoint's own model weights, so the state keeps one
+copy (`best_from_checkpoint` in the manifest) and `load` writes `best.pt` back from the
+checkpoint: a committed milestone of such a run costs half the bytes.
+
 Why the copy of a run's two files is checked: a worker writes `best.pt` and then `checkpoint.pt`
 after each epoch (each atomically, by rename), so a copy taken between the two renames would pair
 one epoch's checkpoint with the next epoch's best weights. The copy is taken again until neither
@@ -55,6 +60,7 @@ class CarriedRun:
     path: str  # "<study>/<cell>/<run dir>", relative to the root's work/
     epoch: int
     files: dict[str, str]  # file name → sha256
+    best_from_checkpoint: bool = False  # best.pt not saved: the checkpoint's epoch is the best one
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,15 +146,22 @@ def _copy_run(src: Path, out: Path, rel: str) -> CarriedRun:
                 except FileNotFoundError:
                     break
         if {n: _stamp(src / n) for n in names} == before and (out / CHECKPOINT).exists():
+            epoch, best_epoch = _epochs(out / CHECKPOINT)
+            from_checkpoint = epoch == best_epoch and (out / BEST_WEIGHTS).exists()
+            if from_checkpoint:
+                (out / BEST_WEIGHTS).unlink()  # the same weights as the checkpoint's model
             files = {n: file_sha256(out / n) for n in names if (out / n).exists()}
-            return CarriedRun(rel, _epoch(out / CHECKPOINT), files)
+            return CarriedRun(rel, epoch, files, from_checkpoint)
     raise CarryError(f"record save: {src} changed on every one of {COPY_TRIES} copies; try again")
 
 
-def _epoch(checkpoint: Path) -> int:
+def _epochs(checkpoint: Path) -> tuple[int, int | None]:
+    """(the epoch a checkpoint ended, its best epoch): equal when best.pt holds the checkpoint's weights."""
     from tasks.checkpoint import load_checkpoint
 
-    return int(load_checkpoint(checkpoint)["epoch"])
+    state = load_checkpoint(checkpoint)
+    best = state.get("best_epoch")
+    return int(state["epoch"]), None if best is None else int(best)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,7 +200,7 @@ def _read_manifest(state: Path) -> list[CarriedRun]:
         return []
     try:
         rows = json.loads(manifest.read_text())
-        return [CarriedRun(r["path"], int(r["epoch"]), dict(r["files"])) for r in rows]
+        return [CarriedRun(r["path"], int(r["epoch"]), dict(r["files"]), bool(r.get("best_from_checkpoint", False))) for r in rows]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise CarryError(f"record load: {manifest}: unreadable ({exc}); save the state again") from None
 
@@ -227,8 +240,19 @@ def _load_run(src: Path, out: Path, run: CarriedRun) -> None:
     out.mkdir(parents=True, exist_ok=True)
     # best.pt first, then the checkpoint: the order a worker writes them, so a copy cut short
     # leaves at worst a run that restarts, never a checkpoint that points past its best weights
+    if run.best_from_checkpoint:
+        _best_from_checkpoint(src / CHECKPOINT, out / BEST_WEIGHTS)
     for name in (BEST_WEIGHTS, CHECKPOINT):
         if name in run.files:
             tmp = out / (name + ".tmp")
             shutil.copyfile(src / name, tmp)
             os.replace(tmp, out / name)
+
+
+def _best_from_checkpoint(checkpoint: Path, best: Path) -> None:
+    """best.pt as the worker wrote it at the checkpoint's epoch: each weight of the model's state
+    dict cloned into a plain dict (tasks/training.py, where a better epoch is kept)."""
+    from tasks.checkpoint import atomic_save, load_checkpoint
+
+    model = load_checkpoint(checkpoint)["model"]
+    atomic_save({k: v.detach().clone() for k, v in model.items()}, best)
