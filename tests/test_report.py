@@ -333,6 +333,30 @@ def test_report_errors(store, tmp_path, capsys):
     assert not (tmp_path / "empty" / "mlflow.db").exists()
 
 
+def test_a_record_whose_runs_are_all_in_flight_reports_them_as_not_yet_run(tmp_path, capsys):
+    """A long study's first milestone: every run is still training (live, per-epoch metrics only).
+    The report writes its tables, says each seed is missing and why no figure is drawn; the speed
+    figure crashed here (two empty frames merged on run ids of different dtypes)."""
+    from harness.cli import main
+
+    root = tmp_path / "root"
+    uri = default_tracking_uri(root)
+    tracker = Tracker(uri, "long", root / "mlartifacts")
+    cell = FakeCell("eeeeeeeeeee1", "logic", "plain", "gru", canon("gru"), study="long")
+    cell_run = tracker.cell_run(cell, tracker.study_run(COMMIT))
+    h = plan_final(tracker, cell_run, BEST)
+    tags = {PHASE: "final", TAG + "seed": 0, TAG + "git_commit": COMMIT, TAG + "params_hash": h}
+    live = tracker.start_live(cell_run, f"{cell.id}/seed/0/{h}", tags, cell.label, None)
+    tracker.log_epochs(live, [(1, {"valid_acc": 0.6, "epoch_seconds": 2.0}, 1.0), (2, {"valid_acc": 0.7, "epoch_seconds": 2.1}, 3.0)])
+
+    out = tmp_path / "rep"
+    assert main(["report", "long", "--root", str(root), "--out", str(out), "--seeds", "1"]) == 0
+    printed = capsys.readouterr().out
+    assert "1 of 1 seeds missing (seed 0: not yet run)" in printed
+    assert "speed: not drawn (no epoch timings recorded)" in printed
+    assert sorted(p.name for p in out.iterdir()) == ["provenance.txt", "search.csv", "table.csv", "table.md", "table.tex"]
+
+
 def test_compare_studies_and_commits(store, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")
     from harness.cli import main

@@ -383,10 +383,10 @@ def fig_curves(cells: Any, used: Any, history: Any) -> Any | None:
 def fig_speed(cells: Any, runs: Any, history: Any, bench: Any | None) -> Any | None:
     """Median epoch seconds per unit (and the bench's ms and × gru when given)."""
     es = history[history["key"] == "epoch_seconds"]
-    info = runs[[Col.RUN_ID, Col.CELL]].merge(cells[[Col.CELL, Col.UNIT, Col.DIM, "order"]], on=Col.CELL)
-    es = es.merge(info, on=Col.RUN_ID)
     bars = []
-    if len(es):
+    if len(es) and len(runs):  # a record whose runs are all in flight has neither (and empty frames merge badly)
+        info = runs[[Col.RUN_ID, Col.CELL]].merge(cells[[Col.CELL, Col.UNIT, Col.DIM, "order"]], on=Col.CELL)
+        es = es.merge(info, on=Col.RUN_ID)
         dims = es[Col.DIM].nunique()
         for (_order, unit, dim), g in es.groupby(["order", Col.UNIT, Col.DIM], sort=True):
             bars.append((f"{unit}" + (f" d={dim}" if dims > 1 else ""), float(g["value"].median())))
