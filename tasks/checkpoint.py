@@ -94,6 +94,13 @@ def set_aside(path: Path) -> Path:
     return target
 
 
+def weights_copy(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A model's weights as best.pt holds them: each tensor detached and cloned into a plain dict, so
+    later updates of the model do not change the kept copy (the trainer at a better epoch, and
+    `tprbench record load` when it rebuilds best.pt from a checkpoint, both write this)."""
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
 def atomic_save(obj: Any, path: Path) -> None:
     """torch.save to a temporary file, then rename: a reader never sees a half-written file."""
     tmp = path.with_suffix(path.suffix + ".tmp")

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from .base import TaskAdapter
-from .checkpoint import CheckpointCorrupt, CheckpointMismatch, atomic_save, load_checkpoint, set_aside
+from .checkpoint import CheckpointCorrupt, CheckpointMismatch, atomic_save, load_checkpoint, set_aside, weights_copy
 from .determinism import Determinism, is_nondeterminism_error, rng_state, set_rng_state
 from .device import to_device
 from .errors import DataError, TaskError
@@ -591,7 +591,7 @@ def _end_of_epoch(ctx: _Context, s: _Session, result: RunResult, epoch: int, row
     result.history.append(row)
     if _better(score, result.best_valid, ctx.direction):
         result.best_valid, result.best_epoch = score, epoch
-        s.best_state = {k: v.detach().clone() for k, v in s.model.state_dict().items()}
+        s.best_state = weights_copy(s.model.state_dict())
         if ctx.run_path is not None:
             atomic_save(s.best_state, ctx.run_path / BEST_WEIGHTS)
     _save_checkpoint(ctx, s, result, epoch)

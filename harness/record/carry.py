@@ -250,9 +250,7 @@ def _load_run(src: Path, out: Path, run: CarriedRun) -> None:
 
 
 def _best_from_checkpoint(checkpoint: Path, best: Path) -> None:
-    """best.pt as the worker wrote it at the checkpoint's epoch: each weight of the model's state
-    dict cloned into a plain dict (tasks/training.py, where a better epoch is kept)."""
-    from tasks.checkpoint import atomic_save, load_checkpoint
+    """best.pt as the worker wrote it at the checkpoint's epoch (`weights_copy` of the model's state)."""
+    from tasks.checkpoint import atomic_save, load_checkpoint, weights_copy
 
-    model = load_checkpoint(checkpoint)["model"]
-    atomic_save({k: v.detach().clone() for k, v in model.items()}, best)
+    atomic_save(weights_copy(load_checkpoint(checkpoint)["model"]), best)
