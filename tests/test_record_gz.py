@@ -125,6 +125,20 @@ def test_run_on_a_compressed_record_refuses_in_one_line_and_changes_nothing(tmp_
     assert _tree(saved) == before
 
 
+def test_an_empty_plain_file_beside_a_gz_is_refused_in_one_line_by_readers_and_writers(tmp_path: Path, capsys) -> None:
+    _, saved = _saved(tmp_path)
+    (saved / DB).touch()  # as `sqlite3.connect(path)` on a mistyped path leaves it
+    before = _tree(saved)
+    for argv in (
+        ["report", str(STUDY), "--root", str(saved), "--out", str(tmp_path / "out"), "--no-figures"],
+        ["run", str(STUDY), "--root", str(saved)],
+    ):
+        assert main(argv) == 2, argv
+        err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+        assert len(err) == 1 and f"{saved / DB} is an empty file beside the committed record {saved / GZ}" in err[0], err
+    assert _tree(saved) == before
+
+
 def test_a_damaged_gz_is_one_line_naming_the_file(tmp_path: Path, own_cache: Path, capsys) -> None:
     _, saved = _saved(tmp_path)
     data = (saved / GZ).read_bytes()

@@ -44,9 +44,21 @@ class CompressedRecordError(Exception):
 
 
 def is_compressed(root: Path) -> bool:
-    """`root` holds a committed record as `mlflow.db.gz` only (a plain `mlflow.db` is read as it is)."""
+    """`root` holds a committed record as `mlflow.db.gz` only (a plain `mlflow.db` is read as it is).
+
+    An empty `mlflow.db` beside the `.gz` is refused (CompressedRecordError): `sqlite3.connect` on
+    the path creates one, and read as the record it made every claim of `tprbench papers` on it
+    fail with "no such table", or a writer start a second, empty record over the committed one."""
     root = Path(root)
-    return (root / GZ).is_file() and not (root / DB).exists()
+    if not (root / GZ).is_file():
+        return False
+    db = root / DB
+    if db.is_file() and db.stat().st_size == 0:
+        raise CompressedRecordError(
+            f"{db} is an empty file beside the committed record {root / GZ} (opening the path with sqlite3 creates one): "
+            "remove it, then rerun (nothing was read or written)"
+        )
+    return not db.exists()
 
 
 def stored_record(folder: Path) -> Path | None:
