@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         for where, blob in blobs:
             if blob is None:
                 continue
-            checkpoint = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False) if blob else None
+            checkpoint = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True) if blob else None
             row = measure(steps, checkpoint, args.batches)
             print(f"{arm} epoch {row['epoch']}: {row}", file=sys.stderr)
             out.append((arm, where, row))
