@@ -46,9 +46,9 @@ class CompressedRecordError(Exception):
 def is_compressed(root: Path) -> bool:
     """`root` holds a committed record as `mlflow.db.gz` only (a plain `mlflow.db` is read as it is).
 
-    An empty `mlflow.db` beside the `.gz` is refused (CompressedRecordError): `sqlite3.connect` on
-    the path creates one, and read as the record it made every claim of `tprbench papers` on it
-    fail with "no such table", or a writer start a second, empty record over the committed one."""
+    An empty `mlflow.db` beside the `.gz` is refused (CompressedRecordError). `sqlite3.connect` on
+    the path creates one; read as the record, it made `tprbench papers` fail with "no such table:
+    experiments", and a writer would start a second, empty record over the committed one."""
     root = Path(root)
     if not (root / GZ).is_file():
         return False
