@@ -286,7 +286,9 @@ def test_ctrl_c_ends_the_record_killed_then_rerun_finishes(tmp_path: Path, signu
     import sqlite3
 
     root = seed_root(tmp_path / "root")
-    path = write_study(tmp_path, "ctrlc", [SLOW, "gru"])
+    # Slower than SLOW: the signal must land while runs are left. At SLOW's 0.05 s a step the whole study once
+    # ended (22.5 s, beside the other test worker in CI) before the poll below saw two runs recorded (rc 0).
+    path = write_study(tmp_path, "ctrlc", ["tests.plugin_units:SlowUnit[delay=0.15]", "gru"])
     total = 2 * (2 + 2)
     log = tmp_path / "driver.log"
     env = {"RAY_TMPDIR": short_tmp("tprc")}
