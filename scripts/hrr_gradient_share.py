@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -86,7 +86,7 @@ def measure(steps, checkpoint: dict | None, batches: int) -> dict[str, float]:
     if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
         steps.session.optimizer.load_state_dict(checkpoint["optimizer"])
-    aux_modules = [m for m in model.modules() if hasattr(m, "aux_loss")]
+    aux_modules = steps.session.aux_modules  # the modules the trainer sums aux losses from
     params = [p for p in model.parameters() if p.requires_grad]
     torch.manual_seed(0)
     rows = []
@@ -129,24 +129,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--checkpoint", action="append", default=[], help="ARM=PATH: a checkpoint file as well")
     ap.add_argument("--start", action="store_true", help="also each arm's first steps from its initial weights")
     ap.add_argument("--batches", type=int, default=8)
-    ap.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/tprbench"))
+    ap.add_argument("--cache", default=None, metavar="DIR", help="where the data is cached (default: a temporary directory)")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
 
     out = []
-    for arm in args.arm:
-        steps, cell = _steps(args.study, arm, args.cache_dir)
-        state = args.state or f"records/{cell.study}/state"
-        blobs = [("start", b"")] if args.start else []  # first: the later rows load weights into the same model
-        blobs += [(c, _committed_checkpoint(c, state, cell.id)) for c in args.commits]
-        blobs += [(path, Path(path).read_bytes()) for a, _, path in (x.partition("=") for x in args.checkpoint) if a == arm]
-        for where, blob in blobs:
-            if blob is None:
-                continue
-            checkpoint = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True) if blob else None
-            row = measure(steps, checkpoint, args.batches)
-            print(f"{arm} epoch {row['epoch']}: {row}", file=sys.stderr)
-            out.append((arm, where, row))
+    with tempfile.TemporaryDirectory(prefix="tprbench-gradient-share-") as tmp:
+        for arm in args.arm:
+            steps, cell = _steps(args.study, arm, args.cache or tmp)
+            state = args.state or f"records/{cell.study}/state"
+            blobs = [("start", None)] if args.start else []  # first: the later rows load weights into the same model
+            blobs += [(c, blob) for c in args.commits if (blob := _committed_checkpoint(c, state, cell.id)) is not None]
+            blobs += [(path, Path(path).read_bytes()) for a, _, path in (x.partition("=") for x in args.checkpoint) if a == arm]
+            for where, blob in blobs:
+                checkpoint = None if blob is None else torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
+                row = measure(steps, checkpoint, args.batches)
+                print(f"{arm} epoch {row['epoch']}: {row}", file=sys.stderr)
+                out.append((arm, where, row))
 
     beta = "β·isometry"
     print(
