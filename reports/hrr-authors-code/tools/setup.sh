@@ -18,10 +18,10 @@ LINGVO_GIT=${LINGVO_GIT:-https://github.com/j-luo93/lingvo}
 HRR_GIT=${HRR_GIT:-https://github.com/j-luo93/HRR}
 mkdir -p "$DIR" && cd "$DIR"
 
-# 1. their source, lingvo/ only (the fork's docs/ hold a pickle some mirrors lack)
+# 1. their source, lingvo/ less its test data (some mirrors lack a checkpoint there, and docs/'s pickle)
 if [[ ! -d src ]]; then
   git clone -q --no-checkout "$LINGVO_GIT" src.git
-  mkdir src && git -C src.git archive 7398974 lingvo | tar -x -C src
+  mkdir src && git -C src.git archive 7398974 lingvo ':!lingvo/core/testdata' | tar -x -C src
   (cd src && git init -q && git add -A && git -c user.name=port -c user.email=port@localhost commit -qm "j-luo93/lingvo 7398974")
   python3 - <<'PY'
 import pathlib, re
