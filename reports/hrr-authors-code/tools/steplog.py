@@ -4,7 +4,7 @@ Their trainer prints every step's metrics (lingvo/trainer.py:489-491, `step:N ke
 loss with dropout on. Usage:
 
     python steplog.py RUN.log > RUN.jsonl            # per-step lines
-    python steplog.py --summary RUN.jsonl [--last N]  # the token-weighted training perplexity, mean isometry
+    python steplog.py --summary RUN.jsonl [--first A] [--last B]  # training perplexity (token-weighted), mean isometry
 
 Ours, not the authors': it only reads their log.
 """
@@ -20,7 +20,7 @@ STEP = re.compile(r"^I\d{4} (\d\d:\d\d:\d\d\.\d+) +\d+ \S+\.py:\d+\] step:\s*(\d
 
 
 def steps(lines):
-    """Yield {step, time, metric: value} for each logged training step (each step once: the last line wins)."""
+    """{step, time, metric: value} for each logged training step, in step order (each step once: the last line wins)."""
     seen = {}
     for line in lines:
         m = STEP.match(line)
